@@ -1,0 +1,3 @@
+from expgit.cli import run
+
+run()

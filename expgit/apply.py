@@ -1,0 +1,131 @@
+"""Applying a proposal to ``main`` under the expgit lock, with the base-content guard.
+
+* ``main`` still at the proposal's base: fast-forward to the proposal commit.
+* ``main`` has moved: for every experience the proposal touches, the blob on current
+  ``main`` must equal the blob on the base. If all match, the proposal is rebuilt on top
+  of current ``main`` (linear history, ``Expgit-Rebased-From`` trailer); otherwise it is
+  refused, naming each conflicting experience, and nothing is written.
+* ``remote``: the same against the remote's ``main``, pushed with
+  ``--force-with-lease=main:<old>``; when the lease fails, fetch and run the guard again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from expgit import trailers as tr
+from expgit.changes import root_blobs
+from expgit.errors import ConflictError, ExpgitError, UsageError
+from expgit.gitrepo import RefUpdate
+from expgit.proposals import Proposal, find_proposal
+from expgit.publish import publish
+from expgit.refnames import GRADIENT_STATES, PROPOSAL_STATES
+from expgit.repository import ExperienceRepository
+
+REMOTE_ATTEMPTS = 5
+
+
+@dataclass
+class ApplyResult:
+    proposal: str
+    commit: str
+    previous: str | None
+    rebased: bool
+    remote: str | None = None
+    attempts: int = 1
+    warnings: list[str] = field(default_factory=list)
+
+
+def closing_updates(repo: ExperienceRepository, proposal: Proposal, state: str
+                    ) -> list[RefUpdate]:
+    """Move a proposal and its still-open gradients from their branches to ``state``."""
+    updates = [RefUpdate(proposal.ref, None, proposal.commit),
+               RefUpdate(PROPOSAL_STATES[state] + proposal.id, proposal.commit, None)]
+    open_gradients = repo.git.refs(GRADIENT_STATES["open"])
+    for sha in proposal.gradient_commits:
+        gid = sha[:12]
+        if open_gradients.get(GRADIENT_STATES["open"] + gid) == sha:
+            updates += [RefUpdate(GRADIENT_STATES["open"] + gid, None, sha),
+                        RefUpdate(GRADIENT_STATES[state] + gid, sha, None)]
+    return updates
+
+
+def ensure_open(proposal: Proposal) -> None:
+    if proposal.state != "open":
+        raise ConflictError(f"proposal {proposal.id} was already {proposal.state}",
+                            hint="see `expgit log` for what main holds now")
+
+
+def build_on(repo: ExperienceRepository, proposal: Proposal, onto: str) -> tuple[str, bool]:
+    """The commit that applies ``proposal`` on top of ``onto``: (commit, rebased)."""
+    if proposal.base == onto:
+        return proposal.commit, False
+    current = root_blobs(repo.git, onto, repo.root)
+    conflicts = [c.name for c in proposal.changes
+                 if current.get(f"{c.name}.md") != c.old_blob]
+    if conflicts:
+        raise ConflictError(
+            f"proposal {proposal.id} conflicts with {repo.settings.main_branch}: "
+            + ", ".join(conflicts) + " changed since the proposal was made",
+            conflicts=conflicts,
+            hint="reject it and merge fresh gradients, or re-estimate against current main")
+    info = repo.git.read_commit(proposal.commit)
+    tree = repo.git.edit_tree(repo.git.read_commit(onto).tree,
+                              {c.path: c.new_blob for c in proposal.changes})
+    message = tr.parse_message(info.message).with_trailers((tr.REBASED_FROM, proposal.commit))
+    return repo.git.write_commit(tree, [onto], message.render(), author=info.author_line), True
+
+
+def apply_proposal(repo: ExperienceRepository, proposal_id: str, *,
+                   remote: str | None = None) -> ApplyResult:
+    with repo.lock(f"expgit apply {proposal_id}").held():
+        proposal = find_proposal(repo, proposal_id)
+        ensure_open(proposal)
+        if remote is not None:
+            return _apply_remote(repo, proposal, remote)
+        old = repo.main_commit()
+        new, rebased = build_on(repo, proposal, old)
+        warnings = publish(repo, new, old, closing_updates(repo, proposal, "applied"),
+                           f"expgit apply {proposal.id}")
+        return ApplyResult(proposal.id, new, old, rebased, warnings=warnings)
+
+
+def _fetch_main(repo: ExperienceRepository, remote: str) -> str:
+    branch = repo.settings.main_branch
+    tracking = f"refs/remotes/{remote}/{branch}"
+    proc = repo.git.run("fetch", "--quiet", remote, f"+{repo.main_ref}:{tracking}",
+                        check=False)
+    if proc.returncode != 0:
+        raise UsageError(f"cannot fetch {branch} from remote {remote!r}: "
+                         + proc.stderr.decode(errors="replace").strip())
+    sha = repo.git.ref(tracking)
+    assert sha is not None
+    return sha
+
+
+def _apply_remote(repo: ExperienceRepository, proposal: Proposal, remote: str
+                  ) -> ApplyResult:
+    remote_old = _fetch_main(repo, remote)
+    for attempt in range(1, REMOTE_ATTEMPTS + 1):
+        new, rebased = build_on(repo, proposal, remote_old)
+        push = repo.git.run("push", "--porcelain",
+                            f"--force-with-lease={repo.main_ref}:{remote_old}",
+                            remote, f"{new}:{repo.main_ref}", check=False)
+        if push.returncode == 0:
+            break
+        moved = _fetch_main(repo, remote)
+        if moved == remote_old or attempt == REMOTE_ATTEMPTS:
+            raise ExpgitError(
+                f"push to {remote!r} was refused: "
+                + (push.stdout + push.stderr).decode(errors="replace").strip().replace("\n", " "))
+        remote_old = moved  # the lease failed: someone else pushed; guard again
+    local_old = repo.git.ref(repo.main_ref)
+    updates = closing_updates(repo, proposal, "applied")
+    warnings: list[str] = []
+    if local_old is None or repo.git.is_ancestor(local_old, new):
+        warnings = publish(repo, new, local_old, updates, f"expgit apply {proposal.id}")
+    else:
+        repo.git.update_refs(updates, f"expgit apply {proposal.id}")
+        warnings.append(f"local {repo.settings.main_branch} has diverged from {remote}; "
+                        "it was not moved")
+    return ApplyResult(proposal.id, new, remote_old, rebased, remote, attempt, warnings)

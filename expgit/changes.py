@@ -1,0 +1,101 @@
+"""What a commit changed under the experiences root, as reviewable unified diffs.
+
+Diffs are made with difflib and counted with unidiff, so the +/- figures in a proposal's
+description are exactly those of the diff a reviewer reads.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Literal
+
+import click
+from unidiff import PatchSet
+
+from expgit.gitrepo import GitRepo
+
+Operation = Literal["create", "update", "delete"]
+
+
+@dataclass(frozen=True)
+class FileChange:
+    name: str
+    path: str
+    old_blob: str | None
+    new_blob: str | None
+    old_text: str
+    new_text: str
+
+    @property
+    def operation(self) -> Operation:
+        if self.old_blob is None:
+            return "create"
+        return "delete" if self.new_blob is None else "update"
+
+    @cached_property
+    def diff(self) -> str:
+        return unified_diff(self.path, self.old_text if self.old_blob else None,
+                            self.new_text if self.new_blob else None)
+
+    @cached_property
+    def counts(self) -> tuple[int, int]:
+        """(added, removed) lines, counted by unidiff on :attr:`diff`."""
+        if not self.diff:
+            return (0, 0)
+        patch = PatchSet(self.diff)
+        return (sum(f.added for f in patch), sum(f.removed for f in patch))
+
+
+def unified_diff(path: str, old: str | None, new: str | None) -> str:
+    old_lines = (old or "").splitlines(keepends=True)
+    new_lines = (new or "").splitlines(keepends=True)
+    lines = list(difflib.unified_diff(
+        old_lines, new_lines,
+        fromfile=f"a/{path}" if old is not None else "/dev/null",
+        tofile=f"b/{path}" if new is not None else "/dev/null"))
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def colour_diff(diff: str) -> str:
+    styled = []
+    for line in diff.splitlines():
+        if line.startswith(("+++", "---")):
+            styled.append(click.style(line, bold=True))
+        elif line.startswith("@@"):
+            styled.append(click.style(line, fg="cyan"))
+        elif line.startswith("+"):
+            styled.append(click.style(line, fg="green"))
+        elif line.startswith("-"):
+            styled.append(click.style(line, fg="red"))
+        else:
+            styled.append(line)
+    return "\n".join(styled)
+
+
+def root_blobs(git: GitRepo, commit: str | None, root: str) -> dict[str, str]:
+    """``{file name: blob}`` of the experiences root at ``commit`` (empty if none)."""
+    if commit is None:
+        return {}
+    entry = git.path_entry(git.read_commit(commit).tree, root)
+    if entry is None or not entry.is_tree:
+        return {}
+    return {e.name: e.sha for e in git.read_tree(entry.sha) if not e.is_tree}
+
+
+def tree_changes(git: GitRepo, old: str | None, new: str, root: str) -> list[FileChange]:
+    """Changed ``<name>.md`` files under ``root`` from commit ``old`` to commit ``new``."""
+    before, after = root_blobs(git, old, root), root_blobs(git, new, root)
+    names = sorted(n for n in before.keys() | after.keys()
+                   if before.get(n) != after.get(n) and n.endswith(".md")
+                   and not n.startswith("."))
+    blobs = git.read_blobs([b for n in names for b in (before.get(n), after.get(n)) if b])
+    return [FileChange(
+        name=n[:-3], path=f"{root}/{n}", old_blob=before.get(n), new_blob=after.get(n),
+        old_text=blobs[before[n]].decode("utf-8", "replace") if n in before else "",
+        new_text=blobs[after[n]].decode("utf-8", "replace") if n in after else "",
+    ) for n in names]

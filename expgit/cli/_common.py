@@ -1,0 +1,46 @@
+"""What every command shares: the repository from ``-C``, ``--json`` output, warnings."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from expgit.repository import ExperienceRepository
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print the result as JSON for scripts.")
+
+
+def open_repo(ctx: click.Context) -> ExperienceRepository:
+    root = ctx.find_root()
+    directory: Path = (root.obj or {}).get("directory", Path("."))
+    return ExperienceRepository.open(directory)
+
+
+def emit(as_json: bool, data: Any, human: Callable[[], None]) -> None:
+    """Print ``data`` as JSON, or call ``human`` to print it for people."""
+    if as_json:
+        click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+    else:
+        human()
+
+
+def warn(messages: list[str]) -> None:
+    for message in messages:
+        click.echo(f"expgit: warning: {message}", err=True)
+
+
+def short(sha: str | None) -> str:
+    return sha[:12] if sha else "-"
+
+
+def progress(message: str) -> None:
+    """A progress line on stderr (stdout stays clean for --json)."""
+    click.echo(message, err=True) if sys.stderr.isatty() else None

@@ -1,0 +1,26 @@
+"""JSON views of library objects, shared by the read commands."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from expgit.gradients import Gradient
+from expgit.proposals import Proposal
+
+
+def gradient_view(g: Gradient) -> dict[str, Any]:
+    added, removed = g.change.counts
+    return {"id": g.id, "commit": g.commit, "state": g.state, "target": g.target,
+            "operation": g.operation, "base_commit": g.parent,
+            "base_version": g.base_version, "base_blob": g.base_blob,
+            "confidence": g.confidence, "rationale": g.rationale, "evidence": g.evidence,
+            "added": added, "removed": removed, "author": g.author, "time": g.time,
+            "branch": g.ref.removeprefix("refs/heads/")}
+
+
+def proposal_view(p: Proposal) -> dict[str, Any]:
+    return {"id": p.id, "commit": p.commit, "state": p.state, "base": p.base,
+            "subject": p.subject, "gradients": p.gradient_commits, "author": p.author,
+            "time": p.time, "branch": p.ref.removeprefix("refs/heads/"),
+            "changes": [{"experience": c.name, "operation": c.operation,
+                         "added": c.counts[0], "removed": c.counts[1]} for c in p.changes]}

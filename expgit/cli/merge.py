@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from expgit.cli._common import emit, json_option, open_repo
+from expgit.cli._views import proposal_view
+from expgit.errors import InvalidInputError
+from expgit.proposals import merge
+
+
+@click.command("merge")
+@click.argument("gradients", nargs=-1)
+@click.option("--all", "merge_all", is_flag=True,
+              help="Merge every open gradient that is not already in a proposal.")
+@click.option("--pr-body", type=click.Path(path_type=Path, dir_okay=False),
+              help="Also write the PR description (title line, blank line, body) to FILE.")
+@json_option
+@click.pass_context
+def merge_cmd(ctx: click.Context, gradients: tuple[str, ...], merge_all: bool,
+              pr_body: Path | None, as_json: bool) -> None:
+    """Merge GRADIENTS (ids) into one proposal commit with a PR description.
+
+    Edits of different experiences combine and identical edits collapse; two different
+    edits of one experience, or a gradient whose experience changed on main since, are a
+    conflict (exit 3) and nothing is written. Prints the proposal id.
+    """
+    if merge_all == bool(gradients):
+        raise InvalidInputError("name the gradients to merge, or use --all")
+    proposal = merge(open_repo(ctx), None if merge_all else list(gradients), pr_body=pr_body)
+    emit(as_json, proposal_view(proposal), lambda: click.echo(proposal.id))

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from typing import BinaryIO
+
+import click
+
+from expgit.cli._common import emit, json_option, open_repo
+from expgit.cli._views import gradient_view
+from expgit.errors import InvalidInputError
+from expgit.experience import decode_experience
+from expgit.gradients import GradientRequest, propose
+
+
+@click.command("propose")
+@click.argument("name")
+@click.option("--content-file", type=click.File("rb"),
+              help="The whole new experience file (front matter and body); - for stdin.")
+@click.option("--delete", is_flag=True, help="Propose deleting the experience.")
+@click.option("--rationale", required=True, help="Why this edit helps the agent.")
+@click.option("--evidence", multiple=True, help="Where the lesson comes from (a trajectory, "
+              "a session, a URL); repeatable.")
+@click.option("--confidence", type=click.FloatRange(0, 1), default=0.5, show_default=True,
+              help="How sure the proposer is, from 0 to 1.")
+@json_option
+@click.pass_context
+def propose_cmd(ctx: click.Context, name: str, content_file: BinaryIO | None, delete: bool,
+                rationale: str, evidence: tuple[str, ...], confidence: float,
+                as_json: bool) -> None:
+    """Propose one edit of experience NAME as a gradient commit on its own branch.
+
+    The commit's parent is the current main; it changes exactly experiences/NAME.md and
+    records the rationale, evidence and confidence as git trailers. Prints the gradient id.
+    """
+    if delete == (content_file is not None):
+        raise InvalidInputError("give --content-file FILE for an edit, or --delete")
+    content = None
+    if content_file is not None:
+        content = decode_experience(content_file.read(), content_file.name)
+    gradient = propose(open_repo(ctx), GradientRequest(
+        name=name, content=content, delete=delete, rationale=rationale,
+        evidence=list(evidence), confidence=confidence))
+    emit(as_json, gradient_view(gradient), lambda: click.echo(gradient.id))

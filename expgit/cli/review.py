@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+
+import click
+
+from expgit.changes import colour_diff
+from expgit.cli._common import emit, json_option, open_repo, short
+from expgit.cli._views import gradient_view, proposal_view
+from expgit.gradients import list_gradients
+from expgit.proposals import Proposal, list_proposals
+from expgit.review import find_any, read_note, reject
+
+STATE_CHOICE = click.Choice(["open", "applied", "rejected", "all"])
+
+
+def _states(state: str) -> tuple[str, ...]:
+    return ("open", "applied", "rejected") if state == "all" else (state,)
+
+
+def _when(stamp: int) -> str:
+    return f"{datetime.fromtimestamp(stamp, UTC):%Y-%m-%d %H:%M}"
+
+
+@click.command("gradients")
+@click.option("--state", type=STATE_CHOICE, default="open", show_default=True)
+@json_option
+@click.pass_context
+def gradients_cmd(ctx: click.Context, state: str, as_json: bool) -> None:
+    """List gradients: one proposed edit each, with confidence and rationale."""
+    items = list_gradients(open_repo(ctx), _states(state))
+
+    def human() -> None:
+        if not items:
+            click.echo(f"no {state} gradients")
+        for g in items:
+            added, removed = g.change.counts
+            click.echo(f"{g.id}  {g.state:<8} {g.operation:<6} {g.target:<40} "
+                       f"+{added}/-{removed}  conf {g.confidence:.2f}  "
+                       f"{g.rationale.splitlines()[0][:60] if g.rationale else ''}")
+
+    emit(as_json, [gradient_view(g) for g in items], human)
+
+
+@click.command("proposals")
+@click.option("--state", type=STATE_CHOICE, default="open", show_default=True)
+@json_option
+@click.pass_context
+def proposals_cmd(ctx: click.Context, state: str, as_json: bool) -> None:
+    """List proposals: merged gradients waiting for review (or applied, or rejected)."""
+    items = list_proposals(open_repo(ctx), _states(state))
+
+    def human() -> None:
+        if not items:
+            click.echo(f"no {state} proposals")
+        for p in items:
+            click.echo(f"{p.id}  {p.state:<8} {_when(p.time)}  {len(p.gradient_commits)} "
+                       f"gradient(s)  {p.subject}")
+
+    emit(as_json, [proposal_view(p) for p in items], human)
+
+
+@click.command("review")
+@click.argument("item_id", metavar="ID")
+@json_option
+@click.pass_context
+def review_cmd(ctx: click.Context, item_id: str, as_json: bool) -> None:
+    """Show a proposal or gradient: its description and a coloured diff per experience."""
+    repo = open_repo(ctx)
+    item = find_any(repo, item_id)
+    note = read_note(repo.git, item.commit)
+    if isinstance(item, Proposal):
+        data = proposal_view(item) | {"description": item.description,
+                                      "diffs": {c.name: c.diff for c in item.changes}}
+        changes, head = item.changes, f"proposal {item.id} ({item.state}): {item.subject}"
+        text = item.description
+    else:
+        data = gradient_view(item) | {"diffs": {item.target: item.change.diff}}
+        changes = [item.change]
+        head = f"gradient {item.id} ({item.state}): {item.operation} {item.target}"
+        text = (f"{item.rationale}\n\nconfidence {item.confidence:.2f}, base version "
+                f"{item.base_version}, evidence: {', '.join(item.evidence) or '-'}")
+
+    def human() -> None:
+        click.echo(click.style(head, bold=True))
+        click.echo(f"commit {item.commit}  by {item.author}  {_when(item.time)}\n")
+        click.echo(text.rstrip() + "\n")
+        if note:
+            click.echo(click.style("Note: ", bold=True) + note)
+        for change in changes:
+            click.echo(colour_diff(change.diff))
+
+    emit(as_json, data | {"note": note}, human)
+
+
+@click.command("reject")
+@click.argument("item_id", metavar="ID")
+@click.option("--reason", required=True, help="Why; kept in the audit trail as a git note.")
+@json_option
+@click.pass_context
+def reject_cmd(ctx: click.Context, item_id: str, reason: str, as_json: bool) -> None:
+    """Reject a proposal (and its gradients) or a single gradient.
+
+    The branch is removed; the commit stays reachable under refs/expgit/rejected/ and the
+    reason is kept as a note in refs/notes/expgit.
+    """
+    result = reject(open_repo(ctx), item_id, reason)
+    emit(as_json, dataclasses.asdict(result), lambda: click.echo(
+        f"Rejected {result.kind} {result.id} ({short(result.commit)})"
+        + (f" and gradients {', '.join(result.gradients)}" if result.gradients else "")))

@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+import click
+
+from expgit.cli._common import emit, json_option, open_repo, short
+from expgit.validate import require_valid, validate_commit
+
+
+@click.command("validate")
+@click.argument("rev", required=False)
+@json_option
+@click.pass_context
+def validate_cmd(ctx: click.Context, rev: str | None, as_json: bool) -> None:
+    """Check every experience file at REV (default: main): schema, name = file name,
+    token budget, layout. Exit 5 and one line per problem when any file is invalid."""
+    repo = open_repo(ctx)
+    commit = repo.commit(rev) if rev else repo.main_commit()
+    problems = validate_commit(repo, commit)
+    emit(as_json, {"commit": commit, "valid": not problems, "problems": problems},
+         lambda: [click.echo(p) for p in problems] if problems else click.echo(
+             f"all experiences valid at {short(commit)}"))
+    require_valid(problems, f"at {short(commit)}")

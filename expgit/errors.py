@@ -1,0 +1,78 @@
+"""One error hierarchy; each kind of failure maps to one process exit code.
+
+The CLI's single handler in :func:`expgit.cli.main` prints ``expgit: <message>`` and,
+when the error carries one, a ``hint:`` line saying what to do, then exits with the
+class's ``exit_code``. Library callers catch :class:`ExpgitError` (or a subclass).
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_UNEXPECTED = 1
+EXIT_USAGE = 2
+EXIT_CONFLICT = 3
+EXIT_LOCKED = 4
+EXIT_INVALID = 5
+
+
+class ExpgitError(Exception):
+    """Base of every error expgit raises on purpose."""
+
+    exit_code = EXIT_UNEXPECTED
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(ExpgitError):
+    """The command was called in a way that cannot work (wrong repository kind, ...)."""
+
+    exit_code = EXIT_USAGE
+
+
+class InvalidInputError(ExpgitError):
+    """Bad input: a malformed experience, a bad name, an unknown id or revision."""
+
+    exit_code = EXIT_INVALID
+
+
+class ValidationError(InvalidInputError):
+    """One or more experience files break the schema; ``problems`` lists each one."""
+
+    def __init__(self, problems: list[str], *, hint: str | None = None) -> None:
+        self.problems = list(problems)
+        head = problems[0] if len(problems) == 1 else f"{len(problems)} problems: " + "; ".join(
+            problems[:5]
+        ) + ("; ..." if len(problems) > 5 else "")
+        super().__init__(head, hint=hint)
+
+
+class NotFoundError(InvalidInputError):
+    """A gradient, proposal, experience or revision that does not exist."""
+
+
+class ConflictError(ExpgitError):
+    """The change cannot be made without overwriting someone else's: guard or merge conflict."""
+
+    exit_code = EXIT_CONFLICT
+
+    def __init__(
+        self, message: str, *, conflicts: list[str] | None = None, hint: str | None = None
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.conflicts = list(conflicts or [])
+
+
+class LockHeldError(ExpgitError):
+    """Another live expgit writer holds the repository lock."""
+
+    exit_code = EXIT_LOCKED
+
+
+class GitError(ExpgitError):
+    """A git command failed in a way expgit did not expect."""

@@ -1,0 +1,153 @@
+"""Experience files: ``<root>/<name>.md`` with YAML front matter and a markdown body.
+
+An unchanged file round-trips byte for byte: :func:`parse_experience` keeps the raw
+front matter and body, and :meth:`Experience.render` re-emits them untouched unless a
+field was changed through :meth:`Experience.with_fields`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from expgit.errors import InvalidInputError
+
+Status = Literal["active", "draft", "deprecated"]
+NAME_MAX = 80
+_NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_FENCE = "---"
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def check_name(name: str) -> str:
+    """Return ``name`` if it is a valid experience name, else raise InvalidInputError."""
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError("experience name is empty")
+    if len(name) > NAME_MAX:
+        raise InvalidInputError(
+            f"experience name is {len(name)} characters long, the limit is {NAME_MAX}: "
+            f"{name[:40]}...")
+    if not _NAME_RE.match(name):
+        raise InvalidInputError(
+            f"invalid experience name {name!r}: use lowercase letters, digits and single "
+            "hyphens (a slug such as 'refund-method-rules')")
+    return name
+
+
+def estimate_tokens(text: str) -> int:
+    """Estimated token count: about four UTF-8 bytes per token (no tokenizer download)."""
+    return (len(text.encode("utf-8")) + 3) // 4
+
+
+class FrontMatter(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    status: Status = "active"
+    summary: str = ""
+    tags: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        try:
+            return check_name(value)
+        except InvalidInputError as exc:
+            raise ValueError(exc.message) from None
+
+    @field_validator("summary", mode="before")
+    @classmethod
+    def _summary_text(cls, value: Any) -> Any:
+        return "" if value is None else value
+
+
+class Experience(BaseModel):
+    """One parsed experience file. ``raw_front_matter`` and ``body`` are kept verbatim."""
+
+    model_config = ConfigDict(frozen=True)
+
+    front_matter: FrontMatter
+    body: str
+    raw_front_matter: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.front_matter.name
+
+    @property
+    def status(self) -> Status:
+        return self.front_matter.status
+
+    def with_fields(self, **fields: Any) -> Experience:
+        data = self.front_matter.model_dump() | fields
+        return Experience(front_matter=FrontMatter.model_validate(data), body=self.body)
+
+    def render(self) -> str:
+        fm = self.raw_front_matter
+        if fm is None:
+            data = self.front_matter.model_dump()
+            fm = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000)
+        return f"{_FENCE}\n{fm}{_FENCE}\n{self.body}"
+
+
+def new_experience(name: str, body: str, *, status: Status = "active", summary: str = "",
+                   tags: list[str] | None = None) -> Experience:
+    fm = FrontMatter(name=check_name(name), status=status, summary=summary, tags=tags or [])
+    return Experience(front_matter=fm, body=body if body.endswith("\n") else body + "\n")
+
+
+def decode_experience(data: bytes, path: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def parse_experience(text: str, path: str) -> Experience:
+    """Parse an experience file's text; ``path`` only labels error messages."""
+    if not text.startswith(_FENCE + "\n"):
+        raise InvalidInputError(f"{path}: missing front matter: the file must start with "
+                                "a '---' line, YAML fields, and a closing '---' line")
+    end = text.find(f"\n{_FENCE}\n", len(_FENCE))
+    if end < 0:
+        if text.endswith(f"\n{_FENCE}"):
+            end = len(text) - len(_FENCE) - 1
+        else:
+            raise InvalidInputError(f"{path}: front matter is not closed by a '---' line")
+    raw = text[len(_FENCE) + 1 : end + 1]
+    body = text[end + len(_FENCE) + 2 :]
+    try:
+        data = yaml.load(raw, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" (line {where.line + 2})" if where is not None else ""
+        raise InvalidInputError(f"{path}: front matter is not valid YAML{line}") from None
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"{path}: front matter must be a YAML mapping of fields")
+    try:
+        fm = FrontMatter.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'front matter'}: {err['msg']}"
+            for err in exc.errors())
+        raise InvalidInputError(f"{path}: invalid front matter: {problems}") from None
+    return Experience(front_matter=fm, body=body, raw_front_matter=raw)
+
+
+def check_experience(text: str, path: str, stem: str, token_budget: int) -> Experience:
+    """Parse and check one file against every per-file rule: schema, name = stem, budget."""
+    exp = parse_experience(text, path)
+    if exp.name != stem:
+        raise InvalidInputError(
+            f"{path}: front matter name {exp.name!r} differs from the file name {stem!r}",
+            hint=f"rename the file to {exp.name}.md or set name: {stem}")
+    tokens = estimate_tokens(text)
+    if tokens > token_budget:
+        raise InvalidInputError(
+            f"{path}: about {tokens} tokens, over the budget of {token_budget} per experience",
+            hint="split the experience or shorten it; the budget is token_budget in expgit.toml")
+    return exp

@@ -1,0 +1,155 @@
+"""Gradients: one proposed edit of one experience, stored as one commit on its own branch.
+
+A gradient commit's parent is the ``main`` commit it was estimated against, and its tree
+changes exactly one experience file (create, update or delete). The message carries the
+rationale and the trailers ``Expgit-Target``, ``Expgit-Base-Version``, ``Expgit-Base-Blob``,
+``Expgit-Confidence`` and ``Expgit-Evidence`` (repeatable). Its id is the first 12 hex
+digits of the commit id; the branch is ``expgit/gradients/<id>``.
+
+Once its proposal is applied or rejected, the branch moves to
+``refs/expgit/{applied,rejected}/gradients/<id>``: out of the branch list, still in history.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, Field, field_validator
+
+from expgit import trailers as tr
+from expgit.changes import FileChange, Operation, tree_changes
+from expgit.errors import InvalidInputError
+from expgit.experience import check_experience, check_name
+from expgit.gitrepo import RefUpdate
+from expgit.refnames import GRADIENT_STATES, GRADIENTS, ID_LEN, find_by_id
+from expgit.repository import ExperienceRepository
+
+
+class GradientRequest(BaseModel):
+    """A proposed edit, as a caller hands it in (CLI, estimator, HTTP)."""
+
+    name: str
+    content: str | None = None  # None together with delete=True
+    delete: bool = False
+    rationale: str
+    evidence: list[str] = Field(default_factory=list)
+    confidence: float = 0.5
+
+    @field_validator("confidence")
+    @classmethod
+    def _unit(cls, value: float) -> float:
+        if not (0.0 <= value <= 1.0) or math.isnan(value):
+            raise ValueError("confidence must be between 0 and 1")
+        return value
+
+
+@dataclass
+class Gradient:
+    id: str
+    commit: str
+    parent: str
+    state: str
+    target: str
+    base_version: int
+    base_blob: str | None
+    confidence: float
+    rationale: str
+    evidence: list[str]
+    author: str
+    time: int
+    change: FileChange
+    extra_trailers: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def operation(self) -> Operation:
+        return self.change.operation
+
+    @property
+    def ref(self) -> str:
+        return GRADIENT_STATES[self.state] + self.id
+
+
+def _check_request(repo: ExperienceRepository, req: GradientRequest) -> None:
+    check_name(req.name)
+    if not req.rationale.strip():
+        raise InvalidInputError("a gradient needs a rationale: say why this edit helps")
+    for item in req.evidence:
+        tr.single_line(item, "evidence")
+    if req.delete != (req.content is None):
+        raise InvalidInputError("give new content for an edit, or --delete without content")
+    if req.content is not None:
+        path = repo.path_of(req.name)
+        check_experience(req.content, path, req.name, repo.settings.token_budget)
+
+
+def propose(repo: ExperienceRepository, req: GradientRequest,
+            extra_trailers: list[tuple[str, str]] | None = None) -> Gradient:
+    """Commit the edit on a new gradient branch off the current ``main``; return it."""
+    _check_request(repo, req)
+    main = repo.main_commit()
+    snapshot = repo.snapshot(main)
+    current = snapshot.get(req.name)
+    path = repo.path_of(req.name)
+    if req.delete and current is None:
+        raise InvalidInputError(f"cannot delete {req.name!r}: no such experience on "
+                                f"{repo.settings.main_branch}")
+    if req.content is not None and current is not None and current.text == req.content:
+        raise InvalidInputError(f"{req.name}: the new content is identical to "
+                                f"{repo.settings.main_branch}; nothing to propose")
+    blob = None if req.content is None else repo.git.write_blob(req.content.encode())
+    tree = repo.git.edit_tree(repo.git.read_commit(main).tree, {path: blob})
+    operation = "delete" if blob is None else ("update" if current else "create")
+    message = tr.Message(
+        subject=f"gradient: {operation} {req.name}",
+        body=req.rationale.strip(),
+        trailers=(
+            (tr.TARGET, req.name),
+            (tr.BASE_VERSION, str(current.version if current else 0)),
+            (tr.BASE_BLOB, current.blob if current else "none"),
+            (tr.CONFIDENCE, f"{req.confidence:.2f}"),
+            *((tr.EVIDENCE, tr.single_line(e, "evidence")) for e in req.evidence),
+            *(extra_trailers or []),
+        ),
+    )
+    commit = repo.git.write_commit(tree, [main], message.render())
+    gid = commit[:ID_LEN]
+    ref = GRADIENTS + gid
+    if repo.git.ref(ref) != commit:
+        repo.git.update_refs([RefUpdate(ref, commit, None)], f"expgit propose {req.name}")
+    return load_gradient(repo, commit, "open")
+
+
+def load_gradient(repo: ExperienceRepository, commit: str, state: str) -> Gradient:
+    info = repo.git.read_commit(commit)
+    msg = tr.parse_message(info.message)
+    target = msg.value(tr.TARGET)
+    if target is None or len(info.parents) != 1:
+        raise InvalidInputError(f"commit {commit[:12]} is not an expgit gradient")
+    changes = tree_changes(repo.git, info.parents[0], commit, repo.root)
+    if len(changes) != 1:
+        raise InvalidInputError(f"gradient {commit[:12]} changes {len(changes)} files, not 1")
+    base_blob = msg.value(tr.BASE_BLOB)
+    known = {tr.TARGET, tr.BASE_VERSION, tr.BASE_BLOB, tr.CONFIDENCE, tr.EVIDENCE}
+    return Gradient(
+        id=commit[:ID_LEN], commit=commit, parent=info.parents[0], state=state,
+        target=target, base_version=int(msg.value(tr.BASE_VERSION) or 0),
+        base_blob=None if base_blob in (None, "none") else base_blob,
+        confidence=float(msg.value(tr.CONFIDENCE) or 0.0), rationale=msg.body,
+        evidence=msg.values(tr.EVIDENCE), author=info.author, time=info.author_time,
+        change=changes[0], extra_trailers=[t for t in msg.trailers if t[0] not in known])
+
+
+def list_gradients(repo: ExperienceRepository, states: tuple[str, ...] = ("open",)
+                   ) -> list[Gradient]:
+    found = []
+    for state in states:
+        found.extend(load_gradient(repo, sha, state)
+                     for sha in repo.git.refs(GRADIENT_STATES[state]).values())
+    return sorted(found, key=lambda g: (g.time, g.id))
+
+
+def find_gradient(repo: ExperienceRepository, gid: str) -> Gradient:
+    state, sha = find_by_id(repo, GRADIENT_STATES, gid, "gradient",
+                            "list them with `expgit gradients`")
+    return load_gradient(repo, sha, state)

@@ -1,0 +1,143 @@
+"""The audit trail, read from ``main``'s history: list, show, log.
+
+Every policy update is a commit on ``main``. Its kind comes from its message: a proposal
+carries ``Expgit-Gradient`` trailers, a revert ``Expgit-Reverts`` (or ``git revert``'s own
+"This reverts commit" sentence), a root commit is the init, anything else is a hand-made
+commit. Nothing is stored besides git objects, refs and notes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from expgit import trailers as tr
+from expgit.errors import InvalidInputError, NotFoundError
+from expgit.gitrepo import GitRepo
+from expgit.gradients import Gradient, load_gradient
+from expgit.repository import ExperienceRepository
+from expgit.review import read_note
+from expgit.snapshot import Snapshot
+
+
+@dataclass
+class ChangeSummary:
+    name: str
+    operation: str
+    added: int
+    removed: int
+
+
+@dataclass
+class PolicyUpdate:
+    commit: str
+    kind: str  # init | proposal | revert | manual
+    subject: str
+    description: str
+    author: str
+    time: int
+    changes: list[ChangeSummary]
+    gradients: list[Gradient] = field(default_factory=list)
+    missing_gradients: list[str] = field(default_factory=list)
+    proposal: str | None = None
+    reverts: str | None = None
+    reverted_by: list[str] = field(default_factory=list)
+    note: str | None = None
+
+
+def _object_exists(git: GitRepo, sha: str) -> bool:
+    return git.run("cat-file", "-e", f"{sha}^{{commit}}", check=False).returncode == 0
+
+
+def policy_log(repo: ExperienceRepository, name: str | None = None, *, rev: str | None = None,
+               limit: int | None = None) -> list[PolicyUpdate]:
+    """Policy updates on ``main`` (or ``rev``), newest first; only those touching ``name``."""
+    from expgit.changes import tree_changes
+
+    tip = repo.commit(rev) if rev else repo.main_commit()
+    path = repo.path_of(name) if name else f"{repo.root}/"
+    shas = repo.git.out("log", "--first-parent", "--format=%H",
+                        *(["-n", str(limit)] if limit else []), tip, "--", path).split()
+    updates = []
+    for sha in shas:
+        info = repo.git.read_commit(sha)
+        msg = tr.parse_message(info.message)
+        changes = tree_changes(repo.git, info.parents[0] if info.parents else None, sha,
+                               repo.root)
+        grads = msg.values(tr.GRADIENT)
+        reverts = tr.reverted_commit(msg)
+        kind = ("init" if not info.parents else "revert" if reverts
+                else "proposal" if grads else "manual")
+        update = PolicyUpdate(
+            commit=sha, kind=kind, subject=msg.subject, description=msg.body,
+            author=info.author, time=info.author_time,
+            changes=[ChangeSummary(c.name, c.operation, *c.counts) for c in changes
+                     if name is None or c.name == name],
+            proposal=(msg.value(tr.REBASED_FROM) or sha)[:12] if grads else None,
+            reverts=reverts, note=read_note(repo.git, sha))
+        for g in grads:
+            if _object_exists(repo.git, g):
+                update.gradients.append(load_gradient(repo, g, "applied"))
+            else:
+                update.missing_gradients.append(g)
+        updates.append(update)
+    by_sha = {u.commit: u for u in updates}
+    for u in updates:
+        if u.reverts and u.reverts in by_sha:
+            by_sha[u.reverts].reverted_by.append(u.commit)
+    return updates
+
+
+@dataclass
+class ExperienceRow:
+    name: str
+    status: str
+    version: int
+    summary: str
+    last_commit: str | None
+    tokens: int
+    problem: str | None = None
+
+
+def list_experiences(snapshot: Snapshot) -> list[ExperienceRow]:
+    from expgit.experience import estimate_tokens
+
+    rows = []
+    for name in snapshot.names():
+        entry = snapshot.entries[name]
+        try:
+            fm = entry.experience.front_matter
+            rows.append(ExperienceRow(name, fm.status, entry.version, fm.summary,
+                                      entry.last_commit, estimate_tokens(entry.text)))
+        except InvalidInputError as exc:
+            rows.append(ExperienceRow(name, "invalid", entry.version, "", entry.last_commit,
+                                      len(entry.data) // 4, exc.message))
+    return rows
+
+
+@dataclass
+class ShownExperience:
+    name: str
+    commit: str
+    version: int
+    blob: str
+    content: str
+
+
+def show_experience(repo: ExperienceRepository, name: str, *, rev: str | None = None,
+                    version: int | None = None) -> ShownExperience:
+    path = repo.path_of(name)
+    tip = repo.commit(rev) if rev else repo.main_commit()
+    if version is not None:
+        history = repo.git.out("log", "--format=%H", "--no-renames", "--reverse", tip, "--",
+                               path).split()
+        if not 1 <= version <= len(history):
+            raise NotFoundError(f"{name} has versions 1 to {len(history)}, not {version}")
+        tip = history[version - 1]
+    snapshot = repo.snapshots.load(tip)
+    entry = snapshot.get(name)
+    if entry is None:
+        where = f"version {version}" if version else f"{rev or repo.settings.main_branch}"
+        raise NotFoundError(f"no experience {name!r} at {where}"
+                            + (" (that version deleted it)" if version else ""),
+                            hint="see `expgit list` and `expgit log NAME`")
+    return ShownExperience(name, tip, entry.version, entry.blob, entry.text)

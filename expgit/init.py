@@ -1,0 +1,89 @@
+"""``expgit init``: a new experience repository, optionally seeded from a folder.
+
+The seed folder (such as ``example_repo/``) may hold ``expgit.toml``, the experiences
+root and ``.expgit/templates/``. Everything is validated before anything is created;
+the first commit is built in the object database, then ``main`` is created by CAS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from expgit.errors import InvalidInputError, UsageError
+from expgit.experience import check_experience, decode_experience
+from expgit.gitrepo import GitRepo, RefUpdate
+from expgit.hooks_install import install_hooks
+from expgit.settings import SETTINGS_FILE, Settings, parse_settings, render_settings
+from expgit.templates import OVERRIDE_DIR
+from expgit.validate import require_valid
+
+
+@dataclass
+class InitResult:
+    path: Path
+    bare: bool
+    commit: str
+    experiences: int
+    messages: list[str] = field(default_factory=list)
+
+
+def _seed_files(seed: Path | None) -> tuple[Settings, dict[str, bytes]]:
+    """Settings and ``{repo path: content}`` of a seed folder, all validated."""
+    if seed is None:
+        settings = Settings()
+        return settings, {SETTINGS_FILE: render_settings(settings).encode(),
+                          f"{settings.experiences_root}/.gitkeep": b""}
+    if not seed.is_dir():
+        raise InvalidInputError(f"seed folder {seed} does not exist")
+    settings_file = seed / SETTINGS_FILE
+    settings = (parse_settings(settings_file.read_text(), str(settings_file))
+                if settings_file.is_file() else Settings())
+    files = {SETTINGS_FILE: settings_file.read_bytes() if settings_file.is_file()
+             else render_settings(settings).encode()}
+    root = seed / settings.experiences_root
+    problems = []
+    for path in sorted(root.iterdir()) if root.is_dir() else []:
+        rel = f"{settings.experiences_root}/{path.name}"
+        if path.name.startswith("."):
+            continue
+        if not path.is_file() or path.suffix != ".md":
+            problems.append(f"{path}: not an experience file (<name>.md)")
+            continue
+        data = path.read_bytes()
+        try:
+            check_experience(decode_experience(data, str(path)), str(path), path.stem,
+                             settings.token_budget)
+        except InvalidInputError as exc:
+            problems.append(exc.message)
+        files[rel] = data
+    require_valid(problems, f"in {seed}")
+    templates = seed / OVERRIDE_DIR
+    for path in sorted(templates.glob("*")) if templates.is_dir() else []:
+        files[f"{OVERRIDE_DIR}/{path.name}"] = path.read_bytes()
+    if not any(p.startswith(settings.experiences_root + "/") for p in files):
+        files[f"{settings.experiences_root}/.gitkeep"] = b""
+    return settings, files
+
+
+def init_repository(path: Path, *, bare: bool = False, seed: Path | None = None,
+                    hooks: bool = True) -> InitResult:
+    settings, files = _seed_files(seed)
+    if path.exists() and any(path.iterdir()):
+        raise UsageError(f"{path} exists and is not empty",
+                         hint="choose a new folder; expgit init creates the repository")
+    git = GitRepo.init(path, bare=bare, branch=settings.main_branch)
+    try:
+        tree = git.edit_tree(None, {p: git.write_blob(d) for p, d in files.items()})
+        count = sum(1 for p in files if p.endswith(".md")
+                    and p.startswith(settings.experiences_root + "/"))
+        commit = git.write_commit(tree, [], "expgit: initialise experience repository\n\n"
+                                  f"Seeded with {count} experiences"
+                                  + (f" from {seed.name}." if seed else "."))
+        git.update_refs([RefUpdate(settings.main_ref, commit, None)], "expgit init")
+        if not bare:
+            git.run("read-tree", "-u", "-m", commit)
+        messages = install_hooks(git, server=bare) if hooks else []
+        return InitResult(path.resolve(), bare, commit, count, messages)
+    finally:
+        git.close()

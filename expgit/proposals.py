@@ -1,0 +1,236 @@
+"""Proposals: gradients merged into one commit plus a PR description, ready for review.
+
+A proposal commit's parent is the ``main`` commit it was planned on; its message is the PR
+description (rendered from ``templates/proposal.md.j2``) followed by one
+``Expgit-Gradient: <sha>`` trailer per merged gradient. Its id is the first 12 hex digits
+of the commit id; the branch is ``expgit/proposals/<id>``.
+
+How gradients become a plan is the :class:`GradientMerger` port: this module ships the
+mechanical merger; the LLM patch-merge optimizer implements the same Protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from expgit import templates
+from expgit import trailers as tr
+from expgit.changes import FileChange, tree_changes
+from expgit.errors import ConflictError, InvalidInputError
+from expgit.experience import check_experience
+from expgit.gitrepo import RefUpdate
+from expgit.gradients import Gradient, find_gradient, list_gradients
+from expgit.refnames import ID_LEN, PROPOSAL_STATES, PROPOSALS, find_by_id
+from expgit.repository import ExperienceRepository
+from expgit.snapshot import Snapshot
+
+
+@dataclass
+class PlanItem:
+    """The new state of one experience: ``after`` content, or None to delete it."""
+
+    name: str
+    after: str | None
+    gradients: list[Gradient]
+    confidence: float
+    rationale: str
+    evidence: list[str] = field(default_factory=list)
+
+
+@dataclass
+class MergeConflict:
+    name: str
+    gradient_ids: list[str]
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.reason} ({', '.join(self.gradient_ids)})"
+
+
+@dataclass
+class MergePlan:
+    items: list[PlanItem]
+    conflicts: list[MergeConflict] = field(default_factory=list)
+
+
+class GradientMerger(Protocol):
+    """Turns a batch of gradients into one plan against one snapshot of ``main``.
+
+    May assume: every gradient is open and its target name is valid; ``snapshot`` is the
+    current ``main``. Must: cite in each item the gradients it came from; report every
+    pair of edits it cannot reconcile as a :class:`MergeConflict` (never drop one
+    silently); return only items that change something. Must never write to the
+    repository: the caller validates the plan and commits it. Raises ExpgitError only
+    for failures of its own machinery (an LLM error), not for conflicts.
+    """
+
+    name: str
+
+    def plan(self, gradients: Sequence[Gradient], snapshot: Snapshot) -> MergePlan: ...
+
+
+class MechanicalMerger:
+    """Combines edits of different files, collapses identical edits, refuses the rest."""
+
+    name = "mechanical"
+
+    def plan(self, gradients: Sequence[Gradient], snapshot: Snapshot) -> MergePlan:
+        groups: dict[str, list[Gradient]] = {}
+        for gradient in gradients:
+            groups.setdefault(gradient.target, []).append(gradient)
+        plan = MergePlan(items=[])
+        for name, group in sorted(groups.items()):
+            current = snapshot.get(name)
+            stale = [g for g in group if g.base_blob != (current.blob if current else None)]
+            if stale:
+                plan.conflicts.append(MergeConflict(
+                    name, [g.id for g in stale],
+                    "edited on main since this gradient was made; re-estimate it"))
+                continue
+            afters = {g.change.new_blob for g in group}
+            if len(afters) > 1:
+                plan.conflicts.append(MergeConflict(
+                    name, [g.id for g in group], "different edits of the same experience"))
+                continue
+            after = group[0].change
+            plan.items.append(PlanItem(
+                name=name, after=after.new_text if after.new_blob else None,
+                gradients=list(group), confidence=max(g.confidence for g in group),
+                rationale=" / ".join(dict.fromkeys(g.rationale for g in group)),
+                evidence=list(dict.fromkeys(e for g in group for e in g.evidence))))
+        return plan
+
+
+@dataclass
+class Proposal:
+    id: str
+    commit: str
+    base: str
+    state: str
+    subject: str
+    description: str
+    gradient_commits: list[str]
+    author: str
+    time: int
+    changes: list[FileChange]
+    rebased_from: str | None = None
+
+    @property
+    def ref(self) -> str:
+        return PROPOSAL_STATES[self.state] + self.id
+
+
+def load_proposal(repo: ExperienceRepository, commit: str, state: str) -> Proposal:
+    info = repo.git.read_commit(commit)
+    msg = tr.parse_message(info.message)
+    if not info.parents:
+        raise InvalidInputError(f"commit {commit[:12]} is not an expgit proposal")
+    return Proposal(
+        id=commit[:ID_LEN], commit=commit, base=info.parents[0], state=state,
+        subject=msg.subject, description=msg.body, gradient_commits=msg.values(tr.GRADIENT),
+        author=info.author, time=info.author_time,
+        changes=tree_changes(repo.git, info.parents[0], commit, repo.root),
+        rebased_from=msg.value(tr.REBASED_FROM))
+
+
+def list_proposals(repo: ExperienceRepository, states: tuple[str, ...] = ("open",)
+                   ) -> list[Proposal]:
+    found = [load_proposal(repo, sha, state) for state in states
+             for sha in repo.git.refs(PROPOSAL_STATES[state]).values()]
+    return sorted(found, key=lambda p: (p.time, p.id))
+
+
+def find_proposal(repo: ExperienceRepository, pid: str) -> Proposal:
+    state, sha = find_by_id(repo, PROPOSAL_STATES, pid, "proposal",
+                            "list them with `expgit proposals`")
+    return load_proposal(repo, sha, state)
+
+
+def _subject(items: Sequence[PlanItem]) -> str:
+    names = ", ".join(item.name for item in items)
+    subject = f"expgit: update {len(items)} experience{'s' if len(items) != 1 else ''}: {names}"
+    return subject if len(subject) <= 72 else subject[:69] + "..."
+
+
+def _fence(diff: str) -> str:
+    longest, run = 0, 0
+    for char in diff:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    return "`" * max(3, longest + 1)
+
+
+def merge(repo: ExperienceRepository, gradient_ids: Sequence[str] | None = None, *,
+          merger: GradientMerger | None = None, pr_body: Path | None = None) -> Proposal:
+    """Merge the named gradients (all unmerged open ones if None) into a proposal."""
+    merger = merger or MechanicalMerger()
+    in_proposals = {sha: p.id for p in list_proposals(repo) for sha in p.gradient_commits}
+    if gradient_ids is None:
+        gradients = [g for g in list_gradients(repo) if g.commit not in in_proposals]
+        if not gradients:
+            raise InvalidInputError("no open gradients to merge",
+                                    hint="make one with `expgit propose`")
+    else:
+        gradients = list({g.commit: g for g in map(
+            lambda gid: find_gradient(repo, gid), gradient_ids)}.values())
+        if not gradients:
+            raise InvalidInputError("name at least one gradient, or use --all")
+    for g in gradients:
+        if g.state != "open":
+            raise ConflictError(f"gradient {g.id} was already {g.state}")
+        if g.commit in in_proposals:
+            raise ConflictError(f"gradient {g.id} is already in proposal "
+                                f"{in_proposals[g.commit]}",
+                                hint="review or reject that proposal first")
+    main = repo.main_commit()
+    snapshot = repo.snapshot(main)
+    plan = merger.plan(gradients, snapshot)
+    if plan.conflicts:
+        raise ConflictError(
+            "cannot merge: " + "; ".join(map(str, plan.conflicts)),
+            conflicts=[str(c) for c in plan.conflicts],
+            hint="merge the compatible gradients separately, or reject the stale ones")
+    return commit_plan(repo, plan, main, snapshot, gradients, merger.name, pr_body)
+
+
+def commit_plan(repo: ExperienceRepository, plan: MergePlan, main: str, snapshot: Snapshot,
+                gradients: Sequence[Gradient], merger_name: str, pr_body: Path | None
+                ) -> Proposal:
+    """Validate a plan, commit it as a proposal branch and render its PR description."""
+    if not plan.items:
+        raise InvalidInputError("the merged plan changes nothing")
+    blobs: dict[str, str | None] = {}
+    rows = []
+    for item in plan.items:
+        path = repo.path_of(item.name)
+        current = snapshot.get(item.name)
+        if item.after is not None:
+            check_experience(item.after, path, item.name, repo.settings.token_budget)
+            blobs[path] = repo.git.write_blob(item.after.encode())
+        elif current is None:
+            raise InvalidInputError(f"plan deletes {item.name!r}, which does not exist")
+        else:
+            blobs[path] = None
+        change = FileChange(item.name, path, current.blob if current else None, blobs[path],
+                            current.text if current else "", item.after or "")
+        added, removed = change.counts
+        rows.append({"name": item.name, "operation": change.operation, "added": added,
+                     "removed": removed, "confidence": item.confidence,
+                     "rationale": item.rationale, "evidence": item.evidence,
+                     "diff": change.diff, "fence": _fence(change.diff)})
+    tree = repo.git.edit_tree(repo.git.read_commit(main).tree, blobs)
+    description = templates.render(
+        "proposal.md.j2", repo, base=main, main_branch=repo.settings.main_branch,
+        gradients=list(gradients), merger=merger_name, items=rows)
+    message = tr.Message(_subject(plan.items), description,
+                         tuple((tr.GRADIENT, g.commit) for g in gradients))
+    commit = repo.git.write_commit(tree, [main], message.render())
+    ref = PROPOSALS + commit[:ID_LEN]
+    if repo.git.ref(ref) != commit:
+        repo.git.update_refs([RefUpdate(ref, commit, None)], "expgit merge")
+    if pr_body is not None:
+        pr_body.write_text(f"{message.subject}\n\n{description}")
+    return load_proposal(repo, commit, "open")

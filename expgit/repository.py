@@ -1,0 +1,85 @@
+"""An experience repository: a git repository plus its committed ``expgit.toml``."""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
+
+from expgit.errors import InvalidInputError, NotFoundError
+from expgit.experience import check_name
+from expgit.gitrepo import GitRepo
+from expgit.lock import RepoLock
+from expgit.settings import SETTINGS_FILE, Settings, parse_settings
+
+if TYPE_CHECKING:
+    from expgit.snapshot import Snapshot, SnapshotLoader
+
+class ExperienceRepository:
+    def __init__(self, git: GitRepo, settings: Settings) -> None:
+        self.git = git
+        self.settings = settings
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str] = ".") -> ExperienceRepository:
+        git = GitRepo.discover(path)
+        return cls(git, load_settings(git))
+
+    @property
+    def main_ref(self) -> str:
+        return self.settings.main_ref
+
+    @property
+    def root(self) -> str:
+        return self.settings.experiences_root
+
+    def path_of(self, name: str) -> str:
+        return f"{self.root}/{check_name(name)}.md"
+
+    def name_of(self, path: str) -> str | None:
+        """The experience name a repository path stands for, or None if it is not one."""
+        p = PurePosixPath(path)
+        if str(p.parent) != self.root or p.suffix != ".md" or p.name.startswith("."):
+            return None
+        return p.stem
+
+    def main_commit(self) -> str:
+        sha = self.git.ref(self.main_ref)
+        if sha is None:
+            raise InvalidInputError(
+                f"branch {self.settings.main_branch!r} does not exist yet",
+                hint="create the repository with `expgit init`")
+        return sha
+
+    def commit(self, rev: str) -> str:
+        sha = self.git.resolve(rev)
+        if sha is None:
+            raise NotFoundError(f"unknown revision {rev!r}")
+        return sha
+
+    def lock(self, purpose: str = "") -> RepoLock:
+        return RepoLock(self.git.common_dir, wait_seconds=self.settings.lock_wait_seconds,
+                        stale_seconds=self.settings.lock_stale_seconds, purpose=purpose)
+
+    @cached_property
+    def snapshots(self) -> SnapshotLoader:
+        from expgit.snapshot import SnapshotLoader
+
+        return SnapshotLoader.for_repo(self)
+
+    def snapshot(self, rev: str | None = None) -> Snapshot:
+        return self.snapshots.load(self.commit(rev) if rev else self.main_commit())
+
+
+def load_settings(git: GitRepo) -> Settings:
+    """Settings from ``expgit.toml`` at the tip of HEAD's branch, else of ``main``."""
+    for ref in (git.head_symref(), "refs/heads/main"):
+        tip = git.ref(ref) if ref else None
+        if tip is None:
+            continue
+        entry = git.path_entry(git.read_commit(tip).tree, SETTINGS_FILE)
+        if entry is not None:
+            text = git.read_blob(entry.sha).decode("utf-8", "replace")
+            return parse_settings(text, f"{SETTINGS_FILE} at {ref}")
+    return Settings()

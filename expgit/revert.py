@@ -1,0 +1,103 @@
+"""``expgit revert REV``: undo REV's experience changes in a new commit on ``main``.
+
+For each experience REV changed: if ``main`` still holds REV's version, it goes back to
+the version before REV (restored, or deleted if REV created it). If later commits changed
+it too, a three-way merge (``git merge-file``: base = REV's version, ours = current,
+theirs = the version before REV) is tried; a conflict refuses the whole revert clearly
+and writes nothing. The commit goes through the same lock and compare-and-swap as apply.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from expgit import trailers as tr
+from expgit.changes import FileChange, root_blobs, tree_changes
+from expgit.errors import ConflictError, InvalidInputError
+from expgit.gitrepo import GitRepo
+from expgit.publish import publish
+from expgit.repository import ExperienceRepository
+from expgit.validate import check_files, require_valid
+
+
+@dataclass
+class RevertResult:
+    reverted: str
+    commit: str
+    previous: str
+    experiences: list[str]
+    merged: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _merge_text(git: GitRepo, base: bytes, ours: bytes, theirs: bytes) -> bytes | None:
+    """Three-way merge of file contents; None on conflict."""
+    with tempfile.TemporaryDirectory(prefix="expgit-merge-") as tmp:
+        paths = []
+        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
+            path = Path(tmp) / name
+            path.write_bytes(data)
+            paths.append(str(path))
+        proc = git.run("merge-file", "-p", "-q", *paths, check=False)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def _reverted_blob(git: GitRepo, change: FileChange, current: str | None
+                   ) -> tuple[str | None, bool]:
+    """(blob main should hold after the revert, merged?) for one change of REV."""
+    if current == change.new_blob:
+        return change.old_blob, False
+    if change.old_blob is None or change.new_blob is None or current is None:
+        raise ConflictError(f"{change.name}: changed again after the reverted commit")
+    data = git.read_blobs([change.new_blob, current, change.old_blob])
+    merged = _merge_text(git, data[change.new_blob], data[current], data[change.old_blob])
+    if merged is None:
+        raise ConflictError(f"{change.name}: later edits conflict with the revert")
+    return git.write_blob(merged), True
+
+
+def revert(repo: ExperienceRepository, rev: str) -> RevertResult:
+    target = repo.commit(rev)
+    with repo.lock(f"expgit revert {rev}").held():
+        main = repo.main_commit()
+        if not repo.git.is_ancestor(target, main):
+            raise InvalidInputError(f"{rev} is not in the history of "
+                                    f"{repo.settings.main_branch}; nothing to revert")
+        info = repo.git.read_commit(target)
+        parent = info.parents[0] if info.parents else None
+        changes = tree_changes(repo.git, parent, target, repo.root)
+        if not changes:
+            raise InvalidInputError(f"{rev} changed no experience; nothing to revert")
+        current = root_blobs(repo.git, main, repo.root)
+        edits: dict[str, str | None] = {}
+        merged, conflicts = [], []
+        for change in changes:
+            try:
+                blob, was_merged = _reverted_blob(repo.git, change,
+                                                  current.get(f"{change.name}.md"))
+            except ConflictError as exc:
+                conflicts.append(exc.message)
+                continue
+            if blob != current.get(f"{change.name}.md"):
+                edits[change.path] = blob
+            if was_merged:
+                merged.append(change.name)
+        if conflicts:
+            raise ConflictError(f"cannot revert {target[:12]}: " + "; ".join(conflicts),
+                                conflicts=conflicts,
+                                hint="revert the later commits first, or edit by hand")
+        if not edits:
+            raise InvalidInputError(f"{rev} is already undone on "
+                                    f"{repo.settings.main_branch}; nothing to revert")
+        require_valid(check_files(repo, [(p, b) for p, b in edits.items() if b]),
+                      "that the revert would produce")
+        subject = tr.parse_message(info.message).subject
+        message = tr.Message(f'Revert "{subject}"', f"This reverts commit {target}.",
+                             ((tr.REVERTS, target),))
+        tree = repo.git.edit_tree(repo.git.read_commit(main).tree, edits)
+        commit = repo.git.write_commit(tree, [main], message.render())
+        warnings = publish(repo, commit, main, [], f"expgit revert {target[:12]}")
+        names = [repo.name_of(p) or p for p in edits]
+        return RevertResult(target, commit, main, names, merged, warnings)

@@ -1,0 +1,69 @@
+"""``expgit.toml``: the repository's settings, read from git (never from a working tree).
+
+The file is read from the tip of the branch HEAD names (for a bare repository, its
+default branch), so a server and every clone see the same committed settings.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import PurePosixPath
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from expgit.errors import InvalidInputError
+
+SETTINGS_FILE = "expgit.toml"
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    experiences_root: str = "experiences"
+    main_branch: str = "main"
+    token_budget: int = Field(default=800, gt=0)
+    lock_wait_seconds: float = Field(default=30.0, ge=0)
+    lock_stale_seconds: float = Field(default=600.0, gt=0)
+
+    @field_validator("experiences_root")
+    @classmethod
+    def _relative_root(cls, value: str) -> str:
+        path = PurePosixPath(value)
+        if not value or path.is_absolute() or ".." in path.parts or value in (".", ""):
+            raise ValueError("must be a relative folder inside the repository, such as "
+                             "'experiences'")
+        return str(path)
+
+    @field_validator("main_branch")
+    @classmethod
+    def _branch_name(cls, value: str) -> str:
+        if not value or value.startswith(("-", "/", "refs/")) or ".." in value or " " in value:
+            raise ValueError("must be a plain branch name such as 'main'")
+        return value
+
+    @property
+    def main_ref(self) -> str:
+        return f"refs/heads/{self.main_branch}"
+
+
+def parse_settings(text: str, origin: str = SETTINGS_FILE) -> Settings:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInputError(f"{origin}: not valid TOML ({exc})") from None
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                             for e in exc.errors())
+        raise InvalidInputError(f"{origin}: {problems}") from None
+
+
+def render_settings(settings: Settings) -> str:
+    return (
+        "# expgit settings for this experience repository.\n"
+        f'experiences_root = "{settings.experiences_root}"\n'
+        f'main_branch = "{settings.main_branch}"\n'
+        "# Upper bound per experience file, in estimated tokens (about 4 bytes per token).\n"
+        f"token_budget = {settings.token_budget}\n"
+    )

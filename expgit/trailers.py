@@ -1,0 +1,81 @@
+"""Commit messages as expgit writes and reads them: subject, body, git trailers.
+
+Trailers are the last paragraph of ``Key: value`` lines, exactly as ``git
+interpret-trailers`` understands them, so ``git log --format=%(trailers)`` shows them too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from expgit.errors import InvalidInputError
+
+_TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*): ?(.*)$")
+
+TARGET = "Expgit-Target"
+BASE_VERSION = "Expgit-Base-Version"
+BASE_BLOB = "Expgit-Base-Blob"
+CONFIDENCE = "Expgit-Confidence"
+EVIDENCE = "Expgit-Evidence"
+GRADIENT = "Expgit-Gradient"
+REBASED_FROM = "Expgit-Rebased-From"
+REVERTS = "Expgit-Reverts"
+KIND = "Expgit-Kind"
+
+
+@dataclass(frozen=True)
+class Message:
+    subject: str
+    body: str = ""
+    trailers: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+    def values(self, key: str) -> list[str]:
+        return [v for k, v in self.trailers if k.lower() == key.lower()]
+
+    def value(self, key: str) -> str | None:
+        found = self.values(key)
+        return found[0] if found else None
+
+    def render(self) -> str:
+        parts = [self.subject.strip()]
+        if self.body.strip():
+            parts.append(self.body.strip("\n"))
+        if self.trailers:
+            parts.append("\n".join(f"{k}: {v}" for k, v in self.trailers))
+        return "\n\n".join(parts) + "\n"
+
+    def with_trailers(self, *extra: tuple[str, str]) -> Message:
+        return Message(self.subject, self.body, self.trailers + tuple(extra))
+
+
+def single_line(value: str, what: str) -> str:
+    """Trailer values are one line; reject rather than silently mangle."""
+    text = value.strip()
+    if not text or "\n" in text or "\r" in text:
+        raise InvalidInputError(f"{what} must be a single non-empty line: {value!r}")
+    return text
+
+
+def parse_message(text: str) -> Message:
+    lines = text.rstrip("\n").split("\n")
+    subject = lines[0] if lines else ""
+    rest = "\n".join(lines[1:]).strip("\n")
+    paragraphs = rest.split("\n\n") if rest else []
+    trailers: tuple[tuple[str, str], ...] = ()
+    if paragraphs:
+        last = paragraphs[-1].strip("\n").split("\n")
+        matches = [_TRAILER_RE.match(line) for line in last]
+        if all(matches):
+            trailers = tuple((m.group(1), m.group(2).strip()) for m in matches if m)
+            paragraphs = paragraphs[:-1]
+    return Message(subject, "\n\n".join(paragraphs).strip("\n"), trailers)
+
+
+_GIT_REVERT_RE = re.compile(r"This reverts commit ([0-9a-f]{40})")
+
+
+def reverted_commit(message: Message) -> str | None:
+    """The commit a revert undoes: expgit's trailer, or ``git revert``'s own sentence."""
+    return message.value(REVERTS) or next(
+        (m.group(1) for m in [_GIT_REVERT_RE.search(message.body)] if m), None)
