@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Literal
 
 import click
-from unidiff import PatchSet
+from unidiff.patch import PatchSet
 
 from expgit.gitrepo import GitRepo
 

@@ -142,7 +142,7 @@ def load_gradient(repo: ExperienceRepository, commit: str, state: str) -> Gradie
 
 def list_gradients(repo: ExperienceRepository, states: tuple[str, ...] = ("open",)
                    ) -> list[Gradient]:
-    found = []
+    found: list[Gradient] = []
     for state in states:
         found.extend(load_gradient(repo, sha, state)
                      for sha in repo.git.refs(GRADIENT_STATES[state]).values())

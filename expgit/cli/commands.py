@@ -10,8 +10,8 @@ from expgit.cli.hooks import hooks_group
 from expgit.cli.init import init_cmd
 from expgit.cli.merge import merge_cmd
 from expgit.cli.propose import propose_cmd
-from expgit.cli.review import gradients_cmd, proposals_cmd, reject_cmd, review_cmd
 from expgit.cli.revert import revert_cmd
+from expgit.cli.review import gradients_cmd, proposals_cmd, reject_cmd, review_cmd
 from expgit.cli.validate import validate_cmd
 
 ALL: list[click.Command] = [

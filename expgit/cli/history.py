@@ -83,5 +83,8 @@ def log_cmd(ctx: click.Context, name: str | None, max_count: int | None,
         data["gradients"] = [gradient_view(g) for g in u.gradients]
         return data
 
-    emit(as_json, [view(u) for u in updates],
-         lambda: [_print_update(u) for u in updates] and None)
+    def human() -> None:
+        for update in updates:
+            _print_update(update)
+
+    emit(as_json, [view(u) for u in updates], human)

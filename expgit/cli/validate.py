@@ -16,7 +16,11 @@ def validate_cmd(ctx: click.Context, rev: str | None, as_json: bool) -> None:
     repo = open_repo(ctx)
     commit = repo.commit(rev) if rev else repo.main_commit()
     problems = validate_commit(repo, commit)
-    emit(as_json, {"commit": commit, "valid": not problems, "problems": problems},
-         lambda: [click.echo(p) for p in problems] if problems else click.echo(
-             f"all experiences valid at {short(commit)}"))
+    def human() -> None:
+        for problem in problems:
+            click.echo(problem)
+        if not problems:
+            click.echo(f"all experiences valid at {short(commit)}")
+
+    emit(as_json, {"commit": commit, "valid": not problems, "problems": problems}, human)
     require_valid(problems, f"at {short(commit)}")
