@@ -33,7 +33,7 @@ def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]]) ->
             check_experience(decode_experience(blobs[blob], path), path, name,
                              repo.settings.token_budget)
         except InvalidInputError as exc:
-            problems.append(exc.message)
+            problems.append(f"{exc.message} ({exc.hint})" if exc.hint else exc.message)
     return problems
 
 

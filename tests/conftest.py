@@ -34,6 +34,9 @@ def git_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monkey
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", "author@example.com")
     monkeypatch.setenv("GIT_COMMITTER_NAME", "Test Committer")
     monkeypatch.setenv("GIT_COMMITTER_EMAIL", "committer@example.com")
+    # Hooks run `python -m expgit.hook_run` inside the test repositories.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
     yield
 
 
@@ -97,3 +100,88 @@ def edited(name: str, extra: str, repo: ExperienceRepository) -> str:
     entry = repo.snapshot().get(name)
     assert entry is not None
     return entry.text + extra
+
+
+# --------------------------------------------------------------------------- helpers
+# Added for the workflow and bad-input tests: a small driver of the real CLI against one
+# repository, and a fingerprint of everything a failed command must leave unchanged.
+
+
+def repo_state(path: Path) -> tuple[str, str]:
+    """Every ref with its target, and the object counts: equal before/after = no write."""
+    return git(path, "for-each-ref"), git(path, "count-objects", "-v")
+
+
+@dataclass
+class Driver:
+    """The CLI as a user drives it against one repository (``-C path``)."""
+
+    run_cli: object
+    path: Path
+    scratch: Path
+
+    def __call__(self, *args: str | Path) -> CliResult:
+        return self.run_cli("-C", self.path, *args)  # type: ignore[operator]
+
+    def ok(self, *args: str | Path) -> CliResult:
+        result = self(*args)
+        assert result.code == 0, f"expgit {' '.join(map(str, args))}: {result.err}"
+        return result
+
+    def fails(self, code: int, *args: str | Path) -> CliResult:
+        result = self(*args)
+        assert result.code == code, (
+            f"expgit {' '.join(map(str, args))}: exit {result.code}, want {code}: "
+            f"{result.out}{result.err}")
+        return result
+
+    def git(self, *args: str) -> str:
+        return git(self.path, *args)
+
+    def rev(self, rev: str = "main") -> str:
+        return self.git("rev-parse", "--verify", rev).strip()
+
+    def text(self, name: str, rev: str = "main") -> str:
+        return self.git("show", f"{rev}:experiences/{name}.md")
+
+    def file(self, text: str | bytes, label: str = "content") -> Path:
+        """Write ``text`` to a fresh file outside the repository; return its path."""
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        path = self.scratch / f"{label}-{len(list(self.scratch.iterdir()))}.md"
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text)
+        return path
+
+    def propose(self, name: str, content: str | None = None, *, rationale: str = "it helps",
+                evidence: tuple[str, ...] = (), confidence: float | None = None) -> str:
+        args: list[str | Path] = ["propose", name, "--rationale", rationale]
+        args += ["--delete"] if content is None else ["--content-file", self.file(content)]
+        for item in evidence:
+            args += ["--evidence", item]
+        if confidence is not None:
+            args += ["--confidence", str(confidence)]
+        gid = self.ok(*args).out.strip()
+        fsck(self.path)
+        return gid
+
+    def merge(self, *ids: str) -> str:
+        pid = self.ok("merge", *(ids or ("--all",))).out.strip()
+        fsck(self.path)
+        return pid
+
+    def apply(self, pid: str) -> CliResult:
+        result = self.ok("apply", pid)
+        fsck(self.path)
+        return result
+
+    def state(self) -> tuple[str, str]:
+        return repo_state(self.path)
+
+
+@pytest.fixture
+def driver(run_cli, seeded_repo: ExperienceRepository, tmp_path: Path  # type: ignore[no-untyped-def]
+           ) -> Driver:
+    """The CLI driving the seeded (non-bare) repository at ``tmp_path / "repo"``."""
+    return Driver(run_cli, tmp_path / "repo", tmp_path / "scratch")
