@@ -5,24 +5,35 @@
   ``main`` must equal the blob on the base. If all match, the proposal is rebuilt on top
   of current ``main`` (linear history, ``Expgit-Rebased-From`` trailer); otherwise it is
   refused, naming each conflicting experience, and nothing is written.
+* ``main`` is moved by compare-and-swap. The lock keeps other expgit writers out, but a
+  plain ``git commit`` or ``git push`` to ``main`` can still win the race: then the guard
+  runs again on the new ``main`` (up to ``ATTEMPTS`` times).
 * ``remote``: the same against the remote's ``main``, pushed with
   ``--force-with-lease=main:<old>``; when the lease fails, fetch and run the guard again.
+  A push reported as failed whose commit is on the remote's ``main`` after all (a lost
+  connection) is a success. Afterwards the local ``main`` follows if it can
+  fast-forward; the proposal is closed locally either way.
 """
 
 from __future__ import annotations
 
+import random
+import time
 from dataclasses import dataclass, field
 
 from expgit import trailers as tr
 from expgit.changes import root_blobs
 from expgit.errors import ConflictError, ExpgitError, UsageError
-from expgit.gitrepo import RefUpdate
+from expgit.gitrepo import RefMovedError, RefUpdate
 from expgit.proposals import Proposal, find_proposal
 from expgit.publish import publish
 from expgit.refnames import GRADIENT_STATES, PROPOSAL_STATES
 from expgit.repository import ExperienceRepository
 
-REMOTE_ATTEMPTS = 5
+ATTEMPTS = 5  # moves of the local main by plain git that one apply rides out
+# Pushes to a remote main that one apply rides out. Each refused lease means another
+# writer's push landed, so this bounds how many writers may race one apply.
+REMOTE_ATTEMPTS = 20
 
 
 @dataclass
@@ -83,11 +94,34 @@ def apply_proposal(repo: ExperienceRepository, proposal_id: str, *,
         ensure_open(proposal)
         if remote is not None:
             return _apply_remote(repo, proposal, remote)
+        return _apply_local(repo, proposal)
+
+
+def apply_proposal_locked(repo: ExperienceRepository, proposal_id: str) -> ApplyResult:
+    """:func:`apply_proposal` for a caller that already holds the repository lock
+    (the training engine: lock -> reload -> plan -> apply -> release)."""
+    proposal = find_proposal(repo, proposal_id)
+    ensure_open(proposal)
+    return _apply_local(repo, proposal)
+
+
+def _apply_local(repo: ExperienceRepository, proposal: Proposal) -> ApplyResult:
+    """CAS ``main`` to the proposal built on it. The lock keeps expgit writers out, but
+    not a plain ``git commit``/``git push`` to ``main``: if one moved it under us, guard
+    and rebuild on the new ``main`` and try again."""
+    for attempt in range(1, ATTEMPTS + 1):
         old = repo.main_commit()
         new, rebased = build_on(repo, proposal, old)
-        warnings = publish(repo, new, old, closing_updates(repo, proposal, "applied"),
-                           f"expgit apply {proposal.id}")
-        return ApplyResult(proposal.id, new, old, rebased, warnings=warnings)
+        try:
+            warnings = publish(repo, new, old, closing_updates(repo, proposal, "applied"),
+                               f"expgit apply {proposal.id}")
+        except RefMovedError:
+            if attempt == ATTEMPTS or repo.git.ref(repo.main_ref) == old:
+                raise
+            continue
+        return ApplyResult(proposal.id, new, old, rebased, attempts=attempt,
+                           warnings=warnings)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _fetch_main(repo: ExperienceRepository, remote: str) -> str:
@@ -105,6 +139,7 @@ def _fetch_main(repo: ExperienceRepository, remote: str) -> str:
 
 def _apply_remote(repo: ExperienceRepository, proposal: Proposal, remote: str
                   ) -> ApplyResult:
+    branch = repo.settings.main_branch
     remote_old = _fetch_main(repo, remote)
     for attempt in range(1, REMOTE_ATTEMPTS + 1):
         new, rebased = build_on(repo, proposal, remote_old)
@@ -113,19 +148,35 @@ def _apply_remote(repo: ExperienceRepository, proposal: Proposal, remote: str
                             remote, f"{new}:{repo.main_ref}", check=False)
         if push.returncode == 0:
             break
+        time.sleep(random.uniform(0, 0.05 * attempt))  # spread out colliding writers
         moved = _fetch_main(repo, remote)
-        if moved == remote_old or attempt == REMOTE_ATTEMPTS:
+        if moved == new or repo.git.is_ancestor(new, moved):
+            break  # the push landed although git reported a failure (connection lost)
+        if moved == remote_old:
             raise ExpgitError(
                 f"push to {remote!r} was refused: "
-                + (push.stdout + push.stderr).decode(errors="replace").strip().replace("\n", " "))
+                + (push.stdout + push.stderr).decode(errors="replace").strip().replace("\n", " "),
+                hint=f"nothing was changed, here or on {remote!r}")
+        if attempt == REMOTE_ATTEMPTS:
+            raise ConflictError(
+                f"{branch} on {remote!r} kept moving: gave up after {attempt} attempts",
+                hint="nothing was changed; run the command again")
         remote_old = moved  # the lease failed: someone else pushed; guard again
-    local_old = repo.git.ref(repo.main_ref)
     updates = closing_updates(repo, proposal, "applied")
+    message = f"expgit apply {proposal.id}"
     warnings: list[str] = []
-    if local_old is None or repo.git.is_ancestor(local_old, new):
-        warnings = publish(repo, new, local_old, updates, f"expgit apply {proposal.id}")
-    else:
-        repo.git.update_refs(updates, f"expgit apply {proposal.id}")
-        warnings.append(f"local {repo.settings.main_branch} has diverged from {remote}; "
-                        "it was not moved")
+    local_old = repo.git.ref(repo.main_ref)
+    try:
+        if local_old is None or repo.git.is_ancestor(local_old, new):
+            warnings = publish(repo, new, local_old, updates, message)
+        else:
+            repo.git.update_refs(updates, message)
+            warnings.append(f"local {branch} has diverged from {remote}/{branch}; it was "
+                            f"not moved (the proposal is applied on {remote})")
+    except RefMovedError:
+        # the remote has it already: close the proposal here even if local main moved
+        repo.git.update_refs(updates, message)
+        warnings.append(f"local {branch} moved while applying; it was not moved to "
+                        f"{new[:12]} (the proposal is applied on {remote}): "
+                        f"git merge --ff-only {remote}/{branch}")
     return ApplyResult(proposal.id, new, remote_old, rebased, remote, attempt, warnings)

@@ -8,6 +8,7 @@ field was changed through :meth:`Experience.with_fields`.
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable
 from typing import Any, Literal
 
 import yaml
@@ -19,7 +20,28 @@ Status = Literal["active", "draft", "deprecated"]
 NAME_MAX = 80
 _NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _FENCE = "---"
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]
+    """The safe loader, refusing duplicate keys (YAML forbids them; PyYAML keeps the last)."""
+
+
+def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        if isinstance(key, Hashable):
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate field {key!r}", key_node.start_mark)
+            seen.add(key)
+    return loader.construct_mapping(node, deep=True)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 
 def check_name(name: str) -> str:
@@ -73,6 +95,9 @@ class Experience(BaseModel):
     front_matter: FrontMatter
     body: str
     raw_front_matter: str | None = None
+    # False only for a parsed file that ends right after its closing '---' (no newline),
+    # so that such a file still renders back byte for byte.
+    closing_newline: bool = True
 
     @property
     def name(self) -> str:
@@ -83,15 +108,28 @@ class Experience(BaseModel):
         return self.front_matter.status
 
     def with_fields(self, **fields: Any) -> Experience:
+        """A copy with some front matter fields changed; raises InvalidInputError."""
         data = self.front_matter.model_dump() | fields
-        return Experience(front_matter=FrontMatter.model_validate(data), body=self.body)
+        try:
+            fm = FrontMatter.model_validate(data)
+        except ValidationError as exc:
+            raise InvalidInputError(
+                f"{self.name}: invalid front matter: {_problems(exc)}") from None
+        return Experience(front_matter=fm, body=self.body)
 
     def render(self) -> str:
         fm = self.raw_front_matter
         if fm is None:
             data = self.front_matter.model_dump()
             fm = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000)
-        return f"{_FENCE}\n{fm}{_FENCE}\n{self.body}"
+        closing = "\n" if self.closing_newline or self.body else ""
+        return f"{_FENCE}\n{fm}{_FENCE}{closing}{self.body}"
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or 'front matter'}: {err['msg']}"
+        for err in exc.errors())
 
 
 def new_experience(name: str, body: str, *, status: Status = "active", summary: str = "",
@@ -109,13 +147,21 @@ def decode_experience(data: bytes, path: str) -> str:
 
 def parse_experience(text: str, path: str) -> Experience:
     """Parse an experience file's text; ``path`` only labels error messages."""
+    if text.startswith("\ufeff"):
+        raise InvalidInputError(f"{path}: starts with a byte order mark (BOM); save the file "
+                                "as UTF-8 without BOM")
+    if text.startswith(_FENCE + "\r\n"):
+        raise InvalidInputError(f"{path}: uses CRLF (Windows) line endings; save the file "
+                                "with LF line endings")
     if not text.startswith(_FENCE + "\n"):
         raise InvalidInputError(f"{path}: missing front matter: the file must start with "
                                 "a '---' line, YAML fields, and a closing '---' line")
     end = text.find(f"\n{_FENCE}\n", len(_FENCE))
+    closing_newline = True
     if end < 0:
         if text.endswith(f"\n{_FENCE}"):
             end = len(text) - len(_FENCE) - 1
+            closing_newline = False
         else:
             raise InvalidInputError(f"{path}: front matter is not closed by a '---' line")
     raw = text[len(_FENCE) + 1 : end + 1]
@@ -125,17 +171,18 @@ def parse_experience(text: str, path: str) -> Experience:
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" (line {where.line + 2})" if where is not None else ""
-        raise InvalidInputError(f"{path}: front matter is not valid YAML{line}") from None
+        problem = getattr(exc, "problem", None)
+        what = f": {problem}" if problem else ""
+        raise InvalidInputError(f"{path}: front matter is not valid YAML{line}{what}"
+                                ) from None
     if not isinstance(data, dict):
         raise InvalidInputError(f"{path}: front matter must be a YAML mapping of fields")
     try:
         fm = FrontMatter.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'front matter'}: {err['msg']}"
-            for err in exc.errors())
-        raise InvalidInputError(f"{path}: invalid front matter: {problems}") from None
-    return Experience(front_matter=fm, body=body, raw_front_matter=raw)
+        raise InvalidInputError(f"{path}: invalid front matter: {_problems(exc)}") from None
+    return Experience(front_matter=fm, body=body, raw_front_matter=raw,
+                      closing_newline=closing_newline)
 
 
 def check_experience(text: str, path: str, stem: str, token_budget: int) -> Experience:

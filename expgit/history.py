@@ -75,9 +75,13 @@ def policy_log(repo: ExperienceRepository, name: str | None = None, *, rev: str 
             proposal=(msg.value(tr.REBASED_FROM) or sha)[:12] if grads else None,
             reverts=reverts, note=read_note(repo.git, sha))
         for g in grads:
-            if _object_exists(repo.git, g):
+            try:
+                if not _object_exists(repo.git, g):
+                    raise NotFoundError(f"gradient {g} is not in the repository")
                 update.gradients.append(load_gradient(repo, g, "applied"))
-            else:
+            except InvalidInputError:
+                # gone (pruned, shallow clone) or not a gradient (a hand-written trailer):
+                # the log still shows the update and names what it cannot load
                 update.missing_gradients.append(g)
         updates.append(update)
     by_sha = {u.commit: u for u in updates}

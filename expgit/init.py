@@ -37,6 +37,10 @@ def _seed_files(seed: Path | None) -> tuple[Settings, dict[str, bytes]]:
     if not seed.is_dir():
         raise InvalidInputError(f"seed folder {seed} does not exist")
     settings_file = seed / SETTINGS_FILE
+    if not settings_file.is_file() and not (seed / Settings().experiences_root).is_dir():
+        raise InvalidInputError(
+            f"seed folder {seed} holds neither {SETTINGS_FILE} nor an experiences/ folder",
+            hint="point --from at a folder laid out like example_repo/")
     settings = (parse_settings(settings_file.read_text(), str(settings_file))
                 if settings_file.is_file() else Settings())
     files = {SETTINGS_FILE: settings_file.read_bytes() if settings_file.is_file()

@@ -6,14 +6,21 @@ plain ``git push``) can never be overwritten, only detected.
 
 The lock file is written completely under a temporary name and then hard-linked into
 place, so a reader never sees a half-written holder record. A holder whose process is
-gone (same host) or whose record is older than ``stale_seconds`` is stale and is removed
-automatically; the removal itself is serialised by ``flock`` on a guard file, so two
-recovering writers cannot remove each other's fresh lock.
+gone (same host and pid namespace) or whose record is older than ``stale_seconds`` is
+stale and is removed automatically. Every removal (stale recovery and release) is
+serialised by ``flock`` on a guard file and re-checks the record under it, so a writer
+never removes a lock that is not the one it judged: two recovering writers cannot remove
+each other's fresh lock, and a holder whose lock was taken over as stale cannot remove
+its successor's.
+
+A file that is not a holder record (unreadable, not a JSON object, no numeric ``time``)
+blocks like a live lock until its modification time is older than ``stale_seconds``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -26,19 +33,49 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from expgit.errors import LockHeldError
+from expgit.errors import LockHeldError, UsageError
 
 LOCK_NAME = "expgit.lock"
+# errnos of link(2) on file systems without hard links
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS,
+                            errno.EMLINK})
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` on this host is still running.
+
+    A zombie (exited, not yet reaped by its parent) still answers ``kill(pid, 0)`` but
+    can never release a lock, so on Linux it counts as dead.
+    """
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
         return True
-    return True
+    fields = stat.rpartition(")")[2].split()
+    return not fields or fields[0] not in ("Z", "X")
+
+
+def _pid_namespace() -> str | None:
+    """This process's pid namespace (``pid:[4026531836]``), None where there is none to
+    read. Containers may share a host name but not their pids."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
 
 
 class RepoLock:
@@ -51,40 +88,80 @@ class RepoLock:
         self._token: str | None = None
 
     def holder(self) -> dict[str, object] | None:
+        """The holder record, None if the lock is free.
+
+        A file that is not a holder record (not JSON, not an object, no numeric
+        ``time``) is reported as ``{"corrupt": True, "time": <file mtime>}``: it blocks
+        like a live lock until it is older than ``stale_seconds``.
+        """
         try:
-            return dict(json.loads(self.path.read_text()))
+            data = self.path.read_bytes()
+            mtime = self.path.stat().st_mtime
         except FileNotFoundError:
             return None
-        except (ValueError, OSError):
-            return {"corrupt": True, "time": self.path.stat().st_mtime}
+        except OSError:
+            data, mtime = b"", time.time()
+        try:
+            record = json.loads(data)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or _number(record.get("time")) is None:
+            return {"corrupt": True, "time": mtime}
+        return record
 
     def _is_stale(self, holder: dict[str, object]) -> bool:
-        started = float(str(holder.get("time", 0)))
+        started = _number(holder.get("time")) or 0.0
         if time.time() - started > self.stale_seconds:
             return True
         pid = holder.get("pid")
-        return (holder.get("host") == socket.gethostname() and isinstance(pid, int)
-                and not _alive(pid))
+        if holder.get("host") != socket.gethostname() or holder.get("pidns") not in (
+                None, _pid_namespace()):
+            return False  # its pid means nothing here: only its age tells
+        return isinstance(pid, int) and not isinstance(pid, bool) and not _alive(pid)
 
     def _try_create(self) -> bool:
         token = uuid.uuid4().hex
         record = {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time(),
-                  "token": token, "purpose": self.purpose}
+                  "token": token, "purpose": self.purpose, "pidns": _pid_namespace()}
+        data = json.dumps(record).encode()
         tmp = self.path.with_name(f"{LOCK_NAME}.{token}")
-        tmp.write_text(json.dumps(record))
         try:
-            os.link(tmp, self.path)
-        except FileExistsError:
-            return False
-        finally:
-            tmp.unlink()
+            tmp.write_bytes(data)
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                return False
+            except OSError as exc:
+                if exc.errno not in _NO_HARD_LINKS:
+                    raise
+                # no hard links here: create exclusively and write in place; a reader
+                # that sees the record half written takes it as a fresh, held lock
+                try:
+                    fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                except FileExistsError:
+                    return False
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+            finally:
+                tmp.unlink(missing_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot create the lock file {self.path}: {exc}",
+                             hint="expgit writers need write access to the git "
+                             "directory") from None
         self._token = token
         return True
 
-    def _break_if_stale(self, seen: dict[str, object]) -> bool:
-        guard = self.path.with_name(LOCK_NAME + ".guard")
-        with open(guard, "a") as handle:
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        """Serialise removals of the lock file (stale recovery and release)."""
+        with open(self.path.with_name(LOCK_NAME + ".guard"), "a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+
+    def _break_if_stale(self, seen: dict[str, object]) -> bool:
+        """Remove the lock if it still holds ``seen`` and that is stale. True if the
+        lock file is gone now (removed here, or released meanwhile)."""
+        with self._guard():
             current = self.holder()
             if current is None:
                 return True
@@ -100,20 +177,32 @@ class RepoLock:
         delay = 0.005
         while not self._try_create():
             holder = self.holder()
-            if holder is None or (self._is_stale(holder) and self._break_if_stale(holder)):
+            if holder is None:
                 continue
+            if self._is_stale(holder):
+                if self._break_if_stale(holder):
+                    continue
+                holder = self.holder() or holder  # someone else got there first
             if time.monotonic() >= deadline:
                 raise LockHeldError(
                     f"the repository is locked by {describe(holder)}",
-                    hint=f"wait for that writer to finish; a lock whose process is gone is "
+                    hint=(f"if no expgit command is running, remove {self.path}; otherwise "
+                          f"it is recovered once older than {self.stale_seconds:g} seconds")
+                    if holder.get("corrupt") else
+                    f"wait for that writer to finish; a lock whose process is gone is "
                     f"recovered automatically (file: {self.path})")
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 0.2)
 
     def release(self) -> None:
-        holder = self.holder()
-        if holder is not None and holder.get("token") == self._token:
-            self.path.unlink(missing_ok=True)
+        """Remove the lock file if it is still ours (under the guard, so a lock that
+        was judged stale and taken over meanwhile is never removed)."""
+        if self._token is None:
+            return
+        with self._guard():
+            holder = self.holder()
+            if holder is not None and holder.get("token") == self._token:
+                self.path.unlink(missing_ok=True)
         self._token = None
 
     @contextlib.contextmanager
@@ -125,10 +214,19 @@ class RepoLock:
             self.release()
 
 
+def _stamp(value: object) -> str | None:
+    started = _number(value)
+    try:
+        return None if started is None else (
+            f"{datetime.fromtimestamp(started, UTC):%Y-%m-%d %H:%M:%S} UTC")
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
 def describe(holder: dict[str, object]) -> str:
+    stamp = _stamp(holder.get("time"))
     if holder.get("corrupt"):
-        return "an unreadable lock file"
-    stamp = datetime.fromtimestamp(float(str(holder.get("time", 0))), UTC)
+        return "an unreadable lock file" + (f" (last written {stamp})" if stamp else "")
+    since = f" since {stamp}" if stamp else ""
     purpose = f" ({holder['purpose']})" if holder.get("purpose") else ""
-    return (f"pid {holder.get('pid')} on {holder.get('host')} since "
-            f"{stamp:%Y-%m-%d %H:%M:%S} UTC{purpose}")
+    return f"pid {holder.get('pid')} on {holder.get('host')}{since}{purpose}"

@@ -11,6 +11,7 @@ mechanical merger; the LLM patch-merge optimizer implements the same Protocol.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,14 +19,16 @@ from typing import Protocol
 
 from expgit import templates
 from expgit import trailers as tr
-from expgit.changes import FileChange, tree_changes
+from expgit.changes import FileChange
 from expgit.errors import ConflictError, InvalidInputError
 from expgit.experience import check_experience
 from expgit.gitrepo import RefUpdate
-from expgit.gradients import Gradient, find_gradient, list_gradients
+from expgit.gradients import Gradient, changed_files, find_gradient, list_gradients
 from expgit.refnames import ID_LEN, PROPOSAL_STATES, PROPOSALS, find_by_id
 from expgit.repository import ExperienceRepository
 from expgit.snapshot import Snapshot
+
+_BACKTICKS = re.compile(r"`+")
 
 
 @dataclass
@@ -82,7 +85,9 @@ class MechanicalMerger:
         for gradient in gradients:
             groups.setdefault(gradient.target, []).append(gradient)
         plan = MergePlan(items=[])
-        for name, group in sorted(groups.items()):
+        for name, unordered in sorted(groups.items()):
+            # Most confident first: its rationale and evidence lead the description.
+            group = sorted(unordered, key=lambda g: (-g.confidence, g.time, g.id))
             current = snapshot.get(name)
             stale = [g for g in group if g.base_blob != (current.blob if current else None)]
             if stale:
@@ -132,7 +137,7 @@ def load_proposal(repo: ExperienceRepository, commit: str, state: str) -> Propos
         id=commit[:ID_LEN], commit=commit, base=info.parents[0], state=state,
         subject=msg.subject, description=msg.body, gradient_commits=msg.values(tr.GRADIENT),
         author=info.author, time=info.author_time,
-        changes=tree_changes(repo.git, info.parents[0], commit, repo.root),
+        changes=changed_files(repo.git, info.parents[0], commit, repo.root),
         rebased_from=msg.value(tr.REBASED_FROM))
 
 
@@ -141,6 +146,19 @@ def list_proposals(repo: ExperienceRepository, states: tuple[str, ...] = ("open"
     found = [load_proposal(repo, sha, state) for state in states
              for sha in repo.git.refs(PROPOSAL_STATES[state]).values()]
     return sorted(found, key=lambda p: (p.time, p.id))
+
+
+def _open_proposal_gradients(repo: ExperienceRepository) -> dict[str, str]:
+    """``{gradient commit: proposal id}`` over the open proposals: what
+    :func:`list_proposals` tells about them, from their messages alone (no diffs)."""
+    found: list[tuple[int, str, list[str]]] = []
+    for sha in repo.git.refs(PROPOSAL_STATES["open"]).values():
+        info = repo.git.read_commit(sha)
+        if not info.parents:
+            raise InvalidInputError(f"commit {sha[:12]} is not an expgit proposal")
+        found.append((info.author_time, sha[:ID_LEN],
+                      tr.parse_message(info.message).values(tr.GRADIENT)))
+    return {gradient: pid for _, pid, gradients in sorted(found) for gradient in gradients}
 
 
 def find_proposal(repo: ExperienceRepository, pid: str) -> Proposal:
@@ -156,10 +174,7 @@ def _subject(items: Sequence[PlanItem]) -> str:
 
 
 def _fence(diff: str) -> str:
-    longest, run = 0, 0
-    for char in diff:
-        run = run + 1 if char == "`" else 0
-        longest = max(longest, run)
+    longest = max(map(len, _BACKTICKS.findall(diff)), default=0)
     return "`" * max(3, longest + 1)
 
 
@@ -167,7 +182,7 @@ def merge(repo: ExperienceRepository, gradient_ids: Sequence[str] | None = None,
           merger: GradientMerger | None = None, pr_body: Path | None = None) -> Proposal:
     """Merge the named gradients (all unmerged open ones if None) into a proposal."""
     merger = merger or MechanicalMerger()
-    in_proposals = {sha: p.id for p in list_proposals(repo) for sha in p.gradient_commits}
+    in_proposals = _open_proposal_gradients(repo)
     if gradient_ids is None:
         gradients = [g for g in list_gradients(repo) if g.commit not in in_proposals]
         if not gradients:

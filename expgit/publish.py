@@ -2,9 +2,10 @@
 
 Every write to ``main`` (apply, revert) ends here. The ref transaction moves ``main`` from
 ``old`` to ``new`` together with any bookkeeping refs, or changes nothing. Afterwards each
-working tree that has ``main`` checked out and is clean is updated exactly as
-``git merge --ff-only`` would (``git read-tree -m -u OLD NEW``); a dirty one is left alone
-and a warning says how to catch up.
+working tree that has ``main`` checked out is updated exactly as ``git merge --ff-only``
+would (``git read-tree -m -u OLD NEW``): uncommitted changes to files the update does not
+touch are kept; if one would be overwritten, git changes nothing there and a warning
+says how to catch up.
 """
 
 from __future__ import annotations
@@ -27,22 +28,54 @@ def _worktrees_on(git: GitRepo, ref: str) -> list[Path]:
 
 
 def sync_worktrees(git: GitRepo, ref: str, old: str | None, new: str) -> list[str]:
-    """Bring clean working trees that have ``ref`` checked out from ``old`` to ``new``."""
+    """Bring the working trees that have ``ref`` checked out from ``old`` to ``new``.
+
+    ``ref`` has already moved when this runs, so nothing here may fail the command: a
+    working tree that cannot be updated is left as it was, with a warning that says how
+    to catch up without losing its uncommitted changes.
+    """
     warnings = []
+    branch = ref.removeprefix("refs/heads/")
     for path in _worktrees_on(git, ref):
-        git.run("update-index", "-q", "--refresh", cwd=path, check=False)
-        dirty = old is None or git.run("diff-index", "--quiet", old, "--", cwd=path,
-                                       check=False).returncode != 0
-        proc = None if dirty else git.run("read-tree", "-m", "-u", old or "", new, cwd=path,
-                                          check=False)
-        if dirty or (proc is not None and proc.returncode != 0):
-            why = "has uncommitted changes" if dirty else "could not be updated (" + (
-                proc.stderr.decode(errors="replace").strip() if proc else "") + ")"
-            warnings.append(
-                f"{ref.removeprefix('refs/heads/')} moved to {new[:12]}, but the working "
-                f"tree {path} {why}; it was left as it was. Catch up with: git stash && "
-                "git reset --hard && git stash pop")
+        why = _sync_one(git, path, old, new)
+        if why is None:
+            continue
+        if not path.is_dir():
+            catch_up = "git worktree prune"
+        elif old is None:
+            catch_up = "git reset --hard (this discards uncommitted changes)"
+        else:
+            # HEAD already names `new` there, so `git stash` would record the update
+            # itself, reversed, as a local change: carry the changes over as a patch
+            patch = '"$(git rev-parse --git-path expgit-local.patch)"'
+            catch_up = (f"git diff --full-index {old} > {patch} && git reset --hard && "
+                        f"git apply --3way {patch}")
+        warnings.append(
+            f"{branch} moved to {new[:12]}, but the working tree {path} {why}; it was left "
+            f"as it was. Catch up with: {catch_up}")
     return warnings
+
+
+def _sync_one(git: GitRepo, path: Path, old: str | None, new: str) -> str | None:
+    """Update one working tree; None on success, else why it was left alone.
+
+    Uncommitted changes are carried over where ``old`` and ``new`` agree, exactly as
+    ``git merge --ff-only`` does; git refuses (and changes nothing) if one would be
+    overwritten.
+    """
+    if not path.is_dir():
+        return "is missing"
+    if old is None:
+        return "had no commit of it checked out"
+    try:
+        git.run("update-index", "-q", "--refresh", cwd=path, check=False)
+        proc = git.run("read-tree", "-m", "-u", old, new, cwd=path, check=False)
+    except OSError as exc:
+        return f"could not be updated ({exc})"
+    if proc.returncode == 0:
+        return None
+    error = proc.stderr.decode(errors="replace").strip().replace("\n", " ")
+    return f"has uncommitted changes the update would overwrite ({error})"
 
 
 def publish(repo: ExperienceRepository, new: str, old: str | None,

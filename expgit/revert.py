@@ -49,6 +49,8 @@ def _reverted_blob(git: GitRepo, change: FileChange, current: str | None
     """(blob main should hold after the revert, merged?) for one change of REV."""
     if current == change.new_blob:
         return change.old_blob, False
+    if current == change.old_blob:  # already back to the version before REV
+        return current, False
     if change.old_blob is None or change.new_blob is None or current is None:
         raise ConflictError(f"{change.name}: changed again after the reverted commit")
     data = git.read_blobs([change.new_blob, current, change.old_blob])
@@ -63,8 +65,13 @@ def revert(repo: ExperienceRepository, rev: str) -> RevertResult:
     with repo.lock(f"expgit revert {rev}").held():
         main = repo.main_commit()
         if not repo.git.is_ancestor(target, main):
-            raise InvalidInputError(f"{rev} is not in the history of "
-                                    f"{repo.settings.main_branch}; nothing to revert")
+            # A proposal applied onto a moved main lives there as its rebuilt commit.
+            rebuilt = repo.git.out("log", "--first-parent", "--format=%H", "-F",
+                                   f"--grep={tr.REBASED_FROM}: {target}", main).split()
+            if not rebuilt:
+                raise InvalidInputError(f"{rev} is not in the history of "
+                                        f"{repo.settings.main_branch}; nothing to revert")
+            target = rebuilt[-1]
         info = repo.git.read_commit(target)
         parent = info.parents[0] if info.parents else None
         changes = tree_changes(repo.git, parent, target, repo.root)

@@ -10,16 +10,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from expgit.apply import closing_updates, ensure_open
-from expgit.errors import InvalidInputError, NotFoundError
+from expgit.errors import ConflictError, InvalidInputError, NotFoundError
 from expgit.gitrepo import GitRepo, RefUpdate
 from expgit.gradients import Gradient, find_gradient
-from expgit.proposals import Proposal, find_proposal
+from expgit.proposals import Proposal, find_proposal, list_proposals
 from expgit.refnames import GRADIENT_STATES, NOTES_REF
 from expgit.repository import ExperienceRepository
 
 
 def find_any(repo: ExperienceRepository, item_id: str) -> Gradient | Proposal:
     """The proposal or gradient an id names (proposals first)."""
+    wanted = item_id.strip().lower()
+    if len(wanted) < 4 or any(c not in "0123456789abcdef" for c in wanted):
+        raise InvalidInputError(
+            f"{item_id!r} is not a proposal or gradient id (at least 4 hex digits)",
+            hint="list them with `expgit proposals` and `expgit gradients`")
     try:
         return find_proposal(repo, item_id)
     except NotFoundError:
@@ -75,7 +80,12 @@ def reject(repo: ExperienceRepository, item_id: str, reason: str) -> RejectResul
                          if u.ref.startswith(GRADIENT_STATES["rejected"])]
         else:
             if item.state != "open":
-                raise InvalidInputError(f"gradient {item.id} was already {item.state}")
+                raise ConflictError(f"gradient {item.id} was already {item.state}")
+            holders = [p.id for p in list_proposals(repo) if item.commit in p.gradient_commits]
+            if holders:
+                raise ConflictError(
+                    f"gradient {item.id} is in open proposal {', '.join(holders)}",
+                    hint="reject that proposal instead; its gradients are rejected with it")
             kind, gradients = "gradient", []
             updates = [RefUpdate(item.ref, None, item.commit),
                        RefUpdate(GRADIENT_STATES["rejected"] + item.id, item.commit, None)]

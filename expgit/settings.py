@@ -8,12 +8,46 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import PurePosixPath
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from expgit.errors import InvalidInputError
+from expgit.llm.port import Price
 
 SETTINGS_FILE = "expgit.toml"
+
+
+class LLMSettings(BaseModel):
+    """``[llm]``: the OpenAI-compatible endpoint. ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``
+    and command-line flags override these; no endpoint at all means the embedded model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str | None = None
+    model: str = "gpt-4o-mini"
+    api_key_env: str = "OPENAI_API_KEY"
+    structured_output: Literal["json_schema", "json_object", "prompt"] = "json_schema"
+    timeout_seconds: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=4, ge=0)
+    temperature: float = Field(default=0.2, ge=0, le=2)
+    max_tokens: int = Field(default=2048, gt=0)
+    embeddings_model: str | None = None
+    prices: dict[str, Price] = Field(default_factory=dict)  # per model name, or "*"
+
+
+class TrainSettings(BaseModel):
+    """``[train]``: budgets and batching of the training pipeline."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trajectories_branch: str = "expgit/trajectories"
+    tool_output_chars: int = Field(default=2000, gt=0)
+    relevant_experiences: int = Field(default=5, ge=0)
+    gradients_per_chunk: int = Field(default=16, ge=1, le=64)
+    total_token_budget: int = Field(default=200_000, gt=0)
+    max_gradients_per_update: int = Field(default=8, ge=1)
+    max_wait_seconds: float = Field(default=10.0, gt=0)
 
 
 class Settings(BaseModel):
@@ -24,6 +58,8 @@ class Settings(BaseModel):
     token_budget: int = Field(default=800, gt=0)
     lock_wait_seconds: float = Field(default=30.0, ge=0)
     lock_stale_seconds: float = Field(default=600.0, gt=0)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    train: TrainSettings = Field(default_factory=TrainSettings)
 
     @field_validator("experiences_root")
     @classmethod

@@ -2,9 +2,16 @@
 
 * snapshot id = the tree id of the experiences root at that commit;
 * ``version`` of a file = how many commits in the commit's history changed it, computed
-  in one ``git log --name-only`` pass (and incrementally from a cached ancestor);
+  in one ``git log --name-only`` pass, or derived exactly from the versions of a cached
+  ancestor when only single-parent commits lie in between (a few of them are diffed
+  in-process, no process at all);
 * file contents are cached by blob id and front matter is parsed lazily, on first use,
   so a reload after a small change reads only the changed blobs.
+
+Every cache is keyed by an object id (commit, tree or blob), which names immutable
+content: a hit is never stale. A reload after a small change reuses the unchanged
+:class:`ExperienceEntry` objects of an earlier snapshot (same name, blob, version and
+last commit, so the same content), which also keeps their parsed front matter.
 """
 
 from __future__ import annotations
@@ -14,8 +21,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from expgit.errors import GitError
 from expgit.experience import Experience, check_experience, decode_experience
-from expgit.gitrepo import EMPTY_TREE, GitRepo
+from expgit.gitrepo import EMPTY_TREE, GitRepo, TreeEntry
 
 if TYPE_CHECKING:
     from expgit.repository import ExperienceRepository
@@ -69,14 +77,60 @@ class Snapshot:
 
 
 def _log_changes(git: GitRepo, revs: list[str], root: str) -> list[tuple[str, list[str]]]:
-    """(commit, changed paths) newest first, for ``git log REVS -- ROOT``."""
-    text = git.out("log", "--format=%x01%H", "--name-only", "--no-renames", *revs, "--",
-                   f"{root}/")
+    """(commit, changed paths) newest first, for ``git log REVS -- ROOT``.
+
+    NUL-separated (``-z``), so paths come unquoted, as the in-process diff names them."""
+    text = git.run("log", "-z", "--format=%x01%H", "--name-only", "--no-renames", *revs,
+                   "--", f"{root}/").stdout.decode("utf-8", "surrogateescape")
     result: list[tuple[str, list[str]]] = []
-    for chunk in text.split("\x01")[1:]:
-        lines = chunk.split("\n")
-        result.append((lines[0], [line for line in lines[1:] if line]))
+    for token in text.split("\0"):  # "\x01SHA", then "\nPATH", "PATH", ... (none: a merge)
+        if token.startswith("\x01"):
+            result.append((token[1:], []))
+        elif token and result:
+            result[-1][1].append(token[1:] if token.startswith("\n") else token)
     return result
+
+
+def _changed_paths(git: GitRepo, old: str | None, new: str | None, prefix: str) -> list[str]:
+    """The file paths (gitlinks and symlinks included) that differ between two trees, as
+    ``git diff-tree -r --name-only --no-renames`` lists them."""
+    paths: list[str] = []
+    for before, after in git.diff_trees(old, new):
+        if before is not None and after is not None and before.is_tree and after.is_tree:
+            paths += _changed_paths(git, before.sha, after.sha, f"{prefix}{before.name}/")
+            continue
+        for side, entry in ((0, before), (1, after)):
+            if entry is None:
+                continue
+            if entry.is_tree:  # a folder that appeared or went: every file in it
+                gone, came = (entry.sha, None) if side == 0 else (None, entry.sha)
+                paths += _changed_paths(git, gone, came, f"{prefix}{entry.name}/")
+            elif side == 0 or before is None or before.is_tree:
+                paths.append(prefix + entry.name)  # a changed file is listed once
+    return paths
+
+
+_ANCESTOR_WALK = 256  # single-parent commits walked back looking for cached versions
+_CHAIN_DIFF = 8  # up to this many new commits are diffed in-process (more: one `git log`)
+_SNAPSHOTS = 8
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """The experience files of one root tree: ``{name: (path, blob)}`` and the strays."""
+
+    files: dict[str, tuple[str, str]]
+    strays: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Versions:
+    """The versions of one commit, and how they were derived: from the cached versions of
+    ``base`` (None: from scratch), changing those of ``changed`` paths."""
+
+    versions: dict[str, VersionInfo]
+    base: str | None
+    changed: frozenset[str]
 
 
 class SnapshotLoader:
@@ -92,7 +146,9 @@ class SnapshotLoader:
         self._blobs: OrderedDict[str, bytes] = OrderedDict()
         self._blob_bytes = 0
         self._versions: OrderedDict[str, dict[str, VersionInfo]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._snapshots: OrderedDict[str, Snapshot] = OrderedDict()  # by commit
+        self._listings: OrderedDict[str, _Listing] = OrderedDict()  # by root tree
+        self._lock = threading.RLock()
 
     @classmethod
     def for_repo(cls, repo: ExperienceRepository) -> SnapshotLoader:
@@ -105,20 +161,52 @@ class SnapshotLoader:
             return loader
 
     # -------------------------------------------------------------- versions
-    def versions(self, commit: str) -> dict[str, VersionInfo]:
-        """Per path under the root: how many commits of ``commit``'s history changed it."""
+    def _root_tree(self, commit: str) -> str | None:
+        entry = self.git.path_entry(self.git.read_commit(commit).tree, self.root)
+        return entry.sha if entry is not None and entry.is_tree else None
+
+    def _new_chain(self, commit: str) -> list[tuple[str, str]] | None:
+        """``[(commit, parent)]``, newest first, when ``commit`` descends from a commit
+        whose versions are cached through single-parent commits only."""
+        chain: list[tuple[str, str]] = []
+        try:
+            while len(chain) < _ANCESTOR_WALK:
+                parents = self.git.read_commit(commit).parents
+                if len(parents) != 1:
+                    return None
+                chain.append((commit, parents[0]))
+                if parents[0] in self._versions:
+                    return chain
+                commit = parents[0]
+        except GitError:
+            pass  # a parent that is not there (a shallow clone)
+        return None
+
+    def _derive_versions(self, commit: str) -> _Versions:
+        """The versions of ``commit``: cached, derived from those of a cached ancestor, or
+        computed in one pass over the whole history.
+
+        Deriving is exact only across single-parent commits: ``git log``'s history
+        simplification at a merge depends on the whole history below it, so counting
+        ``BASE..COMMIT`` on top of the versions of ``BASE`` can differ from one pass when
+        a merge is in between. Across merges, the versions are computed in one pass."""
         cached = self._versions.get(commit)
         if cached is not None:
             self._versions.move_to_end(commit)
-            return cached
-        base_commit = next((c for c in reversed(self._versions)
-                            if self.git.is_ancestor(c, commit)), None)
-        if base_commit is None:
-            versions: dict[str, VersionInfo] = {}
-            changes = _log_changes(self.git, [commit], self.root)
+            return _Versions(cached, commit, frozenset())
+        chain = self._new_chain(commit) if self._versions else None
+        base_commit = chain[-1][1] if chain else None
+        if chain and len(chain) <= _CHAIN_DIFF:
+            # what `git log COMMIT ^BASE --name-only -- ROOT/` reports for single-parent
+            # commits: each one that changed something under the root, with those paths
+            prefix = self.root + "/"
+            changes = [(sha, _changed_paths(self.git, self._root_tree(parent),
+                                            self._root_tree(sha), prefix))
+                       for sha, parent in chain]
         else:
-            versions = dict(self._versions[base_commit])
-            changes = _log_changes(self.git, [commit, f"^{base_commit}"], self.root)
+            revs = [commit] if base_commit is None else [commit, f"^{base_commit}"]
+            changes = _log_changes(self.git, revs, self.root)
+        versions = {} if base_commit is None else dict(self._versions[base_commit])
         for sha, paths in reversed(changes):  # oldest first
             for path in paths:
                 old = versions.get(path)
@@ -126,7 +214,13 @@ class SnapshotLoader:
         self._versions[commit] = versions
         while len(self._versions) > 8:
             self._versions.popitem(last=False)
-        return versions
+        return _Versions(versions, base_commit,
+                         frozenset(path for _, paths in changes for path in paths))
+
+    def versions(self, commit: str) -> dict[str, VersionInfo]:
+        """Per path under the root: how many commits of ``commit``'s history changed it."""
+        with self._lock:
+            return self._derive_versions(commit).versions
 
     # ---------------------------------------------------------------- blobs
     def _read(self, blobs: list[str]) -> dict[str, bytes]:
@@ -141,28 +235,111 @@ class SnapshotLoader:
         return {b: fresh[b] if b in fresh else self._blobs[b] for b in blobs}
 
     # ------------------------------------------------------------- snapshots
+    def _is_file(self, entry: TreeEntry) -> bool:
+        """Whether a root tree entry is an experience file (else: hidden or a stray)."""
+        return not entry.is_tree and entry.name.endswith(".md") and entry.mode != "120000"
+
+    def _cache_listing(self, tree: str, listing: _Listing) -> _Listing:
+        self._listings[tree] = listing
+        while len(self._listings) > _SNAPSHOTS:
+            self._listings.popitem(last=False)
+        return listing
+
+    def _listing(self, tree: str) -> _Listing:
+        listing = self._listings.get(tree)
+        if listing is not None:
+            self._listings.move_to_end(tree)
+            return listing
+        files: dict[str, tuple[str, str]] = {}
+        strays: list[str] = []
+        prefix = self.root + "/"
+        for entry in self.git.read_tree(tree):
+            name = entry.name
+            if name.startswith("."):
+                continue
+            if self._is_file(entry):
+                files[name[:-3]] = (prefix + name, entry.sha)
+            else:
+                strays.append(prefix + name)
+        return self._cache_listing(tree, _Listing(files, tuple(strays)))
+
     def load(self, commit: str) -> Snapshot:
         with self._lock:
-            tree = self.git.read_commit(commit).tree
-            root_entry = self.git.path_entry(tree, self.root)
-            if root_entry is None or not root_entry.is_tree:
-                return Snapshot(commit, EMPTY_TREE, self.root, {}, [])
-            files: dict[str, tuple[str, str]] = {}
-            strays: list[str] = []
-            for entry in self.git.read_tree(root_entry.sha):
-                path = f"{self.root}/{entry.name}"
-                if entry.name.startswith("."):
-                    continue
-                if entry.is_tree or not entry.name.endswith(".md") or entry.mode == "120000":
-                    strays.append(path)
-                    continue
-                files[entry.name[:-3]] = (path, entry.sha)
-            contents = self._read([blob for _, blob in files.values()])
-            versions = self.versions(commit)
-            entries = {}
-            for name, (path, blob) in files.items():
-                info = versions.get(path)
-                entries[name] = ExperienceEntry(
-                    name, path, blob, contents[blob], info.version if info else 0,
-                    info.last_commit if info else None, self.token_budget)
-            return Snapshot(commit, root_entry.sha, self.root, entries, strays)
+            snapshot = self._snapshots.get(commit)
+            if snapshot is None:
+                snapshot = self._load(commit)
+                self._snapshots[commit] = snapshot
+                while len(self._snapshots) > _SNAPSHOTS:
+                    self._snapshots.popitem(last=False)
+            else:
+                self._snapshots.move_to_end(commit)
+            # a fresh container per caller; the entries themselves are shared, unchanged
+            return Snapshot(snapshot.commit, snapshot.id, snapshot.root,
+                            dict(snapshot.entries), list(snapshot.strays))
+
+    def _entry(self, name: str, path: str, blob: str, data: bytes,
+               info: VersionInfo | None) -> ExperienceEntry:
+        return ExperienceEntry(name, path, blob, data, info.version if info else 0,
+                               info.last_commit if info else None, self.token_budget)
+
+    def _load(self, commit: str) -> Snapshot:
+        root = self._root_tree(commit)
+        if root is None:
+            return Snapshot(commit, EMPTY_TREE, self.root, {}, [])
+        derived = self._derive_versions(commit)
+        previous = next(reversed(self._snapshots.values()), None)
+        if previous is not None and previous.commit == derived.base:
+            updated = self._load_updated(commit, root, previous, derived)
+            if updated is not None:
+                return updated
+        listing = self._listing(root)
+        versions = derived.versions
+        old_entries = previous.entries if previous is not None else {}
+        shared: dict[str, ExperienceEntry] = {}
+        for name, (_, blob) in listing.files.items():
+            old = old_entries.get(name)
+            if old is not None and old.blob == blob:
+                info = versions.get(old.path)
+                if (old.version == (info.version if info else 0)
+                        and old.last_commit == (info.last_commit if info else None)):
+                    shared[name] = old  # same content, same version: the same entry
+        contents = self._read([blob for name, (_, blob) in listing.files.items()
+                               if name not in shared])
+        entries: dict[str, ExperienceEntry] = {}
+        for name, (path, blob) in listing.files.items():
+            entry = shared.get(name)
+            entries[name] = entry if entry is not None else self._entry(
+                name, path, blob, contents[blob], versions.get(path))
+        return Snapshot(commit, root, self.root, entries, list(listing.strays))
+
+    def _load_updated(self, commit: str, root: str, previous: Snapshot,
+                      derived: _Versions) -> Snapshot | None:
+        """The snapshot of ``commit`` as the previous one with a few files edited in place
+        (no file added, removed or turned into a stray), or None if that is not the case.
+        Only the edited entries and those whose version changed are built anew."""
+        if previous.id == EMPTY_TREE or previous.id not in self._listings:
+            return None
+        prefix = self.root + "/"
+        edited: dict[str, str] = {}
+        for before, after in self.git.diff_trees(previous.id, root):
+            if (before is None or after is None or before.name != after.name
+                    or self._is_file(before) != self._is_file(after)):
+                return None
+            if not before.name.startswith(".") and self._is_file(after):
+                edited[after.name[:-3]] = after.sha
+        old = self._listings[previous.id]
+        files = dict(old.files)
+        for name, blob in edited.items():
+            files[name] = (files[name][0], blob)
+        listing = self._cache_listing(root, _Listing(files, old.strays))
+        dirty = set(edited)
+        dirty.update(path[len(prefix):-3] for path in derived.changed
+                     if path.startswith(prefix) and path.endswith(".md"))
+        dirty.intersection_update(files)
+        contents = self._read([files[name][1] for name in dirty])
+        entries = dict(previous.entries)
+        for name in dirty:
+            path, blob = files[name]
+            entries[name] = self._entry(name, path, blob, contents[blob],
+                                        derived.versions.get(path))
+        return Snapshot(commit, root, self.root, entries, list(listing.strays))

@@ -45,3 +45,15 @@ def environment(repo: ExperienceRepository | None = None) -> jinja2.Environment:
 
 def render(name: str, repo: ExperienceRepository | None = None, **context: Any) -> str:
     return environment(repo).get_template(name).render(**context)
+
+
+def render_prompt(name: str, repo: ExperienceRepository | None = None, **context: Any
+                  ) -> tuple[str, str]:
+    """(system, user) messages from ``prompts/<name>.md.j2``, which defines the blocks
+    ``system`` and ``user``; a repository may override the file like any template."""
+    template = environment(repo).get_template(f"prompts/{name}.md.j2")
+    ctx = template.new_context(dict(context))
+    blocks = {key: "".join(render(ctx)).strip() for key, render in template.blocks.items()}
+    if "system" not in blocks or "user" not in blocks:
+        raise KeyError(f"prompt template {name} must define blocks 'system' and 'user'")
+    return blocks["system"], blocks["user"]

@@ -58,18 +58,24 @@ def single_line(value: str, what: str) -> str:
 
 
 def parse_message(text: str) -> Message:
-    lines = text.rstrip("\n").split("\n")
+    """Split a commit message as git does: the title paragraph's first line is the subject;
+    the trailers are the last paragraph when every line of it is ``Key: value`` and it is
+    not the title paragraph itself. Blank lines are lines of whitespace only, as for git.
+    """
+    lines = text.split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
     subject = lines[0] if lines else ""
-    rest = "\n".join(lines[1:]).strip("\n")
-    paragraphs = rest.split("\n\n") if rest else []
+    blanks = [i for i, line in enumerate(lines) if not line.strip()]
+    body_lines = lines[1:]
     trailers: tuple[tuple[str, str], ...] = ()
-    if paragraphs:
-        last = paragraphs[-1].strip("\n").split("\n")
-        matches = [_TRAILER_RE.match(line) for line in last]
-        if all(matches):
+    if blanks:
+        block = lines[blanks[-1] + 1:]
+        matches = [_TRAILER_RE.match(line) for line in block]
+        if block and all(matches):
             trailers = tuple((m.group(1), m.group(2).strip()) for m in matches if m)
-            paragraphs = paragraphs[:-1]
-    return Message(subject, "\n\n".join(paragraphs).strip("\n"), trailers)
+            body_lines = lines[1:blanks[-1]]
+    return Message(subject, "\n".join(body_lines).strip("\n"), trailers)
 
 
 _GIT_REVERT_RE = re.compile(r"This reverts commit ([0-9a-f]{40})")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -35,8 +37,16 @@ def _register() -> None:
         cli.add_command(command)
 
 
+def _terminate(signum: int, _frame: object) -> None:
+    # Unwind normally on SIGTERM (a CI or harness timeout) so locks are released.
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     _register()
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         cli.main(args=argv, prog_name="expgit", standalone_mode=False)
     except click.exceptions.Exit as exc:

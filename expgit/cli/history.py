@@ -57,7 +57,7 @@ def _print_update(u: PolicyUpdate) -> None:
                    f"{g.confidence:.2f}, evidence {', '.join(g.evidence) or '-'}")
         click.echo(f"        {g.rationale.splitlines()[0] if g.rationale else ''}")
     for sha in u.missing_gradients:
-        click.echo(f"    gradient {short(sha)}: (commit no longer in the repository)")
+        click.echo(f"    gradient {short(sha)}: (not in the repository, or not a gradient)")
     if u.reverts:
         click.echo(f"    reverts {short(u.reverts)}")
     for sha in u.reverted_by:

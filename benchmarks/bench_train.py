@@ -1,0 +1,319 @@
+"""Benchmark the training pipeline's LLM economy and its git overhead.
+
+Run by hand (this is not a test)::
+
+    python benchmarks/bench_train.py [--rollouts 1000] [--producers 8] [--latency 0.2]
+                                     [--mode apply|propose] [--skip-streaming]
+
+1. **LLM calls and tokens** on ``example_repo`` (``cases/train.yaml``, ``cases/eval.yaml``)
+   with an in-process fake LLM that answers every stage validly: baseline eval, one
+   training epoch (``--batch-size`` cases per batch) and final eval, each phase metered
+   separately. Targets: at most 2 training calls (analyze + estimate) per rollout,
+   1 merge call per chunk of <= 16 gradients, and no call in eval beyond the rollouts
+   themselves (plus ``llm_judge`` criteria, which the example eval cases do not use).
+2. **Streaming**: ``--producers`` tasks submit ``--rollouts`` recorded rollouts to one
+   StreamingPolicyTrainer (real analyzer, estimator, patch-merge optimizer, git updater
+   and engine on a real repository), the fake LLM answering after ``--latency`` seconds.
+   Every GitRepo method is timed (outermost call per thread); the figure is the union of
+   the intervals during which some git operation ran, as a share of the wall time
+   (target < 5%), with the summed per-thread time beside it. Afterwards every gradient
+   must be cited by a proposal, applied in ``--mode apply`` (then its experience must be
+   on ``main``): "lost updates" counts those that are not (target 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import hashlib
+import json
+import math
+import re
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from expgit.gitrepo import GitRepo  # noqa: E402
+from expgit.init import init_repository  # noqa: E402
+from expgit.llm.factory import LLMRuntime  # noqa: E402
+from expgit.llm.port import ChatMessages, Completion, StageUsage, UsageMeter  # noqa: E402
+from expgit.proposals import list_proposals  # noqa: E402
+from expgit.repository import ExperienceRepository  # noqa: E402
+from expgit.train.build import build_pipeline  # noqa: E402
+from expgit.train.cases import ListCaseLoader, load_cases  # noqa: E402
+from expgit.train.components.gradient_estimator import ExperienceGradientEstimator  # noqa: E402
+from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer  # noqa: E402
+from expgit.train.components.policy_updater import GitPolicyUpdater  # noqa: E402
+from expgit.train.components.streaming import StreamingPolicyTrainer  # noqa: E402
+from expgit.train.components.trajectory_analyzer import (  # noqa: E402
+    TrajectoryRolloutAnalyzer,
+)
+from expgit.train.context import PipelineContext  # noqa: E402
+from expgit.train.domain import (  # noqa: E402
+    Case,
+    Message,
+    Rollout,
+    RolloutTrainingResult,
+    Rubric,
+    RubricCriterion,
+    RubricEvaluation,
+)
+from expgit.train.engine import PolicyTrainingEngine  # noqa: E402
+
+EXAMPLE = ROOT / "example_repo"
+_GRADIENT = re.compile(r"^### Gradient (\S+): \w+ `([a-z0-9-]+)`", re.M)
+
+
+# ------------------------------------------------------------------------ fake LLM
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def lesson(name: str) -> str:
+    return (f"---\nname: {name}\nstatus: active\nsummary: What run {name} taught.\n"
+            f"tags: [bench]\nmetadata: {{}}\n---\n# Lesson {name}\n\n"
+            f"When: a case like {name} comes up.\n\nProcedure:\n"
+            f"1. Apply the rule {name} records before answering.\n")
+
+
+def _reply(stage: str, messages: ChatMessages) -> str:
+    user = messages[-1]["content"]
+    if stage == "rollout":
+        return "I checked the policy: this is eligible within 24 hours; insurance applies."
+    if stage == "judge":
+        return json.dumps({"passed": True, "score": 1.0, "reason": "fine"})
+    if stage == "analyze":
+        anchor = f"run {_digest(user)}"
+        return json.dumps({"title": f"Lesson from {anchor}", "outcome": "partial",
+                           "summary": "The agent missed a rule.", "key_steps": ["answer"],
+                           "mistakes": ["skipped a check"], "lessons": ["check first"],
+                           "retrieval_anchor": anchor})
+    if stage == "estimate":
+        name = f"lesson-{_digest(user)}"
+        return json.dumps({"edits": [{"name": name, "action": "create",
+                                      "content": lesson(name), "rationale": "learned",
+                                      "confidence": 0.7}]})
+    if stage == "merge":
+        items: dict[str, list[str]] = {}
+        for gid, target in _GRADIENT.findall(user):
+            items.setdefault(target, []).append(gid)
+        return json.dumps({"items": [{"name": t, "action": "upsert", "content": lesson(t),
+                                      "rationale": "merged", "gradient_ids": ids}
+                                     for t, ids in items.items()]})
+    raise AssertionError(f"unexpected stage {stage}")
+
+
+class FakeChat:
+    """Answers every stage validly after ``delay`` seconds; counts like a real model."""
+
+    model = "fake"
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+
+    async def complete(self, messages: ChatMessages, *, stage: str,
+                       response_format: dict[str, Any] | None, max_tokens: int,
+                       temperature: float) -> Completion:
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        text = _reply(stage, messages)
+        return Completion(text=text, finish_reason="stop", model=self.model,
+                          prompt_tokens=sum(len(m["content"]) for m in messages) // 4,
+                          completion_tokens=len(text) // 4)
+
+
+def _delta(before: dict[str, StageUsage], after: dict[str, StageUsage]
+           ) -> dict[str, StageUsage]:
+    out = {}
+    for stage, usage in after.items():
+        old = before.get(stage, StageUsage())
+        if usage.calls != old.calls:
+            out[stage] = StageUsage(calls=usage.calls - old.calls,
+                                    prompt_tokens=usage.prompt_tokens - old.prompt_tokens,
+                                    completion_tokens=usage.completion_tokens
+                                    - old.completion_tokens)
+    return out
+
+
+def _fresh_repo(where: Path) -> ExperienceRepository:
+    init_repository(where, seed=EXAMPLE, bare=True)
+    return ExperienceRepository.open(where)
+
+
+# -------------------------------------------------------------------- part 1: calls
+async def bench_calls(batch_size: int) -> None:
+    train, held_out = (load_cases(EXAMPLE / "cases" / f) for f in ("train.yaml", "eval.yaml"))
+    judged = sum(1 for c in train for k in c.rubric.criteria
+                 if k.check is not None and k.check.type == "llm_judge")
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = _fresh_repo(Path(tmp) / "repo.git")
+        meter = UsageMeter()
+        runtime = LLMRuntime.fixed(FakeChat(), meter=meter)
+        pipeline = build_pipeline(repo, runtime, concurrency=8)
+        phases: list[tuple[str, int, dict[str, StageUsage]]] = []
+        trained: list[Any] = []
+        for phase, cases in (("baseline_eval", held_out), ("train_epoch", train),
+                             ("final_eval", held_out)):
+            before = meter.by_stage()
+            if phase == "train_epoch":
+                result = await pipeline.train(ListCaseLoader(cases, batch_size),
+                                              PipelineContext(mode="propose"))
+                trained = result.epochs[0].batches
+            else:
+                await pipeline.eval(ListCaseLoader(cases, len(cases)), PipelineContext())
+            phases.append((phase, len(cases), _delta(before, meter.by_stage())))
+    print("== LLM calls and tokens (example_repo, fake LLM) ==")
+    print(f"{'phase':<14}{'cases':>6}  {'stage':<9}{'calls':>6}{'prompt tok':>12}"
+          f"{'compl tok':>11}{'calls/case':>12}")
+    for phase, n, usage in phases:
+        for stage, u in usage.items():
+            print(f"{phase:<14}{n:>6}  {stage:<9}{u.calls:>6}{u.prompt_tokens:>12}"
+                  f"{u.completion_tokens:>11}{u.calls / n:>12.2f}")
+    _, n, usage = phases[1]
+    training = sum(usage[s].calls for s in ("analyze", "estimate") if s in usage)
+    merges = sum(usage[s].calls for s in ("merge", "compress") if s in usage)
+    chunks = sum(math.ceil(b.gradients / 16) for b in trained)
+    print(f"training calls per rollout (analyze+estimate): {training / n:.2f} (target <= 2)")
+    print(f"merge+compress calls per batch: {merges / len(trained):.2f} over "
+          f"{len(trained)} batches of <= {batch_size} cases; per chunk of <= 16 gradients: "
+          f"{merges / max(chunks, 1):.2f} (target 1)")
+    print(f"tokens per rollout in training: "
+          f"{sum(u.prompt_tokens + u.completion_tokens for u in usage.values()) / n:.0f}")
+    print(f"judge calls in training: {usage.get('judge', StageUsage()).calls} "
+          f"({judged} llm_judge criteria)")
+    for phase, _, eval_usage in (phases[0], phases[2]):
+        extra = sum(u.calls for s, u in eval_usage.items() if s != "rollout")
+        print(f"{phase}: calls beyond the rollouts: {extra} (target 0)")
+
+
+# ------------------------------------------------------------ part 2: git share
+class GitClock:
+    """Times every GitRepo method (outermost call per thread) as intervals."""
+
+    def __init__(self) -> None:
+        self.intervals: list[tuple[float, float]] = []
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        for name, value in list(vars(GitRepo).items()):
+            if name.startswith("__") or isinstance(value, classmethod | property):
+                continue
+            if isinstance(value, staticmethod):
+                setattr(GitRepo, name, staticmethod(self._wrap(value.__func__)))
+            elif callable(value):
+                setattr(GitRepo, name, self._wrap(value))
+
+    def _wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(func)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(self._local, "depth", 0)
+            self._local.depth = depth + 1
+            start = time.perf_counter()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self._local.depth = depth
+                if depth == 0:
+                    with self._lock:
+                        self.intervals.append((start, time.perf_counter()))
+        return timed
+
+    def totals(self, since: float) -> tuple[float, float]:
+        """(union of the intervals, their sum) after ``since``, in seconds."""
+        spans = sorted((max(s, since), e) for s, e in self.intervals if e > since)
+        union, end = 0.0, since
+        for s, e in spans:
+            if e > end:
+                union += e - max(s, end)
+                end = e
+        return union, sum(e - s for s, e in spans)
+
+
+def _rollout(i: int) -> Rollout:
+    case = Case(name=f"stream-{i}", task_signature="stream", input={"user_query": f"q{i}"},
+                rubric=Rubric(name="r", criteria=[RubricCriterion(name="ok")]))
+    return Rollout(case=case, policy_snapshot_id="recorded", messages=[
+        Message.text("user", f"Question number {i}: can I change my flight?"),
+        Message.text("assistant", f"Answer {i}: no, basic economy cannot be changed.")],
+        evaluation=RubricEvaluation(passed=i % 3 != 0, score=0.5))
+
+
+async def bench_streaming(rollouts: int, producers: int, latency: float, mode: str) -> None:
+    clock = GitClock()
+    clock.install()
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = _fresh_repo(Path(tmp) / "repo.git")
+        meter = UsageMeter()
+        runtime = LLMRuntime.fixed(FakeChat(latency), meter=meter)
+        llm = runtime.structured
+        engine = PolicyTrainingEngine(repo, PatchMergePolicyOptimizer(repo, llm),
+                                      GitPolicyUpdater(repo))
+        trainer = StreamingPolicyTrainer(TrajectoryRolloutAnalyzer(repo, llm),
+                                         ExperienceGradientEstimator(repo, llm), engine,
+                                         max_gradients_per_update=8, max_wait_seconds=2.0,
+                                         timer_check_interval_seconds=0.1)
+        context = PipelineContext(mode="apply" if mode == "apply" else "propose")
+        results: list[RolloutTrainingResult] = []
+        queue = list(range(rollouts))
+
+        async def producer() -> None:
+            while queue:
+                results.append(await trainer.submit_rollout(_rollout(queue.pop()), context))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(producer() for _ in range(producers)))
+        await trainer.close()
+        wall = time.perf_counter() - started
+        union, summed = clock.totals(started)
+        _verify(repo, results, wall, union, summed, trainer, meter, mode, latency, producers)
+
+
+def _verify(repo: ExperienceRepository, results: list[RolloutTrainingResult], wall: float,
+            union: float, summed: float, trainer: StreamingPolicyTrainer, meter: UsageMeter,
+            mode: str, latency: float, producers: int) -> None:
+    gradients = {g.metadata["commit"]: g.target_experience_name
+                 for r in results for g in r.gradients}
+    states = ("applied",) if mode == "apply" else ("open", "applied")
+    cited = {sha for p in list_proposals(repo, states) for sha in p.gradient_commits}
+    main = set(repo.snapshot().names())
+    lost = [sha for sha, name in gradients.items()
+            if sha not in cited or (mode == "apply" and name not in main)]
+    errors = [e for r in results for e in r.errors]
+    print(f"\n== Streaming: {len(results)} rollouts, {producers} producers, "
+          f"{latency * 1000:.0f} ms fake LLM, mode {mode} ==")
+    print(f"wall time: {wall:.1f} s; batches applied: {trainer.batches_applied}; "
+          f"gradients: {len(gradients)}; errors: {len(errors)}"
+          + (f" (first: {errors[0]})" if errors else ""))
+    print(f"git time (union of intervals): {union:.2f} s = {100 * union / wall:.2f}% of "
+          "wall time (target < 5%)")
+    print(f"git time (summed over threads): {summed:.2f} s = {100 * summed / wall:.2f}%")
+    calls = {s: u.calls for s, u in meter.by_stage().items()}
+    print(f"LLM calls: {calls}")
+    print(f"lost updates: {len(lost)} (target 0)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--rollouts", type=int, default=1000)
+    parser.add_argument("--producers", type=int, default=8)
+    parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--mode", choices=("apply", "propose"), default="apply")
+    parser.add_argument("--skip-streaming", action="store_true")
+    args = parser.parse_args()
+    asyncio.run(bench_calls(args.batch_size))
+    if not args.skip_streaming:
+        asyncio.run(bench_streaming(args.rollouts, args.producers, args.latency, args.mode))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""``expgit train-rollouts``: train from recorded rollouts (JSONL)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from expgit.cli._common import json_option, open_repo
+from expgit.cli.train_common import llm_options, make_llm_options, output
+from expgit.train.build import RunOptions, run_train_rollouts
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def train_write_options(func: F) -> F:
+    """``--mode``, ``--pr-body``, ``--report`` (train and train-rollouts)."""
+    for option in reversed([
+        click.option("--mode", type=click.Choice(["propose", "apply"]), default="propose",
+                     show_default=True, help="propose: stop at a proposal branch, main "
+                     "untouched; apply: apply each proposal to main."),
+        click.option("--pr-body", type=click.Path(path_type=Path, dir_okay=False),
+                     help="Write the proposals' PR description (title line, blank line, "
+                     "body) to FILE."),
+        click.option("--report", type=click.Path(path_type=Path, dir_okay=False),
+                     help="Also write the whole run as JSON to FILE."),
+    ]):
+        func = option(func)
+    return func
+
+
+@click.command("train-rollouts")
+@click.argument("rollouts_file", metavar="FILE",
+                type=click.Path(path_type=Path, dir_okay=False))
+@train_write_options
+@llm_options
+@json_option
+@click.pass_context
+def train_rollouts_cmd(ctx: click.Context, rollouts_file: Path, mode: str,
+                       pr_body: Path | None, report: Path | None, llm_choice: str | None,
+                       model: str | None, base_url: str | None, concurrency: int,
+                       as_json: bool) -> None:
+    """Train from recorded rollouts: FILE holds one Rollout JSON object per line, each
+    with its case (and, ideally, its evaluation). One update against the current main.
+    """
+    options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
+                         concurrency=concurrency, mode="apply" if mode == "apply" else "propose",
+                         pr_body=pr_body)
+    output(asyncio.run(run_train_rollouts(open_repo(ctx), rollouts_file, options)), as_json,
+           report)

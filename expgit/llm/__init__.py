@@ -1,0 +1,1 @@
+"""The LLM port: chat models, structured output, usage accounting."""

@@ -1,0 +1,196 @@
+"""Choosing and opening the LLM: an OpenAI-compatible endpoint or the embedded model.
+
+:func:`resolve_llm` decides from ``[llm]`` settings, the environment and command-line
+overrides; :func:`open_llm` returns an :class:`LLMRuntime`, an async context manager that
+starts what is needed (the local server), exposes ``structured``, ``chat``,
+``embeddings``, ``meter`` and ``description`` inside, and stops everything on exit::
+
+    async with open_llm(settings.llm, choice=None, model=None, base_url=None,
+                        meter=None) as llm:
+        answer = await llm.structured.generate("judge", system, user, Verdict)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from expgit.errors import UsageError
+from expgit.llm.local import LocalModelServer, check_server_installed, find_gguf, model_name
+from expgit.llm.openai_chat import OpenAIChatModel
+from expgit.llm.port import ChatModel, EmbeddingModel, UsageMeter
+from expgit.llm.structured import Mode, StructuredLLM
+from expgit.settings import LLMSettings
+
+Choice = Literal["local", "openai"]
+LOCAL_MIN_TIMEOUT_SECONDS = 300.0  # requests are queued client-side; generation is slow
+
+
+@dataclass(frozen=True)
+class ResolvedLLM:
+    """Where the calls go: ``base_url`` None with ``openai`` means api.openai.com."""
+
+    choice: Choice
+    model: str
+    base_url: str | None
+    api_key: str | None
+    mode: Mode
+    gguf: Path | None = None  # local only
+
+
+def resolve_llm(settings: LLMSettings, *, choice: Choice | None, model: str | None,
+                base_url: str | None, environ: Mapping[str, str] | None = None
+                ) -> ResolvedLLM:
+    """Flags win over the environment (``OPENAI_BASE_URL``, the key variable named by
+    ``api_key_env``), which wins over ``expgit.toml``. With no choice: ``openai`` when a
+    base URL or an API key is configured, else the embedded ``local`` model."""
+    env = os.environ if environ is None else environ
+    api_key = env.get(settings.api_key_env) or None
+    if choice == "local":
+        if base_url:
+            raise UsageError("--base-url cannot be used with --llm local",
+                             hint="drop --base-url, or use --llm openai")
+        gguf = _local_model(model)
+        check_server_installed()
+        return ResolvedLLM("local", model_name(gguf), None, None, "json_object", gguf)
+    endpoint = base_url or env.get("OPENAI_BASE_URL") or settings.base_url or None
+    if choice is None and endpoint is None and api_key is None:
+        return resolve_llm(settings, choice="local", model=model, base_url=None,
+                           environ=env)
+    if endpoint is None and api_key is None:
+        raise UsageError(
+            "--llm openai needs an endpoint, and none is configured",
+            hint=f"set {settings.api_key_env} for api.openai.com, or OPENAI_BASE_URL / "
+                 "--base-url / [llm] base_url for another OpenAI-compatible server")
+    return ResolvedLLM("openai", model or settings.model, endpoint, api_key,
+                       settings.structured_output)
+
+
+def _local_model(model: str | None) -> Path:
+    if not model:
+        return find_gguf()
+    path = Path(model).expanduser()
+    if path.suffix != ".gguf" or not path.is_file():
+        raise UsageError(f"--model {model!r}: with --llm local, --model must be the path of "
+                         "a .gguf file", hint="omit --model to use the bundled SmolLM2-135M")
+    return path
+
+
+class LLMRuntime:
+    """The opened LLM: ``structured``, ``chat``, ``embeddings`` (None when not
+    configured), ``meter`` and a one-line ``description``; valid inside ``async with``."""
+
+    def __init__(self, settings: LLMSettings, resolved: ResolvedLLM, meter: UsageMeter
+                 ) -> None:
+        self.settings = settings
+        self.resolved = resolved
+        self.meter = meter
+        self._server: LocalModelServer | None = None
+        self._client: OpenAIChatModel | None = None
+        self._chat: ChatModel | None = None
+        self._structured: StructuredLLM | None = None
+        self._embeddings: EmbeddingModel | None = None
+        self._description = (f"local {resolved.model} (not started)"
+                             if resolved.choice == "local" else
+                             f"{resolved.model} at {resolved.base_url or 'api.openai.com'}")
+
+    @classmethod
+    def fixed(cls, chat: ChatModel, *, meter: UsageMeter | None = None,
+              mode: Mode = "json_schema", embeddings: EmbeddingModel | None = None,
+              settings: LLMSettings | None = None, description: str | None = None
+              ) -> LLMRuntime:
+        """A runtime around a given model (tests, benchmarks: ScriptedChatModel)."""
+        settings = settings or LLMSettings()
+        runtime = cls(settings, ResolvedLLM("openai", chat.model, None, None, mode),
+                      meter or UsageMeter(dict(settings.prices)))
+        runtime._wire(chat, embeddings)
+        runtime._description = description or f"{chat.model} (in-process)"
+        return runtime
+
+    def _wire(self, chat: ChatModel, embeddings: EmbeddingModel | None) -> None:
+        self._chat = chat
+        self._embeddings = embeddings
+        self._structured = StructuredLLM(
+            chat, self.meter, mode=self.resolved.mode, max_tokens=self.settings.max_tokens,
+            temperature=self.settings.temperature)
+
+    def _require(self) -> tuple[ChatModel, StructuredLLM]:
+        if self._chat is None or self._structured is None:
+            raise RuntimeError("the LLM runtime is not open: use `async with open_llm(...)`")
+        return self._chat, self._structured
+
+    @property
+    def chat(self) -> ChatModel:
+        return self._require()[0]
+
+    @property
+    def structured(self) -> StructuredLLM:
+        return self._require()[1]
+
+    @property
+    def embeddings(self) -> EmbeddingModel | None:
+        self._require()
+        return self._embeddings
+
+    @property
+    def description(self) -> str:
+        return self._description
+
+    async def __aenter__(self) -> LLMRuntime:
+        if self._chat is not None:
+            return self
+        settings, resolved = self.settings, self.resolved
+        if resolved.choice == "local":
+            server = LocalModelServer(resolved.gguf)
+            await server.__aenter__()
+            try:  # one request at a time: the server serialises them anyway
+                client = OpenAIChatModel(
+                    base_url=server.base_url, api_key=None, model=resolved.model,
+                    timeout_seconds=max(settings.timeout_seconds, LOCAL_MIN_TIMEOUT_SECONDS),
+                    max_retries=settings.max_retries, max_concurrency=1)
+            except BaseException:
+                await server.__aexit__(None, None, None)
+                raise
+            self._server = server
+            self._description = f"local {resolved.model} at {server.base_url}"
+        else:
+            client = OpenAIChatModel(
+                base_url=resolved.base_url, api_key=resolved.api_key, model=resolved.model,
+                timeout_seconds=settings.timeout_seconds, max_retries=settings.max_retries,
+                embeddings_model=settings.embeddings_model)
+            self._description = f"{resolved.model} at {client.endpoint}"
+        self._client = client
+        self._wire(client, client if client.embeddings_model else None)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        client, server = self._client, self._server
+        self._client = self._server = None
+        self._chat = self._structured = self._embeddings = None
+        try:
+            if client is not None:
+                await client.aclose()
+        finally:
+            if server is not None:
+                await server.__aexit__(None, None, None)
+
+
+def open_llm(settings: LLMSettings, *, choice: Choice | None, model: str | None,
+             base_url: str | None, meter: UsageMeter | None,
+             environ: Mapping[str, str] | None = None) -> LLMRuntime:
+    """Resolve the LLM (raising UsageError at once when it cannot work) and return the
+    runtime to open with ``async with``. The meter gets the ``[llm] prices`` table."""
+    resolved = resolve_llm(settings, choice=choice, model=model, base_url=base_url,
+                           environ=environ)
+    prices = dict(settings.prices)
+    if resolved.choice == "local":
+        prices.pop("*", None)  # a catch-all API price does not apply to the local model
+    if meter is None:
+        meter = UsageMeter(prices)
+    else:
+        for name, price in prices.items():
+            meter.prices.setdefault(name, price)
+    return LLMRuntime(settings, resolved, meter)

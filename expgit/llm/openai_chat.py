@@ -1,0 +1,232 @@
+"""The production chat and embedding model: the ``openai`` client against any
+OpenAI-compatible ``base_url`` (OpenAI, vLLM, llama.cpp's server, ...).
+
+Transient failures (408/409/429/5xx, timeouts, connection errors) are retried here with
+exponential backoff and jitter, honouring ``Retry-After`` / ``retry-after-ms`` and
+``x-should-retry``; the client's own retries are off so that every HTTP attempt is ours
+to count and bound. Every failure leaves as :class:`~expgit.llm.port.LLMError`, with a
+hint when the cause is a configuration problem (key, model, response format).
+
+The client's HTTP layer (``httpx`` in openai 1.x, the ``httpx2`` fork in 3.x) is never
+touched directly: only ``openai``'s own exception types and response objects are used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import openai
+
+from expgit.llm.port import ChatMessages, Completion, LLMError
+
+R = TypeVar("R")
+
+_RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+MAX_RETRY_AFTER_SECONDS = 120.0  # a longer server-requested wait fails instead
+MAX_BACKOFF_SECONDS = 20.0
+_HINTS = {
+    401: "check the API key: expgit reads it from the environment variable named by "
+         "[llm] api_key_env (default OPENAI_API_KEY)",
+    403: "the API key is not allowed to use this model or endpoint",
+    404: "check the model name (--model / [llm] model) and the base URL "
+         "(--base-url / OPENAI_BASE_URL / [llm] base_url; it usually ends in /v1)",
+}
+_FORMAT_HINT = ("if the endpoint does not support this response_format, set "
+                '[llm] structured_output = "json_object" or "prompt" in expgit.toml')
+
+
+def _retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds the server asked us to wait (``retry-after-ms``, ``retry-after`` as seconds
+    or as an HTTP date), or None when it did not say."""
+    if headers is None:
+        return None
+    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / divisor
+        except ValueError:
+            continue
+        return max(seconds, 0.0) if math.isfinite(seconds) else math.inf
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        when = email.utils.parsedate_tz(value)
+        return None if when is None else max(email.utils.mktime_tz(when) - time.time(), 0.0)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _short(text: object, limit: int = 300) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+def _error_code(exc: openai.APIStatusError) -> str | None:
+    body = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("code"), str):
+            return str(inner["code"])
+    return None
+
+
+class OpenAIChatModel:
+    """Chat completions (and embeddings, with ``embeddings_model``) from an
+    OpenAI-compatible endpoint, with our own bounded retries.
+
+    ``max_retries`` is the number of retries after the first attempt. ``max_concurrency``
+    bounds the requests in flight from this object (the local server runs one at a
+    time; queueing here keeps its requests from timing out while they wait).
+    """
+
+    def __init__(self, *, base_url: str | None, api_key: str | None, model: str,
+                 timeout_seconds: float = 60.0, max_retries: int = 4,
+                 backoff_seconds: float = 0.5, embeddings_model: str | None = None,
+                 max_concurrency: int | None = None) -> None:
+        if max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        self.model = model
+        self.embeddings_model = embeddings_model
+        self.base_url = base_url
+        self.max_retries = max_retries
+        self.backoff_seconds = backoff_seconds
+        self.attempts = 0  # HTTP attempts made, retries included
+        self._limit = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        self.client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_seconds,
+            max_retries=0)
+        self.timeout_seconds = timeout_seconds
+
+    @property
+    def endpoint(self) -> str:
+        return str(self.client.base_url).rstrip("/")
+
+    def _backoff(self, attempt: int) -> float:
+        base = min(self.backoff_seconds * (2 ** attempt), MAX_BACKOFF_SECONDS)
+        return float(base * (0.5 + random.random() / 2))
+
+    def _status_failure(self, what: str, exc: openai.APIStatusError, attempt: int
+                        ) -> tuple[LLMError | None, float]:
+        """(error to raise, or None and the delay before the next attempt)."""
+        status = exc.status_code
+        headers = exc.response.headers if exc.response is not None else None
+        detail = f"{what}: {self.endpoint} answered HTTP {status}: {_short(exc.message)}"
+        code = _error_code(exc)
+        should = (headers.get("x-should-retry") or "").lower() if headers else ""
+        # llama.cpp's server answers a response_format it does not know with HTTP 500:
+        # a refused request format is never transient, whatever the status says.
+        refused_format = "response_format" in str(exc.message)
+        retryable = (should == "true" or (status in _RETRYABLE_STATUS and should != "false")
+                     ) and code != "insufficient_quota" and not refused_format
+        if not retryable:
+            hint = _HINTS.get(status)
+            if code == "insufficient_quota":
+                hint = "the account behind the API key has no quota left"
+            elif refused_format:
+                hint = _FORMAT_HINT
+            return LLMError(detail, hint=hint), 0.0
+        if attempt >= self.max_retries:
+            return LLMError(f"{detail} (gave up after {attempt + 1} attempts)"), 0.0
+        wait = _retry_after(headers)
+        if wait is not None and wait > MAX_RETRY_AFTER_SECONDS:
+            return LLMError(f"{detail} (the endpoint asks to wait {wait:.0f}s, more than "
+                            f"{MAX_RETRY_AFTER_SECONDS:.0f}s)"), 0.0
+        return None, self._backoff(attempt) if wait is None else wait
+
+    async def _with_retries(self, what: str, call: Callable[[], Awaitable[R]]) -> R:
+        attempt = 0
+        while True:
+            self.attempts += 1
+            try:
+                if self._limit is None:
+                    return await call()
+                async with self._limit:
+                    return await call()
+            except openai.APIStatusError as exc:
+                error, delay = self._status_failure(what, exc, attempt)
+                if error is not None:
+                    raise error from None
+            except openai.APITimeoutError:
+                if attempt >= self.max_retries:
+                    raise LLMError(
+                        f"{what}: {self.endpoint} timed out ({self.timeout_seconds:g}s per "
+                        f"request) {attempt + 1} times", hint="raise [llm] timeout_seconds "
+                        "in expgit.toml, or check that the endpoint is not overloaded"
+                    ) from None
+                delay = self._backoff(attempt)
+            except openai.APIConnectionError as exc:
+                if attempt >= self.max_retries:
+                    raise LLMError(f"{what}: {self.endpoint} could not be reached after "
+                                   f"{attempt + 1} attempts: {_short(exc.message)}") from None
+                delay = self._backoff(attempt)
+            except openai.OpenAIError as exc:  # malformed response body, client misuse
+                raise LLMError(f"{what}: {self.endpoint} failed: {_short(exc)}") from None
+            except ValueError as exc:  # a body that claims to be JSON and is not
+                raise LLMError(f"{what}: {self.endpoint} returned an unreadable response: "
+                               f"{_short(exc)}") from None
+            attempt += 1
+            await asyncio.sleep(delay)
+
+    async def complete(self, messages: ChatMessages, *, stage: str,
+                       response_format: dict[str, Any] | None, max_tokens: int,
+                       temperature: float) -> Completion:
+        extra: dict[str, Any] = {"response_format": response_format} if response_format else {}
+
+        async def call() -> Any:
+            return await self.client.chat.completions.create(
+                model=self.model, messages=messages,  # type: ignore[arg-type]
+                max_tokens=max_tokens, temperature=temperature, **extra)
+
+        response = await self._with_retries(f"{stage} ({self.model})", call)
+        try:
+            choice = response.choices[0]
+            usage = response.usage
+            return Completion(
+                text=choice.message.content or "", finish_reason=choice.finish_reason,
+                prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
+                completion_tokens=(usage.completion_tokens or 0) if usage else 0,
+                model=getattr(response, "model", None) or self.model)
+        except (AttributeError, IndexError, TypeError, ValueError):
+            raise LLMError(f"{stage}: {self.endpoint} returned a malformed chat completion: "
+                           f"{_short(response)}") from None
+
+    async def embed(self, texts: list[str], *, stage: str) -> list[list[float]]:
+        """One embedding per text, in order (one call; none for an empty list)."""
+        if not self.embeddings_model:
+            raise LLMError(f"{stage}: no embeddings model is configured",
+                           hint="set [llm] embeddings_model in expgit.toml")
+        if not texts:
+            return []
+        model = self.embeddings_model
+
+        async def call() -> Any:
+            return await self.client.embeddings.create(model=model, input=texts)
+
+        response = await self._with_retries(f"{stage} ({model})", call)
+        try:
+            items = sorted(response.data, key=lambda item: item.index)
+            vectors = [[float(x) for x in item.embedding] for item in items]
+        except (AttributeError, TypeError, ValueError):
+            raise LLMError(f"{stage}: {self.endpoint} returned malformed embeddings") from None
+        if len(vectors) != len(texts):
+            raise LLMError(f"{stage}: {self.endpoint} returned {len(vectors)} embeddings "
+                           f"for {len(texts)} texts")
+        return vectors
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+    async def __aenter__(self) -> OpenAIChatModel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,104 @@
+"""The chat-model port and the usage meter.
+
+Production implements :class:`ChatModel` with the ``openai`` client against any
+OpenAI-compatible ``base_url``; tests use :class:`expgit.llm.scripted.ScriptedChatModel`.
+Every call is counted by stage in a :class:`UsageMeter`, with tokens and cost.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+from expgit.errors import ExpgitError
+
+
+class LLMError(ExpgitError):
+    """The LLM endpoint failed (after retries), or its output was unusable."""
+
+
+class LLMOutputError(LLMError):
+    """The model answered, but not with what was asked (invalid JSON, truncated)."""
+
+
+class Completion(BaseModel):
+    text: str
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model: str = ""
+
+
+ChatMessages = list[dict[str, str]]
+
+
+class ChatModel(Protocol):
+    """One chat completion per :meth:`complete` call.
+
+    May assume: ``messages`` are OpenAI-style ``{"role", "content"}`` dicts. ``stage``
+    names the pipeline stage for accounting and scripted tests. ``response_format`` is
+    passed through to the endpoint as given (None: plain text).
+    Must: return the assistant text, finish reason and token usage; retry transient
+    transport failures (429, 5xx, timeouts) with backoff itself. Must never parse or
+    validate the text (the caller does). Raises :class:`LLMError` when the endpoint keeps
+    failing or refuses the request.
+    """
+
+    model: str
+
+    async def complete(self, messages: ChatMessages, *, stage: str,
+                       response_format: dict[str, Any] | None, max_tokens: int,
+                       temperature: float) -> Completion: ...
+
+
+class EmbeddingModel(Protocol):
+    """Embeds texts; one endpoint call per :meth:`embed`. Raises LLMError on failure."""
+
+    async def embed(self, texts: list[str], *, stage: str) -> list[list[float]]: ...
+
+
+class Price(BaseModel):
+    prompt_per_million: float = Field(default=0.0, ge=0)
+    completion_per_million: float = Field(default=0.0, ge=0)
+
+
+class StageUsage(BaseModel):
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+
+
+class UsageMeter:
+    """Thread-safe per-stage counts of calls, tokens and cost."""
+
+    def __init__(self, prices: dict[str, Price] | None = None) -> None:
+        self.prices = prices or {}
+        self._stages: dict[str, StageUsage] = {}
+        self._lock = threading.Lock()
+
+    def record(self, stage: str, completion: Completion) -> None:
+        price = self.prices.get(completion.model) or self.prices.get("*") or Price()
+        cost = (completion.prompt_tokens * price.prompt_per_million
+                + completion.completion_tokens * price.completion_per_million) / 1e6
+        with self._lock:
+            usage = self._stages.setdefault(stage, StageUsage())
+            usage.calls += 1
+            usage.prompt_tokens += completion.prompt_tokens
+            usage.completion_tokens += completion.completion_tokens
+            usage.cost += cost
+
+    def by_stage(self) -> dict[str, StageUsage]:
+        with self._lock:
+            return {k: v.model_copy() for k, v in sorted(self._stages.items())}
+
+    def total(self) -> StageUsage:
+        total = StageUsage()
+        for usage in self.by_stage().values():
+            total.calls += usage.calls
+            total.prompt_tokens += usage.prompt_tokens
+            total.completion_tokens += usage.completion_tokens
+            total.cost += usage.cost
+        return total

@@ -1,0 +1,105 @@
+"""Structured output: prompts from templates, replies validated with pydantic.
+
+Modes (``[llm] structured_output`` in expgit.toml):
+
+* ``json_schema`` (default): ``response_format={"type": "json_schema", ...}``;
+* ``json_object``: ``{"type": "json_object", "schema": ...}`` and the schema in the
+  prompt (llama.cpp's server accepts this form, not ``json_schema``);
+* ``prompt``: no ``response_format``; the schema is only in the prompt.
+
+Every reply is validated; an invalid one gets exactly one repair round. A reply cut off
+by the token limit (``finish_reason == "length"``) is a failure, never repaired.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from expgit.llm.port import ChatMessages, ChatModel, LLMOutputError, UsageMeter
+
+T = TypeVar("T", bound=BaseModel)
+Mode = Literal["json_schema", "json_object", "prompt"]
+_FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.S)
+
+
+def parse_json_reply(text: str, output: type[T]) -> T:
+    """Validate a reply as ``output``; tolerates a ```json fence around it."""
+    stripped = text.strip()
+    match = _FENCE.match(stripped)
+    payload = match.group(1) if match else stripped
+    try:
+        data = json.loads(payload)
+    except ValueError as exc:
+        raise LLMOutputError(f"the reply is not JSON: {exc}") from None
+    try:
+        return output.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}"
+                             for e in exc.errors()[:8])
+        raise LLMOutputError(f"the reply does not match the schema: {problems}") from None
+
+
+class StructuredLLM:
+    def __init__(self, model: ChatModel, meter: UsageMeter, *, mode: Mode = "json_schema",
+                 max_tokens: int = 2048, temperature: float = 0.2) -> None:
+        self.model = model
+        self.meter = meter
+        self.mode = mode
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+
+    def _format(self, output: type[BaseModel]) -> dict[str, Any] | None:
+        schema = output.model_json_schema()
+        if self.mode == "json_schema":
+            return {"type": "json_schema",
+                    "json_schema": {"name": output.__name__, "schema": schema}}
+        if self.mode == "json_object":
+            return {"type": "json_object", "schema": schema}
+        return None
+
+    def _schema_note(self, output: type[BaseModel]) -> str:
+        return ("\n\nReply with exactly one JSON object, no other text, matching this JSON "
+                f"Schema:\n{json.dumps(output.model_json_schema(), separators=(',', ':'))}")
+
+    async def _call(self, messages: ChatMessages, stage: str, fmt: dict[str, Any] | None
+                    ) -> str:
+        completion = await self.model.complete(
+            messages, stage=stage, response_format=fmt, max_tokens=self.max_tokens,
+            temperature=self.temperature)
+        self.meter.record(stage, completion)
+        if completion.finish_reason == "length":
+            raise LLMOutputError(f"{stage}: the reply was cut off at {self.max_tokens} "
+                                 "tokens (finish_reason=length)")
+        return completion.text
+
+    async def text(self, stage: str, messages: ChatMessages) -> str:
+        """A free-text reply (one call), e.g. the agent's answer in a rollout."""
+        return await self._call(messages, stage, None)
+
+    async def generate(self, stage: str, system: str, user: str, output: type[T]) -> T:
+        """One validated object of type ``output`` (at most two calls: ask, repair)."""
+        if self.mode != "json_schema":
+            user += self._schema_note(output)
+        messages: ChatMessages = [{"role": "system", "content": system},
+                                  {"role": "user", "content": user}]
+        fmt = self._format(output)
+        text = await self._call(messages, stage, fmt)
+        try:
+            return parse_json_reply(text, output)
+        except LLMOutputError as first:
+            repair = [
+                *messages,
+                {"role": "assistant", "content": text},
+                {"role": "user", "content": f"That reply was invalid: {first.message}. "
+                 "Reply again with only the corrected JSON object." + self._schema_note(output)},
+            ]
+            text = await self._call(repair, f"{stage}", fmt)
+            try:
+                return parse_json_reply(text, output)
+            except LLMOutputError as second:
+                raise LLMOutputError(f"{stage}: invalid reply after one repair round: "
+                                     f"{second.message}") from None

@@ -1,0 +1,1 @@
+"""The training pipeline: rollouts -> trajectories -> gradients -> patch merge -> apply."""

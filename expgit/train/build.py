@@ -1,0 +1,218 @@
+"""Wiring: the real training components from a repository and an LLM runtime, and the
+three runs the CLI offers (``train``, ``eval``, ``train-rollouts``), each one call.
+
+Cases and rollouts files are read (and refused, exit 5) before any model is started.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from pydantic import ValidationError
+
+from expgit.errors import InvalidInputError, NotFoundError
+from expgit.llm.port import EmbeddingModel
+from expgit.llm.structured import StructuredLLM
+from expgit.proposals import find_proposal
+from expgit.repository import ExperienceRepository
+from expgit.train.cases import ListCaseLoader, load_cases
+from expgit.train.components.evaluator import RubricRolloutEvaluator
+from expgit.train.components.executor import SingleTurnLLMRolloutExecutor
+from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
+from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer
+from expgit.train.components.policy_trainer import BatchPolicyTrainer
+from expgit.train.components.policy_updater import GitPolicyUpdater
+from expgit.train.components.snapshotter import ContentHashPolicySnapshotter
+from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
+from expgit.train.context import PipelineContext
+from expgit.train.domain import Rollout
+from expgit.train.engine import PolicyTrainingEngine
+from expgit.train.pipeline import (
+    BatchRecord,
+    OfflinePolicyOptimizationPipeline,
+    PhaseMetrics,
+    PipelineObserver,
+    add_training,
+)
+from expgit.train.relevance import EmbeddingRanker, ExperienceRanker
+from expgit.train.report import RunReport, UsageReport
+
+if TYPE_CHECKING:
+    from expgit.llm.factory import LLMRuntime
+
+Mode = Literal["propose", "apply"]
+ObserverFactory = Callable[[dict[str, int]], PipelineObserver]
+
+
+class LLMHandles(Protocol):
+    """What the components need of an LLM runtime (an ``LLMRuntime``, or a test's own)."""
+
+    @property
+    def structured(self) -> StructuredLLM: ...
+
+    @property
+    def embeddings(self) -> EmbeddingModel | None: ...
+
+
+@dataclass(frozen=True)
+class LLMOptions:
+    """Command-line choices of the model; None: from expgit.toml and the environment."""
+
+    choice: Literal["local", "openai"] | None = None
+    model: str | None = None
+    base_url: str | None = None
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    llm: LLMOptions = field(default_factory=LLMOptions)
+    concurrency: int = 4
+    mode: Mode = "propose"
+    pr_body: Path | None = None
+    progress: ObserverFactory | None = None
+
+
+def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurrency: int = 4,
+                   top_k: int | None = None, observer: PipelineObserver | None = None
+                   ) -> OfflinePolicyOptimizationPipeline:
+    """The RFC's default chain on ``repo``: single-turn executor with the rubric
+    evaluator, trajectory analyzer, gradient estimator, patch-merge optimizer, git
+    updater, batch trainer; relevance by embeddings when the runtime has them."""
+    llm = runtime.structured
+    ranker: ExperienceRanker | None = (EmbeddingRanker(runtime.embeddings)
+                                       if runtime.embeddings is not None else None)
+    evaluator = RubricRolloutEvaluator(llm, repo=repo)
+    executor = SingleTurnLLMRolloutExecutor(llm, evaluator, ranker=ranker, top_k=top_k,
+                                            concurrency=concurrency, repo=repo)
+    engine = PolicyTrainingEngine(repo, PatchMergePolicyOptimizer(repo, llm, ranker),
+                                  GitPolicyUpdater(repo))
+    trainer = BatchPolicyTrainer(TrajectoryRolloutAnalyzer(repo, llm, evaluator),
+                                 ExperienceGradientEstimator(repo, llm, ranker), engine,
+                                 concurrency=concurrency)
+    return OfflinePolicyOptimizationPipeline(repo, ContentHashPolicySnapshotter(), executor,
+                                             trainer, observer=observer)
+
+
+def load_rollouts(path: Path) -> list[Rollout]:
+    """Recorded rollouts, one Rollout JSON object per line (each with its case)."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise NotFoundError(f"{path}: no such rollouts file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"{path}: cannot read the rollouts file: {exc}") from None
+    rollouts: list[Rollout] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rollouts.append(Rollout.model_validate(json.loads(line)))
+        except ValueError as exc:  # JSONDecodeError and pydantic's ValidationError
+            detail = ("; ".join(f"{'.'.join(map(str, e['loc'])) or 'rollout'}: {e['msg']}"
+                                for e in exc.errors()[:5])
+                      if isinstance(exc, ValidationError) else f"not valid JSON: {exc}")
+            raise InvalidInputError(f"{path}: line {number}: {detail}") from None
+    if not rollouts:
+        raise InvalidInputError(f"{path}: contains no rollouts")
+    return rollouts
+
+
+def write_pr_body(repo: ExperienceRepository, proposal_ids: list[str], path: Path) -> None:
+    """The PR description of the run's proposals (title line, blank line, body); several
+    proposals are written one after the other, separated by a ``---`` line."""
+    bodies = []
+    for pid in proposal_ids:
+        proposal = find_proposal(repo, pid)
+        bodies.append(f"{proposal.subject}\n\n{proposal.description.rstrip()}\n")
+    try:
+        path.write_text("\n---\n\n".join(bodies))
+    except OSError as exc:
+        raise InvalidInputError(f"{path}: cannot write the PR body: {exc.strerror}") from None
+
+
+def _report(command: str, repo: ExperienceRepository, runtime: LLMRuntime,
+            options: RunOptions, phases: list[PhaseMetrics], started: float) -> RunReport:
+    report = RunReport(command=command, repository=str(repo.git.work_tree or repo.git.git_dir),
+                       llm=runtime.description, phases=phases,
+                       mode=None if command == "eval" else options.mode,
+                       usage=UsageReport.of(runtime.meter))
+    report.proposals = [p for m in phases for p in m.proposals]
+    report.applied_commits = [c for m in phases for c in m.applied_commits]
+    if options.pr_body is not None and report.proposals:
+        write_pr_body(repo, report.proposals, options.pr_body)
+        report.pr_body = str(options.pr_body)
+    report.seconds = time.monotonic() - started
+    report.check()
+    return report
+
+
+def _llm(repo: ExperienceRepository, options: RunOptions) -> LLMRuntime:
+    from expgit.llm.factory import open_llm  # the openai client loads only when needed
+
+    return open_llm(repo.settings.llm, choice=options.llm.choice, model=options.llm.model,
+                    base_url=options.llm.base_url, meter=None)
+
+
+def _observer(options: RunOptions, totals: dict[str, int]) -> PipelineObserver | None:
+    return options.progress(totals) if options.progress is not None else None
+
+
+async def run_train(repo: ExperienceRepository, cases: Path, options: RunOptions, *,
+                    eval_cases: Path | None = None, epochs: int = 1,
+                    batch_size: int | None = None) -> RunReport:
+    """Baseline eval (with ``eval_cases``), ``epochs`` training epochs, final eval."""
+    train_set = load_cases(cases)
+    eval_set = load_cases(eval_cases) if eval_cases is not None else None
+    started = time.monotonic()
+    totals = {"train_epoch": len(train_set),
+              "baseline_eval": len(eval_set or []), "final_eval": len(eval_set or [])}
+    async with _llm(repo, options) as runtime:
+        pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
+                                  observer=_observer(options, totals))
+        result = await pipeline.train(
+            ListCaseLoader(train_set, batch_size or len(train_set)),
+            PipelineContext(max_epochs=epochs, mode=options.mode),
+            ListCaseLoader(eval_set, batch_size or len(eval_set)) if eval_set else None)
+        report = _report("train", repo, runtime, options, result.phases, started)
+    report.main_before, report.main_after = result.main_before, result.main_after
+    report.notes = result.notes
+    return report
+
+
+async def run_eval(repo: ExperienceRepository, cases: Path, options: RunOptions, *,
+                   batch_size: int | None = None) -> RunReport:
+    """Run and score the cases against ``main``; writes nothing."""
+    eval_set = load_cases(cases)
+    started = time.monotonic()
+    async with _llm(repo, options) as runtime:
+        pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
+                                  observer=_observer(options, {"eval": len(eval_set)}))
+        result = await pipeline.eval(ListCaseLoader(eval_set, batch_size or len(eval_set)),
+                                     PipelineContext(epoch=0))
+        report = _report("eval", repo, runtime, options, [result.metrics], started)
+    report.main_before = report.main_after = result.metrics.batches[0].policy_commit
+    return report
+
+
+async def run_train_rollouts(repo: ExperienceRepository, rollouts_file: Path,
+                             options: RunOptions) -> RunReport:
+    """Train once on recorded rollouts against the current ``main``."""
+    rollouts = load_rollouts(rollouts_file)
+    started = time.monotonic()
+    main_before = repo.main_commit()
+    async with _llm(repo, options) as runtime:
+        pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency)
+        context = PipelineContext(mode=options.mode)
+        result = await pipeline.train_from_rollouts(rollouts, context)
+        metrics = PhaseMetrics(phase="train_rollouts", epoch=0)
+        record = BatchRecord(batch=0, cases=len(rollouts), policy_commit=main_before,
+                             policy_snapshot_id=repo.snapshot(main_before).id)
+        add_training(metrics, record, rollouts, result, options.mode)
+        report = _report("train-rollouts", repo, runtime, options, [metrics], started)
+    report.main_before, report.main_after = main_before, repo.main_commit()
+    return report

@@ -1,0 +1,1 @@
+"""Implementations of the training Protocols, one component per module."""

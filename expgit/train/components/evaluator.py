@@ -1,0 +1,149 @@
+"""RubricRolloutEvaluator: a rollout judged by its case's rubric.
+
+Texts a check looks at (``check.target``): ``final_answer`` = the plain text of the last
+assistant message ("" if there is none); ``transcript`` = every message rendered as
+``role: text`` with tool calls as ``[tool NAME(INPUT) -> STATUS: OUTPUT]``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from expgit.llm.structured import StructuredLLM
+from expgit.repository import ExperienceRepository
+from expgit.templates import render_prompt
+from expgit.train.checks import LLMJudgeCheck, run_check
+from expgit.train.context import PipelineContext
+from expgit.train.domain import (
+    Case,
+    CriterionResult,
+    Message,
+    Rollout,
+    RubricCriterion,
+    RubricEvaluation,
+    TextPart,
+)
+
+NO_CHECK = "no check; the environment must evaluate"
+NO_JUDGE = "llm_judge criterion, but no LLM judge is configured"
+
+
+class JudgeVerdict(BaseModel):
+    """The judge's reply for one ``llm_judge`` criterion."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    passed: bool
+    score: float = Field(ge=0, le=1)
+    reason: str
+
+
+def final_answer(messages: Sequence[Message]) -> str:
+    """The plain text of the last assistant message, or "" if there is none."""
+    for message in reversed(messages):
+        if message.role == "assistant":
+            return message.plain_text
+    return ""
+
+
+def render_transcript(messages: Sequence[Message]) -> str:
+    """Every message as ``role: text``; tool parts rendered inline."""
+    lines: list[str] = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, TextPart):
+                lines.append(f"{message.role}: {part.text}")
+            else:
+                args = json.dumps(part.tool_input, ensure_ascii=False, sort_keys=True)
+                output = "" if part.tool_output is None else part.tool_output
+                lines.append(f"{message.role}: [tool {part.tool_name}({args}) -> "
+                             f"{part.tool_status}: {output}]")
+    return "\n".join(lines)
+
+
+def user_turn(case: Case) -> str:
+    """The case input as the user's message: ``user_query`` if present, else the JSON."""
+    query = case.input.get("user_query")
+    if query is not None:
+        return query if isinstance(query, str) else json.dumps(query, ensure_ascii=False)
+    return json.dumps(case.input, ensure_ascii=False, indent=2, sort_keys=True)
+
+
+def aggregate(results: list[CriterionResult], criteria: Sequence[RubricCriterion],
+              extra_feedback: Sequence[str] = ()) -> RubricEvaluation:
+    """passed = every required criterion passed; score = weight-weighted mean (0 if the
+    total weight is 0); feedback = the failing criteria's feedback."""
+    total = sum(c.weight for c in criteria)
+    score = sum(c.weight * r.score for c, r in zip(criteria, results, strict=True)) / total \
+        if total > 0 else 0.0
+    passed = all(r.passed for c, r in zip(criteria, results, strict=True) if c.required)
+    feedback = [*extra_feedback, *(f"{r.criterion_name}: {line}" for r in results
+                                   if not r.passed for line in r.feedback)]
+    return RubricEvaluation(passed=passed, score=min(1.0, max(0.0, score)),
+                            criterion_results=results, feedback=feedback)
+
+
+def failed_evaluation(case: Case, reason: str) -> RubricEvaluation:
+    """A failed evaluation (score 0) of a rollout that did not run: every criterion failed."""
+    results = [CriterionResult(criterion_name=c.name, passed=False, score=0.0,
+                               feedback=["not evaluated: the rollout failed"])
+               for c in case.rubric.criteria]
+    return RubricEvaluation(passed=False, score=0.0, criterion_results=results,
+                            feedback=[f"rollout failed: {reason}"],
+                            metadata={"rollout_error": True})
+
+
+class RubricRolloutEvaluator:
+    """Evaluates a rollout with its case's rubric.
+
+    Non-LLM checks run locally on the final answer or the transcript; each ``llm_judge``
+    criterion is one ``judge`` call (prompt ``prompts/judge.md.j2``, reply
+    :class:`JudgeVerdict`); a criterion without a check fails (the environment should have
+    evaluated it). A rollout with ``error`` gets a failed evaluation without any call.
+    Without an LLM, ``llm_judge`` criteria fail with a feedback saying so.
+    """
+
+    def __init__(self, llm: StructuredLLM | None, *,
+                 repo: ExperienceRepository | None = None) -> None:
+        self.llm = llm
+        self.repo = repo
+
+    async def evaluate(self, rollout: Rollout, context: PipelineContext) -> RubricEvaluation:
+        case = rollout.case
+        if rollout.error is not None:
+            return failed_evaluation(case, rollout.error)
+        texts = {"final_answer": final_answer(rollout.messages),
+                 "transcript": render_transcript(rollout.messages)}
+        results = [await self._criterion(case, criterion, texts)
+                   for criterion in case.rubric.criteria]
+        return aggregate(results, case.rubric.criteria)
+
+    async def _criterion(self, case: Case, criterion: RubricCriterion,
+                         texts: dict[str, str]) -> CriterionResult:
+        check = criterion.check
+        if check is None:
+            return CriterionResult(criterion_name=criterion.name, passed=False, score=0.0,
+                                   feedback=[NO_CHECK])
+        text = texts[check.target]
+        if isinstance(check, LLMJudgeCheck):
+            return await self._judge(case, criterion, check, text)
+        passed, line = run_check(check, text)
+        return CriterionResult(criterion_name=criterion.name, passed=passed,
+                               score=1.0 if passed else 0.0, feedback=[line],
+                               metadata={"check": check.type})
+
+    async def _judge(self, case: Case, criterion: RubricCriterion, check: LLMJudgeCheck,
+                     text: str) -> CriterionResult:
+        if self.llm is None:
+            return CriterionResult(criterion_name=criterion.name, passed=False, score=0.0,
+                                   feedback=[NO_JUDGE], metadata={"check": check.type})
+        system, user = render_prompt(
+            "judge", self.repo, criterion=criterion, instructions=check.instructions,
+            target=check.target, user_input=user_turn(case), answer=text)
+        verdict = await self.llm.generate("judge", system, user, JudgeVerdict)
+        return CriterionResult(criterion_name=criterion.name, passed=verdict.passed,
+                               score=verdict.score, feedback=[verdict.reason],
+                               metadata={"check": check.type})

@@ -1,0 +1,269 @@
+"""PatchMergePolicyOptimizer: gradients -> one update plan, by LLM patch merge (RFC 10).
+
+Gradients go in chunks of at most ``[train] gradients_per_chunk``; one ``merge`` call per
+chunk sees each gradient as a unified diff with its rationale, confidence and evidence,
+the current content of the target files and up to ``max(5, targets)`` similar files. A
+later chunk sees the files as earlier chunks left them. Every item is validated; budgets:
+
+* per experience (``token_budget``) and for the whole set after the plan
+  (``[train] total_token_budget``; a plan may keep or shrink a set that is already over);
+* an over-budget chunk gets ONE ``compress`` call; still over: ExpgitError naming it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from expgit.changes import unified_diff
+from expgit.errors import ExpgitError, InvalidInputError
+from expgit.experience import NAME_MAX, check_experience, check_name, estimate_tokens
+from expgit.llm.structured import StructuredLLM
+from expgit.repository import ExperienceRepository
+from expgit.snapshot import Snapshot
+from expgit.templates import render_prompt
+from expgit.train.components.gradient_estimator import fence, normalise_content
+from expgit.train.context import PipelineContext
+from expgit.train.domain import PolicyPlanItem, PolicyUpdatePlan, SemanticGradient
+from expgit.train.relevance import ExperienceRanker, LexicalRanker
+
+
+class MergeItem(BaseModel):
+    name: str
+    action: Literal["upsert", "delete"]
+    content: str | None = None
+    rationale: str = ""
+    gradient_ids: list[str] = Field(default_factory=list)
+    confidence: float = Field(default=0.5, ge=0, le=1)
+
+
+class MergeOutput(BaseModel):
+    """The merger's reply for one chunk: the files that change."""
+
+    items: list[MergeItem] = Field(default_factory=list)
+
+
+class CompressedFile(BaseModel):
+    name: str
+    content: str
+
+
+class CompressOutput(BaseModel):
+    items: list[CompressedFile] = Field(default_factory=list)
+
+
+@dataclass
+class _Planned:
+    content: str | None
+    gradient_ids: list[str] = field(default_factory=list)
+    rationales: list[str] = field(default_factory=list)
+    confidence: float = 0.0
+
+
+class PatchMergePolicyOptimizer:
+    """Plans one update from a batch of gradients by LLM patch merge, one ``merge`` call
+    per chunk (merge, split, de-duplicate, delete), within the token budgets; writes
+    nothing. ``plan.metadata``: ``chunks``, ``rejected_items`` (reasons),
+    ``compressed`` (names), ``dropped_gradient_ids`` (cited by no item), token totals."""
+
+    def __init__(self, repo: ExperienceRepository, llm: StructuredLLM,
+                 ranker: ExperienceRanker | None = None) -> None:
+        self.repo = repo
+        self.llm = llm
+        self.ranker: ExperienceRanker = ranker or LexicalRanker()
+
+    async def plan(self, gradients: Sequence[SemanticGradient], policy_set: Snapshot,
+                   context: PipelineContext) -> PolicyUpdatePlan:
+        if not gradients:
+            return PolicyUpdatePlan()
+        labelled = {g.gradient_id or f"local-{i + 1}": g for i, g in enumerate(gradients)}
+        state: dict[str, str | None] = {n: e.data.decode("utf-8", "replace")
+                                        for n, e in policy_set.entries.items()}
+        planned: dict[str, _Planned] = {}
+        rejected: list[str] = []
+        compressed: list[str] = []
+        size = self.repo.settings.train.gradients_per_chunk
+        ids = list(labelled)
+        chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
+        start_total = _total(state)
+        for chunk in chunks:
+            items = await self._merge(chunk, labelled, state, planned, policy_set)
+            accepted = self._validate(items, chunk, labelled, state, rejected)
+            compressed += await self._within_budget(accepted, state)
+            for name, item in accepted.items():
+                state[name] = item.content
+                entry = planned.setdefault(name, _Planned(item.content))
+                entry.content = item.content
+                entry.gradient_ids += [i for i in item.gradient_ids
+                                       if i not in entry.gradient_ids]
+                entry.rationales.append(item.rationales[0])
+                entry.confidence = max(entry.confidence, item.confidence)
+        plan = PolicyUpdatePlan(items=_items(planned, policy_set, labelled))
+        cited = {i for item in plan.items for i in item.gradient_ids}
+        plan.metadata = {"chunks": len(chunks), "rejected_items": rejected,
+                         "compressed": compressed,
+                         "dropped_gradient_ids": [i for i in ids if i not in cited],
+                         "total_tokens_before": start_total,
+                         "total_tokens_after": _total(state)}
+        return plan
+
+    async def _merge(self, chunk: list[str], labelled: dict[str, SemanticGradient],
+                     state: dict[str, str | None], planned: dict[str, _Planned],
+                     policy_set: Snapshot) -> list[MergeItem]:
+        root, settings = self.repo.root, self.repo.settings
+        views, targets = [], list(dict.fromkeys(labelled[i].target_experience_name
+                                                for i in chunk))
+        for gid in chunk:
+            g = labelled[gid]
+            old = g.before.content if g.before else None
+            new = g.after.content if g.after else None
+            path = f"{root}/{g.target_experience_name}.md"
+            diff = unified_diff(path, old, new)
+            views.append({"id": gid, "target": g.target_experience_name,
+                          "operation": "create" if old is None else
+                          ("delete" if new is None else "update"),
+                          "diff": diff, "fence": fence(diff), "rationale": g.rationale,
+                          "confidence": g.confidence, "evidence": g.evidence_trajectory_uris,
+                          "stale": old != state.get(g.target_experience_name)})
+        limit = max(5, len(targets))
+        query = "\n".join(_query_text(labelled[i]) for i in chunk)
+        ranked = await self.ranker.rank(query, policy_set, limit + len(targets))
+        similar = [{"name": e.name, "path": e.path, "text": _nl(state[e.name]),
+                    "fence": fence(state[e.name] or "")}
+                   for e in ranked if e.name not in targets and state.get(e.name)][:limit]
+        rules = {"root": root, "token_budget": settings.token_budget,
+                 "max_chars": settings.token_budget * 4, "name_max": NAME_MAX,
+                 "total_token_budget": settings.train.total_token_budget,
+                 "total_tokens": _total(state)}
+        target_views = [{"name": n, "path": f"{root}/{n}.md",
+                         "version": e.version if (e := policy_set.get(n)) else 0,
+                         "text": _nl(state[n]) if state.get(n) is not None else None,
+                         "fence": fence(state.get(n) or "")}
+                        for n in targets]
+        earlier = [{"name": n, "action": "delete" if p.content is None else "upsert",
+                    "rationale": " / ".join(p.rationales)} for n, p in planned.items()]
+        system, user = render_prompt("merge", self.repo, gradients=views,
+                                     targets=target_views, similar=similar,
+                                     earlier=earlier, rules=rules)
+        return (await self.llm.generate("merge", system, user, MergeOutput)).items
+
+    def _validate(self, items: list[MergeItem], chunk: list[str],
+                  labelled: dict[str, SemanticGradient], state: dict[str, str | None],
+                  rejected: list[str]) -> dict[str, _Planned]:
+        """The valid items of one chunk by name (budgets are checked afterwards)."""
+        accepted: dict[str, _Planned] = {}
+        for item in items:
+            try:
+                name = check_name(item.name)
+                if name in accepted:
+                    raise InvalidInputError("a second item for the same experience")
+                content = None
+                if item.action == "delete":
+                    if state.get(name) is None:
+                        raise InvalidInputError("delete of an experience that does not exist")
+                else:
+                    if not item.content or not item.content.strip():
+                        raise InvalidInputError("upsert without content")
+                    content = normalise_content(item.content)
+                    if content == state.get(name):
+                        raise InvalidInputError("upsert identical to the current file")
+                    check_experience(content, self.repo.path_of(name), name, sys.maxsize)
+            except InvalidInputError as exc:
+                rejected.append(f"{item.action} {item.name!r}: {exc.message}")
+                continue
+            cited = [i for i in dict.fromkeys(item.gradient_ids) if i in chunk]
+            if not cited:  # the model forgot to cite: its own target's gradients, or all
+                cited = [i for i in chunk if labelled[i].target_experience_name == name] \
+                    or list(chunk)
+            accepted[name] = _Planned(content, cited, [item.rationale.strip()],
+                                      item.confidence)
+        return accepted
+
+    def _over(self, accepted: dict[str, _Planned], state: dict[str, str | None]
+              ) -> tuple[list[str], int]:
+        """(names over the per-experience budget, tokens the set is over by)."""
+        budget = self.repo.settings.token_budget
+        over = [n for n, p in accepted.items()
+                if p.content is not None and estimate_tokens(p.content) > budget]
+        before = _total(state)
+        after = _total({**state, **{n: p.content for n, p in accepted.items()}})
+        limit = max(self.repo.settings.train.total_token_budget, before)
+        return over, max(0, after - limit)
+
+    async def _within_budget(self, accepted: dict[str, _Planned],
+                             state: dict[str, str | None]) -> list[str]:
+        """Compress over-budget items with one call; ExpgitError if still over."""
+        over, set_over = self._over(accepted, state)
+        if not over and not set_over:
+            return []
+        budget = self.repo.settings.token_budget
+        names = over if not set_over else [n for n, p in accepted.items() if p.content]
+        files = [{"name": n, "text": _nl(accepted[n].content), "limit": budget,
+                  "fence": fence(accepted[n].content or ""),
+                  "tokens": estimate_tokens(accepted[n].content or "")} for n in names]
+        system, user = render_prompt(
+            "compress", self.repo, files=files, per_file_budget=budget,
+            max_chars=budget * 4, set_over=set_over,
+            total_token_budget=self.repo.settings.train.total_token_budget)
+        out = await self.llm.generate("compress", system, user, CompressOutput)
+        for item in out.items:
+            if item.name in names:
+                content = normalise_content(item.content)
+                try:
+                    check_experience(content, self.repo.path_of(item.name), item.name,
+                                     sys.maxsize)
+                except InvalidInputError as exc:
+                    raise ExpgitError(f"cannot plan: the compressed {item.name} is invalid: "
+                                      f"{exc.message}") from None
+                accepted[item.name].content = content
+        over, set_over = self._over(accepted, state)
+        if over or set_over:
+            what = [f"{n} (about {estimate_tokens(accepted[n].content or '')} tokens, "
+                    f"budget {budget})" for n in over]
+            if set_over:
+                what.append(f"the whole experience set ({set_over} tokens over "
+                            f"{self.repo.settings.train.total_token_budget})")
+            raise ExpgitError("cannot plan: over the token budget after compression: "
+                              + "; ".join(what), hint="nothing was committed; raise "
+                              "token_budget / [train] total_token_budget or prune experiences")
+        return names
+
+
+def _query_text(g: SemanticGradient) -> str:
+    file = g.after or g.before
+    return f"{g.target_experience_name}\n{g.rationale}\n{file.content if file else ''}"
+
+
+def _nl(text: str | None) -> str:
+    text = text or ""
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _total(state: dict[str, str | None]) -> int:
+    return sum(estimate_tokens(t) for t in state.values() if t is not None)
+
+
+def _items(planned: dict[str, _Planned], policy_set: Snapshot,
+           labelled: dict[str, SemanticGradient]) -> list[PolicyPlanItem]:
+    """The plan items: the final state of every name that differs from ``policy_set``."""
+    items = []
+    for name, p in sorted(planned.items()):
+        entry = policy_set.get(name)
+        original = entry.data.decode("utf-8", "replace") if entry else None
+        if p.content == original:
+            continue
+        evidence = [u for gid in p.gradient_ids
+                    for u in labelled[gid].evidence_trajectory_uris]
+        items.append(PolicyPlanItem(
+            kind="delete_experience" if p.content is None else "upsert_experience",
+            target_experience_name=name, before_content=original, after_content=p.content,
+            base_version=entry.version if entry else 0, confidence=p.confidence,
+            rationale=" / ".join(r for r in dict.fromkeys(p.rationales) if r),
+            evidence_trajectory_uris=list(dict.fromkeys(evidence)),
+            gradient_ids=p.gradient_ids,
+            metadata={"base_blob": entry.blob if entry else None}))
+    return items

@@ -1,0 +1,117 @@
+"""Policy updaters: the write boundary of training (RFC 6.7).
+
+* :class:`DryRunPolicyUpdater` reports what a plan would change and writes nothing;
+* :class:`GitPolicyUpdater` turns the plan into a proposal (the core's ``commit_plan``:
+  a proposal branch and its PR description) and, in apply mode, applies it to ``main``
+  with the core's guarded compare-and-swap (``apply_proposal_locked``: the caller, the
+  training engine, holds the repository lock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from expgit import apply as core_apply
+from expgit.errors import ConflictError, InvalidInputError
+from expgit.gradients import Gradient, find_gradient
+from expgit.proposals import MergePlan, PlanItem, Proposal, commit_plan
+from expgit.repository import ExperienceRepository
+from expgit.snapshot import Snapshot
+from expgit.train.context import PipelineContext
+from expgit.train.domain import ExperienceSetRef, PolicyApplyResult, PolicyUpdatePlan
+
+MERGER_NAME = "llm patch-merge"
+
+
+def set_ref(snapshot: Snapshot) -> ExperienceSetRef:
+    return ExperienceSetRef(commit=snapshot.commit, snapshot_id=snapshot.id)
+
+
+def _text(snapshot: Snapshot, name: str) -> str | None:
+    entry = snapshot.get(name)
+    return entry.data.decode("utf-8", "replace") if entry else None
+
+
+def _names(plan: PolicyUpdatePlan) -> tuple[list[str], list[str]]:
+    written = [i.target_experience_name for i in plan.items if i.kind == "upsert_experience"]
+    deleted = [i.target_experience_name for i in plan.items if i.kind == "delete_experience"]
+    return written, deleted
+
+
+class DryRunPolicyUpdater:
+    """Reports which experiences a plan would write and delete; writes nothing, and the
+    policy set stays the one given."""
+
+    async def apply(self, plan: PolicyUpdatePlan, policy_set: Snapshot,
+                    context: PipelineContext) -> PolicyApplyResult:
+        written, deleted = _names(plan)
+        return PolicyApplyResult(updated_policy_set=set_ref(policy_set), written=written,
+                                 deleted=deleted, metadata={"dry_run": True,
+                                                            "mode": context.mode})
+
+
+class GitPolicyUpdater:
+    """Commits a plan as a proposal branch with its PR description (written to
+    ``pr_body`` too, if given); with ``context.mode == "apply"`` applies it to ``main``
+    (guard + CAS; the caller holds the lock). The proposal lists the cited gradients and
+    those the merger dropped (``plan.metadata["dropped_gradient_ids"]``), so applying or
+    rejecting it closes them all. A plan whose ``before_content`` differs from
+    ``policy_set`` raises ConflictError before anything is written; an apply refused by
+    the guard leaves ``main`` and the open proposal as they are and is reported in
+    ``errors``."""
+
+    def __init__(self, repo: ExperienceRepository, pr_body: Path | None = None) -> None:
+        self.repo = repo
+        self.pr_body = pr_body
+
+    async def apply(self, plan: PolicyUpdatePlan, policy_set: Snapshot,
+                    context: PipelineContext) -> PolicyApplyResult:
+        written, deleted = _names(plan)
+        if not plan.items:
+            return PolicyApplyResult(updated_policy_set=set_ref(policy_set))
+        proposal = await asyncio.to_thread(self._propose, plan, policy_set)
+        result = PolicyApplyResult(
+            updated_policy_set=set_ref(policy_set), proposal_id=proposal.id,
+            written=written, deleted=deleted,
+            metadata={"proposal_commit": proposal.commit, "proposal_ref": proposal.ref,
+                      "mode": context.mode})
+        if context.mode != "apply":
+            return result
+        try:
+            applied = await asyncio.to_thread(core_apply.apply_proposal_locked, self.repo,
+                                              proposal.id)
+        except ConflictError as exc:
+            result.errors.append(f"proposal {proposal.id} was not applied: {exc.message}")
+            return result
+        snapshot = await asyncio.to_thread(self.repo.snapshot, applied.commit)
+        result.applied_commit = applied.commit
+        result.updated_policy_set = set_ref(snapshot)
+        result.metadata.update(rebased=applied.rebased, warnings=list(applied.warnings))
+        return result
+
+    def _propose(self, plan: PolicyUpdatePlan, policy_set: Snapshot) -> Proposal:
+        stale = [i.target_experience_name for i in plan.items
+                 if i.before_content != _text(policy_set, i.target_experience_name)]
+        if stale:
+            raise ConflictError("the plan was made on other content than the policy set "
+                                "it is applied to: " + ", ".join(stale), conflicts=stale,
+                                hint="plan again on the current main")
+        gradients: dict[str, Gradient] = {}
+        for item in plan.items:
+            for gid in item.gradient_ids:
+                if gid not in gradients:
+                    gradients[gid] = find_gradient(self.repo, gid)
+        for gid in plan.metadata.get("dropped_gradient_ids", []):
+            try:  # considered and dropped by the merger: closed with the proposal
+                gradients.setdefault(gid, find_gradient(self.repo, gid))
+            except InvalidInputError:
+                continue
+        items = [PlanItem(name=i.target_experience_name, after=i.after_content,
+                          gradients=[gradients[g] for g in i.gradient_ids],
+                          confidence=0.5 if i.confidence is None else i.confidence,
+                          rationale=i.rationale or "merged from gradients",
+                          evidence=list(i.evidence_trajectory_uris))
+                 for i in plan.items]
+        return commit_plan(self.repo, MergePlan(items=items), policy_set.commit, policy_set,
+                           list(gradients.values()), MERGER_NAME, self.pr_body)

@@ -1,0 +1,189 @@
+"""TrajectoryRolloutAnalyzer: a rollout -> one trajectory document on the trajectories
+branch (RFC 6.4), with at most one LLM call.
+
+The stored document (``templates/trajectory.md.j2``) starts with YAML front matter that
+expgit reads back: ``outcome``, ``retrieval_anchor``, ``title`` and the ``evaluation`` it
+was written with, so a second analysis of the same rollout reuses it without any call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError
+
+from expgit.errors import InvalidInputError
+from expgit.llm.structured import StructuredLLM
+from expgit.repository import ExperienceRepository
+from expgit.templates import render, render_prompt
+from expgit.train.context import PipelineContext
+from expgit.train.domain import (
+    Message,
+    Rollout,
+    RolloutAnalysis,
+    RubricEvaluation,
+    TextPart,
+    Trajectory,
+)
+from expgit.train.interfaces import RolloutEvaluator
+from expgit.train.trajectory_store import TrajectoryStore, rollout_id
+
+FALLBACK_NOTE = ("fallback evaluation: neither the environment nor an evaluator judged "
+                 "this rollout")
+
+
+class AnalyzeOutput(BaseModel):
+    """The analyst's reply for one rollout."""
+
+    title: str = Field(min_length=1)
+    outcome: Literal["success", "failure", "partial"]
+    summary: str
+    key_steps: list[str] = Field(default_factory=list)
+    mistakes: list[str] = Field(default_factory=list)
+    lessons: list[str] = Field(default_factory=list)
+    retrieval_anchor: str = Field(min_length=1)
+
+
+def truncate(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters: its head and tail around a marker
+    ``[... N chars truncated]`` (N = characters left out)."""
+    if len(text) <= limit:
+        return text
+    head = max(1, limit * 3 // 4)
+    tail = limit - head
+    return (f"{text[:head]}\n[... {len(text) - head - tail} chars truncated]\n"
+            + (text[-tail:] if tail > 0 else ""))
+
+
+def transcript_view(messages: Sequence[Message], limit: int) -> list[dict[str, Any]]:
+    """The messages as the prompt shows them, tool inputs and outputs truncated to
+    ``limit`` characters; empty messages are left out."""
+    view: list[dict[str, Any]] = []
+    for message in messages:
+        parts: list[dict[str, str]] = []
+        for part in message.parts:
+            if isinstance(part, TextPart):
+                if part.text.strip():
+                    parts.append({"type": "text", "text": part.text})
+                continue
+            args = json.dumps(part.tool_input, ensure_ascii=False, sort_keys=True)
+            output = "(no output)" if part.tool_output is None else part.tool_output
+            parts.append({"type": "tool", "name": part.tool_name, "id": part.tool_id,
+                          "status": part.tool_status, "input": truncate(args, limit),
+                          "output": truncate(output, limit)})
+        if parts:
+            view.append({"role": message.role, "parts": parts})
+    return view
+
+
+def fallback_evaluation(extracted: bool) -> RubricEvaluation:
+    """RFC 3.4: with no other evaluation, passed iff a trajectory was extracted."""
+    why = ("passed because a trajectory was extracted" if extracted
+           else "failed because no trajectory could be extracted (empty transcript)")
+    return RubricEvaluation(passed=extracted, score=1.0 if extracted else 0.0,
+                            feedback=[f"{FALLBACK_NOTE}; {why}"],
+                            metadata={"source": "fallback"})
+
+
+def read_front_matter(text: str, uri: str) -> dict[str, Any]:
+    """The YAML front matter of a stored trajectory document."""
+    end = text.find("\n---\n", 4)
+    data = yaml.safe_load(text[4:end + 1]) if text.startswith("---\n") and end > 0 else None
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"trajectory {uri} has no readable front matter")
+    return data
+
+
+class TrajectoryRolloutAnalyzer:
+    """Turns a rollout into a trajectory document stored (content-addressed) on the
+    trajectories branch, with one ``analyze`` call; an already stored rollout is reused
+    with no call. Evaluation: ``rollout.evaluation``, else the evaluator, else the RFC
+    fallback. ``analysis.metadata``: ``trajectory_id``, ``reused`` (bool),
+    ``evaluation_source`` (rollout | evaluator | fallback | stored)."""
+
+    def __init__(self, repo: ExperienceRepository, llm: StructuredLLM,
+                 evaluator: RolloutEvaluator | None = None) -> None:
+        self.repo = repo
+        self.llm = llm
+        self.evaluator = evaluator
+        self.store = TrajectoryStore(repo)
+
+    async def analyze(self, rollout: Rollout, context: PipelineContext) -> RolloutAnalysis:
+        tid = rollout_id(rollout)
+        stored = await asyncio.to_thread(self.store.find, tid)
+        if stored is not None:
+            return self._reuse(rollout, tid, stored)
+        evaluation, source = await self._evaluate(rollout, context)
+        view = transcript_view(rollout.messages, self.repo.settings.train.tool_output_chars)
+        if not view:
+            return RolloutAnalysis(
+                rollout=rollout, evaluation=evaluation or fallback_evaluation(False),
+                metadata={"trajectory_id": tid, "reused": False,
+                          "evaluation_source": source,
+                          "skipped": "empty transcript: nothing to analyse"})
+        system, user = render_prompt(
+            "analyze", self.repo, case=rollout.case, messages=view, evaluation=evaluation,
+            error=rollout.error,
+            case_input=json.dumps(rollout.case.input, ensure_ascii=False, indent=2,
+                                  sort_keys=True))
+        out = await self.llm.generate("analyze", system, user, AnalyzeOutput)
+        if evaluation is None:
+            evaluation = fallback_evaluation(True)
+        document = self._document(rollout, tid, out, evaluation, source)
+        uri, created = await asyncio.to_thread(
+            self.store.store, tid, document, f"trajectory: {out.title}")
+        if not created:  # another analyzer stored this rollout meanwhile: theirs wins
+            return self._reuse(rollout, tid, await asyncio.to_thread(self.store.read, uri))
+        trajectory = Trajectory(
+            name=tid, uri=uri, content=document, outcome=out.outcome,
+            retrieval_anchor=out.retrieval_anchor,
+            metadata={"title": out.title, "case": rollout.case.name,
+                      "evaluation_source": source})
+        return RolloutAnalysis(rollout=rollout, evaluation=evaluation, trajectory=trajectory,
+                               metadata={"trajectory_id": tid, "reused": False,
+                                         "evaluation_source": source})
+
+    async def _evaluate(self, rollout: Rollout, context: PipelineContext
+                        ) -> tuple[RubricEvaluation | None, str]:
+        if rollout.evaluation is not None:
+            return rollout.evaluation, "rollout"
+        if self.evaluator is not None:
+            return await self.evaluator.evaluate(rollout, context), "evaluator"
+        return None, "fallback"
+
+    def _document(self, rollout: Rollout, tid: str, out: AnalyzeOutput,
+                  evaluation: RubricEvaluation, source: str) -> str:
+        front = {
+            "name": tid, "kind": "trajectory", "title": out.title, "outcome": out.outcome,
+            "retrieval_anchor": out.retrieval_anchor, "case": rollout.case.name,
+            "task_signature": rollout.case.task_signature,
+            "policy_snapshot_id": rollout.policy_snapshot_id,
+            "evaluation_source": source, "evaluation": evaluation.model_dump(mode="json"),
+        }
+        front_matter = yaml.safe_dump(front, sort_keys=False, allow_unicode=True, width=1000)
+        return render("trajectory.md.j2", self.repo, front_matter=front_matter, analysis=out,
+                      case=rollout.case, evaluation=evaluation, evaluation_source=source,
+                      rollout_error=rollout.error)
+
+    def _reuse(self, rollout: Rollout, tid: str, document: str) -> RolloutAnalysis:
+        uri = self.store.uri_of(tid)
+        front = read_front_matter(document, uri)
+        try:
+            stored = RubricEvaluation.model_validate(front.get("evaluation"))
+            trajectory = Trajectory.model_validate({
+                "name": tid, "uri": uri, "content": document, "outcome": front.get("outcome"),
+                "retrieval_anchor": str(front.get("retrieval_anchor") or ""),
+                "metadata": {"title": str(front.get("title") or ""), "case": rollout.case.name,
+                             "evaluation_source": front.get("evaluation_source", "stored")}})
+        except ValidationError as exc:
+            raise InvalidInputError(f"trajectory {uri} has invalid front matter: "
+                                    f"{exc.errors()[0]['msg']}") from None
+        evaluation, source = ((rollout.evaluation, "rollout") if rollout.evaluation
+                              else (stored, "stored"))
+        return RolloutAnalysis(rollout=rollout, evaluation=evaluation, trajectory=trajectory,
+                               metadata={"trajectory_id": tid, "reused": True,
+                                         "evaluation_source": source})

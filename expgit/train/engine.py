@@ -1,0 +1,62 @@
+"""PolicyTrainingEngine: the shared plan-and-apply kernel of every trainer (RFC 8.1).
+
+``plan_and_apply`` takes the repository lock, reloads the latest ``main``, plans and
+applies, and releases the lock, so concurrent trainers (batch, streaming, other
+processes) each plan on the ``main`` the previous one left. Analysis and estimation
+happen before, outside the lock. The lock waits ``lock_wait_seconds`` (expgit.toml) and
+then raises LockHeldError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from expgit.lock import RepoLock
+from expgit.repository import ExperienceRepository
+from expgit.train.components.policy_updater import set_ref
+from expgit.train.context import PipelineContext
+from expgit.train.domain import PolicyApplyResult, PolicyUpdatePlan, SemanticGradient
+from expgit.train.interfaces import PolicyOptimizer, PolicyUpdater
+
+
+class PolicyTrainingEngine:
+    """Lock, reload ``main``, plan (optimizer), apply (updater), unlock."""
+
+    def __init__(self, repo: ExperienceRepository, optimizer: PolicyOptimizer,
+                 updater: PolicyUpdater) -> None:
+        self.repo = repo
+        self.optimizer = optimizer
+        self.updater = updater
+
+    async def plan_and_apply(self, gradients: Sequence[SemanticGradient],
+                             context: PipelineContext
+                             ) -> tuple[PolicyUpdatePlan, PolicyApplyResult]:
+        """No gradients: an empty plan and no change, without the lock or any call."""
+        if not gradients:
+            snapshot = await asyncio.to_thread(self.repo.snapshot)
+            return PolicyUpdatePlan(), PolicyApplyResult(updated_policy_set=set_ref(snapshot))
+        lock = self.repo.lock(f"expgit train: update from {len(gradients)} gradients")
+        await _acquire(lock)
+        try:
+            latest = await asyncio.to_thread(self.repo.snapshot)
+            plan = await self.optimizer.plan(gradients, latest, context)
+            result = await self.updater.apply(plan, latest, context)
+        finally:
+            lock.release()  # quick, and must run even when the task is being cancelled
+        return plan, result
+
+
+async def _acquire(lock: RepoLock) -> None:
+    """Wait for the lock in a worker thread. If the waiting task is cancelled, the
+    thread may still get the lock afterwards: it is then released at once."""
+    waiting = asyncio.ensure_future(asyncio.to_thread(lock.acquire))
+    try:
+        await asyncio.shield(waiting)
+    except asyncio.CancelledError:
+        def release_if_taken(done: asyncio.Future[None]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                lock.release()
+
+        waiting.add_done_callback(release_if_taken)
+        raise

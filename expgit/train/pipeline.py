@@ -1,0 +1,264 @@
+"""OfflinePolicyOptimizationPipeline (RFC section 8): train, eval, train_from_rollouts.
+
+``train``: optional baseline eval (epoch -1), then per epoch and batch: snapshot ``main``
+-> execute -> ``trainer.train_rollouts``, then optional final eval (epoch = max_epochs).
+In propose mode ``main`` never moves, so every batch runs against the same ``main``; the
+result records the policy each batch saw and says so in ``notes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Protocol
+
+from pydantic import BaseModel, Field
+
+from expgit.errors import ExpgitError, InvalidInputError
+from expgit.repository import ExperienceRepository
+from expgit.train.context import ExecutionContext, PipelineContext
+from expgit.train.domain import (
+    PolicyApplyResult,
+    Rollout,
+    RolloutTrainingResult,
+    RubricEvaluation,
+)
+from expgit.train.interfaces import (
+    CaseLoader,
+    ExperienceSet,
+    PolicySnapshotter,
+    PolicyTrainer,
+    RolloutExecutor,
+)
+
+
+class RolloutSummary(BaseModel):
+    case: str
+    passed: bool | None
+    score: float | None
+    error: str | None = None
+    policy_snapshot_id: str
+
+
+class BatchRecord(BaseModel):
+    """One batch of a phase: the policy it ran against and what it produced."""
+
+    batch: int
+    cases: int
+    policy_commit: str
+    policy_snapshot_id: str
+    gradients: int = 0
+    proposals: list[str] = Field(default_factory=list)
+    applied_commits: list[str] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+
+
+class PhaseMetrics(BaseModel):
+    """``commits``: proposals made (propose mode) or commits applied to main (apply)."""
+
+    phase: str
+    epoch: int
+    cases: int = 0
+    passed: int = 0
+    accuracy: float = 0.0
+    average_reward: float = 0.0
+    gradients: int = 0
+    commits: int = 0
+    proposals: list[str] = Field(default_factory=list)
+    applied_commits: list[str] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+    batches: list[BatchRecord] = Field(default_factory=list)
+    rollouts: list[RolloutSummary] = Field(default_factory=list)
+    seconds: float = 0.0
+
+
+class PipelineEvaluationResult(BaseModel):
+    metrics: PhaseMetrics
+    rollouts: list[Rollout] = Field(default_factory=list)
+
+
+class PipelineResult(BaseModel):
+    mode: str
+    main_before: str
+    main_after: str
+    baseline: PipelineEvaluationResult | None = None
+    epochs: list[PhaseMetrics] = Field(default_factory=list)
+    final: PipelineEvaluationResult | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def phases(self) -> list[PhaseMetrics]:
+        evals = [r.metrics for r in (self.baseline, self.final) if r is not None]
+        return ([evals.pop(0)] if self.baseline else []) + self.epochs + evals
+
+
+class PipelineObserver(Protocol):
+    """Progress callbacks (the CLI draws a bar or prints lines); must not raise."""
+
+    def batch_done(self, phase: str, epoch: int, cases: int) -> None: ...
+
+    def phase_done(self, metrics: PhaseMetrics) -> None: ...
+
+
+def apply_results_of(result: RolloutTrainingResult) -> list[PolicyApplyResult]:
+    """Every apply result of a training call (a streaming call may span batches)."""
+    if result.apply_result is None:
+        return []
+    batches = result.apply_result.metadata.get("batches")
+    if isinstance(batches, list):
+        return [PolicyApplyResult.model_validate(b) for b in batches]
+    return [result.apply_result]
+
+
+def _evaluation(rollout: Rollout, result: RolloutTrainingResult | None
+                ) -> RubricEvaluation | None:
+    if rollout.evaluation is not None or result is None:
+        return rollout.evaluation
+    return next((a.evaluation for a in result.analyses if a.rollout == rollout), None)
+
+
+def _summary(rollout: Rollout, evaluation: RubricEvaluation | None) -> RolloutSummary:
+    return RolloutSummary(case=rollout.case.name, error=rollout.error,
+                          passed=evaluation.passed if evaluation else None,
+                          score=evaluation.score if evaluation else None,
+                          policy_snapshot_id=rollout.policy_snapshot_id)
+
+
+def score(metrics: PhaseMetrics) -> None:
+    """Fill cases, passed, accuracy and average reward from ``metrics.rollouts``."""
+    judged = metrics.rollouts
+    metrics.cases = len(judged)
+    metrics.passed = sum(1 for r in judged if r.passed)
+    metrics.accuracy = metrics.passed / metrics.cases if metrics.cases else 0.0
+    metrics.average_reward = (sum(r.score or 0.0 for r in judged) / metrics.cases
+                              if metrics.cases else 0.0)
+
+
+def add_training(metrics: PhaseMetrics, record: BatchRecord, rollouts: Sequence[Rollout],
+                 result: RolloutTrainingResult, mode: str) -> None:
+    """Account one trained batch in ``metrics`` (and fill ``record``)."""
+    applied = apply_results_of(result)
+    record.gradients = len(result.gradients)
+    record.proposals = [a.proposal_id for a in applied if a.proposal_id]
+    record.applied_commits = [a.applied_commit for a in applied if a.applied_commit]
+    record.errors = list(result.errors)
+    metrics.rollouts += [_summary(r, _evaluation(r, result)) for r in rollouts]
+    metrics.errors += [f"case {r.case.name}: rollout failed: {r.error}"
+                       for r in rollouts if r.error] + record.errors
+    metrics.gradients += record.gradients
+    metrics.proposals += record.proposals
+    metrics.applied_commits += record.applied_commits
+    metrics.commits = len(metrics.applied_commits if mode == "apply" else metrics.proposals)
+    metrics.batches.append(record)
+    score(metrics)
+
+
+class OfflinePolicyOptimizationPipeline:
+    """Orchestrates CaseLoader -> RolloutExecutor -> PolicyTrainer over epochs and
+    batches, each batch against a fresh snapshot of ``main``; eval runs the executor only."""
+
+    def __init__(self, repo: ExperienceRepository, snapshotter: PolicySnapshotter,
+                 executor: RolloutExecutor, trainer: PolicyTrainer, *,
+                 observer: PipelineObserver | None = None) -> None:
+        self.repo = repo
+        self.snapshotter = snapshotter
+        self.executor = executor
+        self.trainer = trainer
+        self.observer = observer
+
+    async def _policy(self) -> tuple[ExperienceSet, str]:
+        policy_set = await asyncio.to_thread(self.repo.snapshot)
+        return policy_set, self.snapshotter.snapshot(policy_set)
+
+    async def train(self, case_loader: CaseLoader, context: PipelineContext,
+                    eval_loader: CaseLoader | None = None) -> PipelineResult:
+        main_before = await asyncio.to_thread(self.repo.main_commit)
+        result = PipelineResult(mode=context.mode, main_before=main_before,
+                                main_after=main_before)
+        if eval_loader is not None:
+            result.baseline = await self._evaluate(
+                "baseline_eval", eval_loader, replace(context, epoch=-1))
+        for epoch in range(context.max_epochs):
+            result.epochs.append(await self._train_epoch(
+                case_loader, replace(context, epoch=epoch)))
+        if eval_loader is not None:
+            result.final = await self._evaluate(
+                "final_eval", eval_loader, replace(context, epoch=context.max_epochs))
+        result.main_after = await asyncio.to_thread(self.repo.main_commit)
+        if context.mode == "propose":
+            result.notes.append(
+                f"propose mode: {self.repo.settings.main_branch} stayed at "
+                f"{main_before[:12]}; every batch was trained against it, so later batches "
+                "did not see the proposals of earlier ones")
+        return result
+
+    async def _train_epoch(self, case_loader: CaseLoader, context: PipelineContext
+                           ) -> PhaseMetrics:
+        metrics = PhaseMetrics(phase="train_epoch", epoch=context.epoch)
+        started = time.monotonic()
+        number = 0
+        async for cases in case_loader.batches(context):
+            policy_set, snapshot_id = await self._policy()
+            rollouts = await self.executor.execute(cases, policy_set, ExecutionContext(
+                snapshot_id, metadata={"phase": "train", "epoch": context.epoch}))
+            training = await self.trainer.train_rollouts(rollouts, policy_set, context)
+            record = BatchRecord(batch=number, cases=len(cases),
+                                 policy_commit=policy_set.commit,
+                                 policy_snapshot_id=snapshot_id)
+            add_training(metrics, record, rollouts, training, context.mode)
+            number += 1
+            if self.observer is not None:
+                self.observer.batch_done(metrics.phase, context.epoch, len(cases))
+        metrics.seconds = time.monotonic() - started
+        if self.observer is not None:
+            self.observer.phase_done(metrics)
+        return metrics
+
+    async def eval(self, case_loader: CaseLoader, context: PipelineContext
+                   ) -> PipelineEvaluationResult:
+        """Run and score the cases; no analysis, no writes. Every rollout must carry an
+        evaluation (an ExpgitError otherwise)."""
+        return await self._evaluate("eval", case_loader, context)
+
+    async def _evaluate(self, phase: str, case_loader: CaseLoader, context: PipelineContext
+                        ) -> PipelineEvaluationResult:
+        metrics = PhaseMetrics(phase=phase, epoch=context.epoch)
+        started = time.monotonic()
+        all_rollouts: list[Rollout] = []
+        number = 0
+        async for cases in case_loader.batches(context):
+            policy_set, snapshot_id = await self._policy()
+            rollouts = await self.executor.execute(cases, policy_set, ExecutionContext(
+                snapshot_id, metadata={"phase": phase, "epoch": context.epoch}))
+            for rollout in rollouts:
+                if rollout.evaluation is None:
+                    raise ExpgitError(
+                        f"{phase}: the rollout of case {rollout.case.name!r} has no "
+                        "evaluation; eval needs an executor that evaluates its rollouts")
+            metrics.batches.append(BatchRecord(batch=number, cases=len(cases),
+                                               policy_commit=policy_set.commit,
+                                               policy_snapshot_id=snapshot_id))
+            metrics.rollouts += [_summary(r, r.evaluation) for r in rollouts]
+            metrics.errors += [f"case {r.case.name}: rollout failed: {r.error}"
+                               for r in rollouts if r.error]
+            all_rollouts += rollouts
+            number += 1
+            if self.observer is not None:
+                self.observer.batch_done(phase, context.epoch, len(cases))
+        score(metrics)
+        metrics.seconds = time.monotonic() - started
+        if self.observer is not None:
+            self.observer.phase_done(metrics)
+        return PipelineEvaluationResult(metrics=metrics, rollouts=all_rollouts)
+
+    async def train_from_rollouts(self, rollouts: Sequence[Rollout],
+                                  context: PipelineContext) -> RolloutTrainingResult:
+        """Train on recorded rollouts (no loader, no executor) against the current
+        ``main``. Each rollout must include its case."""
+        for number, rollout in enumerate(rollouts, start=1):
+            if rollout.case is None or not rollout.case.name.strip():
+                raise InvalidInputError(f"rollout {number}: it must include its case")
+        policy_set, _ = await self._policy()
+        return await self.trainer.train_rollouts(rollouts, policy_set, context)

@@ -1,0 +1,129 @@
+"""What a train/eval run prints (RFC section 15.5) and writes with ``--report``.
+
+Phase lines (training phases add ``commits=1 errors=0``)::
+
+    [baseline_eval] epoch=-1 cases=10 accuracy=20.00% passed=2/10 avg_reward=0.200000
+    [train_epoch] epoch=0 cases=50 accuracy=18.00% passed=9/50 avg_reward=0.180000 ...
+    [final_eval] epoch=1 cases=10 accuracy=30.00% passed=3/10 avg_reward=0.300000
+
+then the accuracy summary (with a baseline and a final eval), then the LLM cost table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from expgit.errors import InvalidInputError
+from expgit.llm.port import StageUsage, UsageMeter
+from expgit.train.pipeline import PhaseMetrics
+
+STAGE_ORDER = ("rollout", "judge", "analyze", "estimate", "merge", "compress")
+TRAINING_PHASES = ("train_epoch", "train_rollouts")
+
+
+class UsageReport(BaseModel):
+    by_stage: dict[str, StageUsage] = Field(default_factory=dict)
+    total: StageUsage = Field(default_factory=StageUsage)
+
+    @classmethod
+    def of(cls, meter: UsageMeter) -> UsageReport:
+        stages = meter.by_stage()
+        ordered = {s: stages[s] for s in STAGE_ORDER if s in stages}
+        ordered.update({s: u for s, u in stages.items() if s not in ordered})
+        return cls(by_stage=ordered, total=meter.total())
+
+
+class RunReport(BaseModel):
+    """The whole run, as ``--report FILE`` writes it."""
+
+    command: str
+    repository: str
+    llm: str
+    mode: str | None = None
+    main_before: str | None = None
+    main_after: str | None = None
+    phases: list[PhaseMetrics] = Field(default_factory=list)
+    proposals: list[str] = Field(default_factory=list)
+    applied_commits: list[str] = Field(default_factory=list)
+    pr_body: str | None = None
+    notes: list[str] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)  # the run did not work: exit 1
+    usage: UsageReport = Field(default_factory=UsageReport)
+    seconds: float = 0.0
+
+    def phase(self, name: str) -> PhaseMetrics | None:
+        return next((p for p in self.phases if p.phase == name), None)
+
+    def check(self) -> None:
+        """Record a phase whose every rollout failed (an unreachable model, typically)."""
+        for m in self.phases:
+            failed = [r for r in m.rollouts if r.error]
+            if m.rollouts and len(failed) == len(m.rollouts):
+                self.problems.append(
+                    f"{m.phase} epoch={m.epoch}: all {len(failed)} rollouts failed; first: "
+                    f"case {failed[0].case}: {failed[0].error}")
+
+
+def accuracy(metrics: PhaseMetrics) -> str:
+    return f"{metrics.accuracy * 100:.2f}%"
+
+
+def phase_line(metrics: PhaseMetrics) -> str:
+    line = (f"[{metrics.phase}] epoch={metrics.epoch} cases={metrics.cases} "
+            f"accuracy={accuracy(metrics)} passed={metrics.passed}/{metrics.cases} "
+            f"avg_reward={metrics.average_reward:.6f}")
+    if metrics.phase in TRAINING_PHASES:
+        line += f" commits={metrics.commits} errors={len(metrics.errors)}"
+    return line
+
+
+def delta_lines(baseline: PhaseMetrics, final: PhaseMetrics) -> list[str]:
+    delta = (final.accuracy - baseline.accuracy) * 100
+    return [f"baseline accuracy: {accuracy(baseline)} ({baseline.passed}/{baseline.cases})",
+            f"final accuracy: {accuracy(final)} ({final.passed}/{final.cases})",
+            f"accuracy delta: {delta:+.2f}pp"]
+
+
+def cost_table(usage: UsageReport) -> list[str]:
+    head = ("stage", "calls", "prompt tokens", "completion tokens", "cost")
+    rows = [(stage, str(u.calls), str(u.prompt_tokens), str(u.completion_tokens),
+             f"{u.cost:.6f}") for stage, u in usage.by_stage.items()]
+    t = usage.total
+    rows.append(("total", str(t.calls), str(t.prompt_tokens), str(t.completion_tokens),
+                 f"{t.cost:.6f}"))
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+
+    def fmt(row: tuple[str, ...]) -> str:
+        return "  ".join([row[0].ljust(widths[0])]
+                         + [cell.rjust(w) for cell, w in zip(row[1:], widths[1:],
+                                                              strict=True)])
+
+    return ["LLM usage:", fmt(head), *map(fmt, rows)]
+
+
+def render_text(report: RunReport) -> str:
+    """The human output of a run: phase lines, accuracy delta, proposals, cost table."""
+    lines = [phase_line(p) for p in report.phases]
+    baseline, final = report.phase("baseline_eval"), report.phase("final_eval")
+    if baseline is not None and final is not None:
+        lines += ["", *delta_lines(baseline, final)]
+    if report.command != "eval":
+        lines.append("")
+        if report.proposals:
+            lines += [f"proposal: {pid} (branch expgit/proposals/{pid})"
+                      for pid in report.proposals]
+        else:
+            lines.append("proposal: none (no gradient was planned)")
+        lines += [f"applied: {sha[:12]}" for sha in report.applied_commits]
+        if report.pr_body:
+            lines.append(f"PR body: {report.pr_body}")
+    return "\n".join([*lines, "", *cost_table(report.usage)]) + "\n"
+
+
+def write_report(report: RunReport, path: Path) -> None:
+    try:
+        path.write_text(report.model_dump_json(indent=2) + "\n")
+    except OSError as exc:
+        raise InvalidInputError(f"{path}: cannot write the report: {exc.strerror}") from None

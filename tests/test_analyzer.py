@@ -1,0 +1,216 @@
+"""TrajectoryRolloutAnalyzer with the strict scripted LLM on a seeded repository."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from conftest import fsck, git
+
+from expgit.llm.port import LLMOutputError, UsageMeter
+from expgit.llm.scripted import ScriptedChatModel, Step
+from expgit.llm.structured import StructuredLLM
+from expgit.repository import ExperienceRepository
+from expgit.train.components.trajectory_analyzer import (
+    TrajectoryRolloutAnalyzer,
+    read_front_matter,
+    truncate,
+)
+from expgit.train.context import PipelineContext
+from expgit.train.domain import (
+    Case,
+    CriterionResult,
+    Message,
+    Rollout,
+    Rubric,
+    RubricCriterion,
+    RubricEvaluation,
+    TextPart,
+    ToolPart,
+)
+from expgit.train.trajectory_store import TrajectoryStore, rollout_id
+
+BRANCH = "refs/heads/expgit/trajectories"
+REPLY = {
+    "title": "Cancelled an ineligible economy booking",
+    "outcome": "failure",
+    "summary": "The user asked to cancel; the agent cancelled without checking eligibility.",
+    "key_steps": ["Loaded the reservation", "Cancelled it"],
+    "mistakes": ["Skipped the 24-hour and insurance checks"],
+    "lessons": ["Check cancellation eligibility before calling cancel_reservation"],
+    "retrieval_anchor": "cancel reservation eligibility economy insurance",
+}
+
+
+def llm(*replies: str) -> tuple[StructuredLLM, ScriptedChatModel]:
+    model = ScriptedChatModel([Step("analyze", r) for r in replies])
+    return StructuredLLM(model, UsageMeter()), model
+
+
+def make_rollout(output: str = "status: confirmed", evaluation: RubricEvaluation | None = None,
+                 messages: list[Message] | None = None) -> Rollout:
+    case = Case(name="cancel-1", task_signature="airline.cancel",
+                input={"user_query": "Please cancel reservation ABC123"},
+                rubric=Rubric(name="cancel", criteria=[
+                    RubricCriterion(name="denied", description="refuse the cancellation")]))
+    if messages is None:
+        messages = [
+            Message.text("user", "Please cancel reservation ABC123"),
+            Message(role="assistant", parts=[
+                TextPart(text="Let me look it up."),
+                ToolPart(tool_id="t1", tool_name="get_reservation_details",
+                         tool_input={"reservation_id": "ABC123"}, tool_output=output)]),
+            Message.text("assistant", "Your reservation is cancelled."),
+        ]
+    return Rollout(case=case, messages=messages, policy_snapshot_id="snap",
+                   evaluation=evaluation)
+
+
+FAILED = RubricEvaluation(passed=False, score=0.0, feedback=["cancelled an ineligible trip"],
+                          criterion_results=[CriterionResult(
+                              criterion_name="denied", passed=False, score=0.0,
+                              feedback=["the agent cancelled"])])
+
+
+class FakeEvaluator:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def evaluate(self, rollout: Rollout, context: PipelineContext) -> RubricEvaluation:
+        self.calls += 1
+        return RubricEvaluation(passed=True, score=0.75, feedback=["evaluator says mostly ok"])
+
+
+def analyze(analyzer: TrajectoryRolloutAnalyzer, rollout: Rollout) -> Any:
+    return asyncio.run(analyzer.analyze(rollout, PipelineContext()))
+
+
+def prompt_of(model: ScriptedChatModel, index: int = 0) -> str:
+    return model.calls[index][1][1]["content"]
+
+
+def test_rollout_evaluation_wins_and_the_trajectory_lands_on_its_branch(
+        seeded_repo: ExperienceRepository) -> None:
+    main = seeded_repo.main_commit()
+    structured, model = llm(json.dumps(REPLY))
+    evaluator = FakeEvaluator()
+    analyzer = TrajectoryRolloutAnalyzer(seeded_repo, structured, evaluator)
+    rollout = make_rollout(evaluation=FAILED)
+    result = analyze(analyzer, rollout)
+
+    model.assert_done()
+    assert len(model.calls) == 1 and model.calls[0][0] == "analyze"
+    assert evaluator.calls == 0
+    assert result.evaluation == FAILED
+    assert result.metadata["evaluation_source"] == "rollout"
+    user = prompt_of(model)
+    assert "passed: no" in user and "cancelled an ineligible trip" in user
+    assert "get_reservation_details" in user and "Please cancel reservation ABC123" in user
+
+    trajectory = result.trajectory
+    tid = rollout_id(rollout)
+    assert trajectory.uri == f"expgit/trajectories:trajectories/{tid}.md"
+    assert trajectory.outcome == "failure"
+    assert trajectory.retrieval_anchor == REPLY["retrieval_anchor"]
+    assert trajectory.content == TrajectoryStore(seeded_repo).read(trajectory.uri)
+    for text in (REPLY["title"], REPLY["summary"], REPLY["lessons"][0], REPLY["mistakes"][0]):
+        assert text in trajectory.content
+    front = read_front_matter(trajectory.content, trajectory.uri)
+    assert front["outcome"] == "failure" and front["evaluation"]["score"] == 0.0
+
+    assert seeded_repo.main_commit() == main
+    path = seeded_repo.git.work_tree
+    assert path is not None
+    assert git(path, "show", f"{BRANCH}:trajectories/{tid}.md") == trajectory.content
+    fsck(path)
+
+
+def test_the_evaluator_is_used_when_the_rollout_has_no_evaluation(
+        seeded_repo: ExperienceRepository) -> None:
+    structured, model = llm(json.dumps(REPLY))
+    evaluator = FakeEvaluator()
+    result = analyze(TrajectoryRolloutAnalyzer(seeded_repo, structured, evaluator),
+                     make_rollout())
+    assert evaluator.calls == 1
+    assert result.evaluation.score == 0.75
+    assert result.metadata["evaluation_source"] == "evaluator"
+    assert "evaluator says mostly ok" in prompt_of(model)
+
+
+def test_fallback_evaluation_passes_iff_a_trajectory_was_extracted(
+        seeded_repo: ExperienceRepository) -> None:
+    structured, model = llm(json.dumps(REPLY))
+    result = analyze(TrajectoryRolloutAnalyzer(seeded_repo, structured), make_rollout())
+    assert "No evaluation is available" in prompt_of(model)
+    assert result.trajectory is not None
+    assert result.evaluation.passed and result.evaluation.score == 1.0
+    assert "fallback" in result.evaluation.feedback[0]
+    assert result.metadata["evaluation_source"] == "fallback"
+
+    empty, silent = llm()
+    nothing = analyze(TrajectoryRolloutAnalyzer(seeded_repo, empty),
+                      make_rollout(messages=[Message(role="assistant", parts=[])]))
+    assert silent.calls == []
+    assert nothing.trajectory is None
+    assert not nothing.evaluation.passed and nothing.evaluation.score == 0.0
+    assert "fallback" in nothing.evaluation.feedback[0]
+
+
+def test_long_tool_outputs_are_truncated_before_the_prompt(
+        seeded_repo: ExperienceRepository) -> None:
+    settings = seeded_repo.settings.model_copy(update={
+        "train": seeded_repo.settings.train.model_copy(update={"tool_output_chars": 200})})
+    repo = ExperienceRepository(seeded_repo.git, settings)
+    long_output = "HEAD-" + "x" * 5000 + "-TAIL"
+    structured, model = llm(json.dumps(REPLY))
+    analyze(TrajectoryRolloutAnalyzer(repo, structured), make_rollout(output=long_output))
+    user = prompt_of(model)
+    assert long_output not in user
+    assert f"[... {len(long_output) - 200} chars truncated]" in user
+    assert "HEAD-" in user and "-TAIL" in user  # head and tail are kept
+    assert truncate("short", 200) == "short"
+
+
+def test_a_second_analysis_of_the_same_rollout_makes_no_call(
+        seeded_repo: ExperienceRepository) -> None:
+    structured, _ = llm(json.dumps(REPLY))
+    rollout = make_rollout(evaluation=FAILED)
+    first = analyze(TrajectoryRolloutAnalyzer(seeded_repo, structured), rollout)
+    tip = seeded_repo.git.ref(BRANCH)
+
+    again_llm, again_model = llm()  # no step: any call fails the test
+    evaluator = FakeEvaluator()
+    second = analyze(TrajectoryRolloutAnalyzer(seeded_repo, again_llm, evaluator),
+                     rollout.model_copy(deep=True))
+    assert again_model.calls == [] and evaluator.calls == 0
+    assert second.metadata["reused"] is True
+    assert second.trajectory == first.trajectory
+    assert second.evaluation == first.evaluation
+    assert seeded_repo.git.ref(BRANCH) == tip
+
+    # without an evaluation on the rollout, the stored one is reused (no evaluator call)
+    structured, _ = llm(json.dumps(REPLY))
+    bare = make_rollout(output="other")
+    stored = analyze(TrajectoryRolloutAnalyzer(seeded_repo, structured), bare)
+    third = analyze(TrajectoryRolloutAnalyzer(seeded_repo, llm()[0], evaluator), bare)
+    assert evaluator.calls == 0
+    assert third.evaluation == stored.evaluation
+    assert third.metadata["evaluation_source"] == "stored"
+
+
+def test_invalid_json_is_repaired_once(seeded_repo: ExperienceRepository) -> None:
+    structured, model = llm("this is not json", json.dumps(REPLY))
+    result = analyze(TrajectoryRolloutAnalyzer(seeded_repo, structured), make_rollout())
+    model.assert_done()
+    assert len(model.calls) == 2  # the ask and its one repair round
+    assert "That reply was invalid" in model.calls[1][1][-1]["content"]
+    assert result.trajectory is not None and result.trajectory.outcome == "failure"
+
+
+def test_a_failed_call_raises_and_stores_nothing(seeded_repo: ExperienceRepository) -> None:
+    structured, _ = llm("nope", json.dumps({"title": "x"}))
+    with pytest.raises(LLMOutputError):
+        analyze(TrajectoryRolloutAnalyzer(seeded_repo, structured), make_rollout())
+    assert seeded_repo.git.ref(BRANCH) is None

@@ -1,0 +1,319 @@
+"""``expgit train``, ``eval`` and ``train-rollouts`` in-process, against a local
+OpenAI-compatible HTTP server (127.0.0.1) that serves a strict script by stage.
+
+The server tells the stage of a request from its ``response_format`` (the output model's
+name; none: a ``rollout``), so the real openai adapter, structured output and pipeline
+run end to end with no monkeypatching."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import fsck, git
+from test_pipeline import BAGGAGE_CASE, NEW_LESSON, PETS_CASE, analyze
+
+from expgit.cli import cli
+from expgit.cli.train import TRAIN_COMMANDS
+from expgit.llm.scripted import ScriptedChatModel, ScriptError, Step
+from expgit.repository import ExperienceRepository
+from expgit.train.components.evaluator import JudgeVerdict
+from expgit.train.components.gradient_estimator import EstimateOutput
+from expgit.train.components.policy_optimizer import CompressOutput, MergeOutput
+from expgit.train.components.trajectory_analyzer import AnalyzeOutput
+from expgit.train.domain import Case, Message, Rollout, RubricEvaluation
+
+STAGES = {JudgeVerdict.__name__: "judge", AnalyzeOutput.__name__: "analyze",
+          EstimateOutput.__name__: "estimate", MergeOutput.__name__: "merge",
+          CompressOutput.__name__: "compress"}
+
+
+def stage_of(body: dict[str, Any]) -> str:
+    fmt = body.get("response_format")
+    if not fmt:
+        return "rollout"
+    name = fmt.get("json_schema", {}).get("name") or fmt.get("schema", {}).get("title")
+    return STAGES[name]
+
+
+class ScriptServer:
+    """An OpenAI-compatible ``/v1/chat/completions`` answering from a ScriptedChatModel;
+    an unexpected call is answered HTTP 400 and recorded in ``unexpected``."""
+
+    def __init__(self, chat: ScriptedChatModel) -> None:
+        self.chat = chat
+        self.requests = 0
+        self.unexpected: list[str] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests += 1
+                try:
+                    done = asyncio.run(server.chat.complete(
+                        body["messages"], stage=stage_of(body),
+                        response_format=body.get("response_format"),
+                        max_tokens=body.get("max_tokens", 0),
+                        temperature=body.get("temperature", 0)))
+                except ScriptError as exc:
+                    server.unexpected.append(str(exc))
+                    self._send(400, {"error": {"message": str(exc), "type": "script"}})
+                    return
+                self._send(200, {
+                    "id": "chatcmpl-1", "object": "chat.completion", "created": 0,
+                    "model": body["model"], "choices": [{
+                        "index": 0, "finish_reason": done.finish_reason,
+                        "message": {"role": "assistant", "content": done.text}}],
+                    "usage": {"prompt_tokens": done.prompt_tokens,
+                              "completion_tokens": done.completion_tokens,
+                              "total_tokens": done.prompt_tokens + done.completion_tokens}})
+
+            def _send(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    servers: list[ScriptServer] = []
+
+    def start(steps: list[Step]) -> ScriptServer:
+        servers.append(ScriptServer(ScriptedChatModel(steps)))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+@pytest.fixture(autouse=True)
+def registered() -> None:
+    """The train commands on the CLI group (idempotent; the registry may list them)."""
+    for command in TRAIN_COMMANDS:
+        cli.add_command(command)
+
+
+def agent(messages: list[dict[str, str]]) -> str:
+    """Right about baggage; about pets only once an experience about pets is shown."""
+    if "gold member" in messages[-1]["content"]:
+        return "Gold economy: 3 free checked bags; a 4th costs 50 USD."
+    if "pets-in-cabin" in messages[0]["content"]:
+        return "Yes: your cat may travel in the cabin."
+    return "Sorry, I do not know."
+
+
+def training_steps(repo: ExperienceRepository) -> list[Step]:
+    """One batch of BAGGAGE_CASE and PETS_CASE: 2 rollouts, 2 analyses, 2 estimates
+    (an update and a create) and 1 merge of both."""
+    entry = repo.snapshot().get("checked-baggage-allowance")
+    assert entry is not None
+    files = {"checked-baggage-allowance":
+             entry.text + "- A gold member in economy has 3 free checked bags.\n",
+             "pets-in-cabin": NEW_LESSON}
+
+    def estimate(messages: list[dict[str, str]]) -> str:
+        name = ("pets-in-cabin" if "pets in cabin" in messages[-1]["content"]
+                else "checked-baggage-allowance")
+        return json.dumps({"edits": [{
+            "name": name, "action": "create" if name == "pets-in-cabin" else "update",
+            "content": files[name], "rationale": "learned", "confidence": 0.7}]})
+
+    merge = json.dumps({"items": [{"name": n, "action": "upsert", "content": c,
+                                   "rationale": f"merged {n}"} for n, c in files.items()]})
+    return [Step("rollout", agent), Step("rollout", agent), Step("analyze", analyze),
+            Step("analyze", analyze), Step("estimate", estimate), Step("estimate", estimate),
+            Step("merge", merge)]
+
+
+def cases_file(path: Path, *cases: Case) -> Path:
+    path.write_text(yaml.safe_dump({"cases": [c.model_dump(mode="json") for c in cases]}))
+    return path
+
+
+LINE = {
+    "baseline_eval": r"\[baseline_eval\] epoch=-1 cases=(\d+) accuracy=(\d+\.\d\d)% "
+                     r"passed=(\d+)/(\d+) avg_reward=(\d\.\d{6})",
+    "train_epoch": r"\[train_epoch\] epoch=0 cases=(\d+) accuracy=(\d+\.\d\d)% "
+                   r"passed=(\d+)/(\d+) avg_reward=(\d\.\d{6}) commits=(\d+) errors=(\d+)",
+    "final_eval": r"\[final_eval\] epoch=1 cases=(\d+) accuracy=(\d+\.\d\d)% "
+                  r"passed=(\d+)/(\d+) avg_reward=(\d\.\d{6})",
+}
+
+
+def test_train_propose_mode(run_cli: Any, serve: Any, seeded_repo: ExperienceRepository,
+                            tmp_path: Path) -> None:
+    path = tmp_path / "repo"
+    main = seeded_repo.main_commit()
+    server = serve([*training_steps(seeded_repo), Step("rollout", agent),
+                    Step("rollout", agent)])
+    train = cases_file(tmp_path / "train.yaml", BAGGAGE_CASE, PETS_CASE)
+    held_out = cases_file(tmp_path / "eval.yaml", PETS_CASE)
+    pr_body, report = tmp_path / "pr.md", tmp_path / "report.json"
+    result = run_cli("-C", path, "train", "--cases", train, "--eval-cases", held_out,
+                     "--mode", "propose", "--llm", "openai", "--base-url", server.url,
+                     "--pr-body", pr_body, "--report", report)
+    assert result.code == 0, result.err
+    print(result.out)
+    assert server.unexpected == []
+    server.chat.assert_done()
+    lines = result.out.splitlines()
+    assert re.fullmatch(LINE["baseline_eval"], lines[0]).groups() == (  # type: ignore[union-attr]
+        "1", "0.00", "0", "1", "0.000000")
+    assert re.fullmatch(LINE["train_epoch"], lines[1]).groups() == (  # type: ignore[union-attr]
+        "2", "50.00", "1", "2", "0.500000", "1", "0")
+    assert re.fullmatch(LINE["final_eval"], lines[2]).groups() == (  # type: ignore[union-attr]
+        "1", "0.00", "0", "1", "0.000000")
+    assert lines[3:7] == ["", "baseline accuracy: 0.00% (0/1)", "final accuracy: 0.00% (0/1)",
+                          "accuracy delta: +0.00pp"]
+    usage = lines[lines.index("LLM usage:") + 1:]
+    assert usage[0].split()[0] == "stage" and usage[-1].split()[0] == "total"
+    assert {row.split()[0]: int(row.split()[1]) for row in usage[1:]} == {
+        "rollout": 4, "analyze": 2, "estimate": 2, "merge": 1, "total": 9}
+    assert "expgit: train_epoch epoch=0: 2/2 cases" in result.err  # plain progress lines
+    # main untouched; trajectories, gradients, a proposal and its PR body
+    assert git(path, "rev-parse", "main").strip() == main
+    branches = git(path, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split()
+    proposals = [b for b in branches if b.startswith("expgit/proposals/")]
+    assert len(proposals) == 1 and "expgit/trajectories" in branches
+    assert len([b for b in branches if b.startswith("expgit/gradients/")]) == 2
+    assert f"proposal: {proposals[0].rsplit('/', 1)[1]}" in result.out
+    body = pr_body.read_text()
+    assert body.startswith("expgit: update 2 experiences: checked-baggage-allowance, pets")
+    assert git(path, "log", "-1", "--format=%B", proposals[0]).startswith(body.split("\n")[0])
+    data = json.loads(report.read_text())
+    assert [p["phase"] for p in data["phases"]] == ["baseline_eval", "train_epoch",
+                                                    "final_eval"]
+    assert data["mode"] == "propose" and data["main_before"] == data["main_after"] == main
+    assert data["proposals"] == [proposals[0].rsplit("/", 1)[1]]
+    assert data["usage"]["total"]["calls"] == 9
+    assert {r["case"] for r in data["phases"][1]["rollouts"]} == {BAGGAGE_CASE.name,
+                                                                  PETS_CASE.name}
+    fsck(path)
+
+
+def test_train_apply_mode_moves_main_and_final_eval_sees_it(
+        run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
+    path = tmp_path / "repo"
+    main = seeded_repo.main_commit()
+    server = serve([*training_steps(seeded_repo), Step("rollout", agent),
+                    Step("rollout", agent)])
+    result = run_cli("-C", path, "train", "--cases",
+                     cases_file(tmp_path / "t.yaml", BAGGAGE_CASE, PETS_CASE),
+                     "--eval-cases", cases_file(tmp_path / "e.yaml", PETS_CASE),
+                     "--mode", "apply", "--llm", "openai", "--base-url", server.url, "--json")
+    assert result.code == 0, result.err
+    server.chat.assert_done()
+    data = json.loads(result.out)
+    baseline, epoch, final = data["phases"]
+    assert (baseline["passed"], final["passed"]) == (0, 1)  # final eval saw the lesson
+    assert epoch["commits"] == 1 and data["applied_commits"] == [data["main_after"]]
+    assert git(path, "rev-parse", "main").strip() == data["main_after"] != main
+    assert "pets-in-cabin" in git(path, "ls-tree", "--name-only", "main", "experiences/")
+
+
+def test_eval_prints_accuracy_and_only_rolls_out(
+        run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
+    path = tmp_path / "repo"
+    refs = git(path, "for-each-ref")
+    server = serve([Step("rollout", agent), Step("rollout", agent)])
+    result = run_cli("-C", path, "eval", "--cases",
+                     cases_file(tmp_path / "e.yaml", BAGGAGE_CASE, PETS_CASE),
+                     "--llm", "openai", "--base-url", server.url)
+    assert result.code == 0, result.err
+    server.chat.assert_done()
+    assert result.out.splitlines()[0] == ("[eval] epoch=0 cases=2 accuracy=50.00% "
+                                          "passed=1/2 avg_reward=0.500000")
+    assert "proposal" not in result.out
+    assert git(path, "for-each-ref") == refs
+
+
+@pytest.mark.parametrize("content, message", [
+    ("cases: [{name: a}]\n", "case 0 ('a'): rubric: Field required"),
+    ("- [unbalanced\n", "not valid YAML"),
+])
+def test_bad_cases_file_exits_5_before_any_call(
+        run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path,
+        content: str, message: str) -> None:
+    server = serve([])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(content)
+    for command in ("train", "eval"):
+        result = run_cli("-C", tmp_path / "repo", command, "--cases", bad, "--llm", "openai",
+                         "--base-url", server.url)
+        assert result.code == 5 and message in result.err, result.err
+    missing = run_cli("-C", tmp_path / "repo", "train", "--cases", tmp_path / "nope.yaml",
+                      "--llm", "openai", "--base-url", server.url)
+    assert missing.code == 5 and "no such cases file" in missing.err
+    assert server.requests == 0
+
+
+def test_train_rollouts_from_jsonl(run_cli: Any, serve: Any,
+                                   seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
+    path = tmp_path / "repo"
+    main = seeded_repo.main_commit()
+    steps = training_steps(seeded_repo)[2:]  # recorded rollouts: no rollout calls
+    server = serve(steps)
+    rollouts = [Rollout(case=c, policy_snapshot_id="recorded", messages=[],
+                        evaluation=RubricEvaluation(passed=False, score=0.0))
+                for c in (BAGGAGE_CASE, PETS_CASE)]
+    for rollout, question in zip(rollouts, ("gold member baggage?", "Can I bring my cat?"),
+                                 strict=True):
+        rollout.messages = [Message.text("user", question),
+                            Message.text("assistant", "Sorry, I do not know.")]
+    file = tmp_path / "rollouts.jsonl"
+    file.write_text("".join(r.model_dump_json() + "\n" for r in rollouts))
+    result = run_cli("-C", path, "train-rollouts", file, "--llm", "openai", "--base-url",
+                     server.url, "--pr-body", tmp_path / "pr.md")
+    assert result.code == 0, result.err
+    server.chat.assert_done()
+    assert re.fullmatch(r"\[train_rollouts\] epoch=0 cases=2 accuracy=0\.00% passed=0/2 "
+                        r"avg_reward=0\.000000 commits=1 errors=0", result.out.splitlines()[0])
+    assert git(path, "rev-parse", "main").strip() == main
+    assert (tmp_path / "pr.md").read_text().startswith("expgit: update 2 experiences")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(rollouts[0].model_dump_json() + "\n" + json.dumps(
+        {"policy_snapshot_id": "x", "messages": []}) + "\n")
+    refused = run_cli("-C", path, "train-rollouts", bad, "--llm", "openai", "--base-url",
+                      server.url)
+    assert refused.code == 5 and "line 2: case: Field required" in refused.err
+
+
+def test_eval_fails_when_every_rollout_fails(run_cli: Any, serve: Any,
+                                             seeded_repo: ExperienceRepository,
+                                             tmp_path: Path) -> None:
+    server = serve([])  # every call is refused (HTTP 400)
+    report = tmp_path / "report.json"
+    result = run_cli("-C", tmp_path / "repo", "eval", "--cases",
+                     cases_file(tmp_path / "e.yaml", BAGGAGE_CASE, PETS_CASE), "--llm",
+                     "openai", "--base-url", server.url, "--report", report)
+    assert result.code == 1
+    assert result.out.startswith("[eval] epoch=0 cases=2 accuracy=0.00% passed=0/2")
+    assert "eval epoch=0: all 2 rollouts failed; first: case" in result.err
+    assert "HTTP 400" in result.err
+    assert json.loads(report.read_text())["problems"]
+    assert server.requests == 2
