@@ -457,7 +457,7 @@ def run_benchmarks(repo_dir: Path, names: list[str], repeat: int,
 
     info = {"raw update-ref --stdin of apply's 13-ref transaction":
             median(raw_transaction, transaction_setup),
-            "raw git worktree list --porcelain (publish.py runs it)": median(raw_worktrees)}
+            "raw git worktree list --porcelain (linked worktrees only)": median(raw_worktrees)}
     repo.git.close()
     return rows, info
 

@@ -77,11 +77,12 @@ def _digest(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
-def lesson(name: str) -> str:
-    return (f"---\nname: {name}\nstatus: active\nsummary: What run {name} taught.\n"
-            f"tags: [bench]\nmetadata: {{}}\n---\n# Lesson {name}\n\n"
-            f"When: a case like {name} comes up.\n\nProcedure:\n"
-            f"1. Apply the rule {name} records before answering.\n")
+def lesson(name: str) -> dict[str, Any]:
+    """The fields (not the file: expgit composes it) of the lesson ``name``."""
+    return {"summary": f"What run {name} taught.", "tags": ["bench"],
+            "body": f"# Lesson {name}\n\nWhen: a case like {name} comes up.\n\n"
+                    f"Procedure:\n1. Apply the rule {name} records before answering.\n",
+            "rationale": "learned", "confidence": 0.7}
 
 
 def _reply(stage: str, messages: ChatMessages) -> str:
@@ -98,16 +99,13 @@ def _reply(stage: str, messages: ChatMessages) -> str:
                            "retrieval_anchor": anchor})
     if stage == "estimate":
         name = f"lesson-{_digest(user)}"
-        return json.dumps({"edits": [{"name": name, "action": "create",
-                                      "content": lesson(name), "rationale": "learned",
-                                      "confidence": 0.7}]})
+        return json.dumps({"edits": [{"name": name, "action": "create", **lesson(name)}]})
     if stage == "merge":
         items: dict[str, list[str]] = {}
         for gid, target in _GRADIENT.findall(user):
             items.setdefault(target, []).append(gid)
-        return json.dumps({"items": [{"name": t, "action": "upsert", "content": lesson(t),
-                                      "rationale": "merged", "gradient_ids": ids}
-                                     for t, ids in items.items()]})
+        return json.dumps({"items": [{"name": t, "action": "upsert", "gradient_ids": ids,
+                                      **lesson(t)} for t, ids in items.items()]})
     raise AssertionError(f"unexpected stage {stage}")
 
 
@@ -181,6 +179,9 @@ async def bench_calls(batch_size: int) -> None:
     training = sum(usage[s].calls for s in ("analyze", "estimate") if s in usage)
     merges = sum(usage[s].calls for s in ("merge", "compress") if s in usage)
     chunks = sum(math.ceil(b.gradients / 16) for b in trained)
+    print(f"training: {sum(b.gradients for b in trained)} gradients, "
+          f"{sum(len(b.proposals) for b in trained)} proposals, "
+          f"{sum(len(b.errors) for b in trained)} errors")
     print(f"training calls per rollout (analyze+estimate): {training / n:.2f} (target <= 2)")
     print(f"merge+compress calls per batch: {merges / len(trained):.2f} over "
           f"{len(trained)} batches of <= {batch_size} cases; per chunk of <= 16 gradients: "
@@ -200,6 +201,7 @@ class GitClock:
 
     def __init__(self) -> None:
         self.intervals: list[tuple[float, float]] = []
+        self.by_method: dict[str, list[float]] = {}
         self._local = threading.local()
         self._lock = threading.Lock()
 
@@ -223,8 +225,12 @@ class GitClock:
             finally:
                 self._local.depth = depth
                 if depth == 0:
+                    end = time.perf_counter()
                     with self._lock:
-                        self.intervals.append((start, time.perf_counter()))
+                        self.intervals.append((start, end))
+                        calls = self.by_method.setdefault(func.__name__, [0, 0.0])
+                        calls[0] += 1
+                        calls[1] += end - start
         return timed
 
     def totals(self, since: float) -> tuple[float, float]:
@@ -275,6 +281,9 @@ async def bench_streaming(rollouts: int, producers: int, latency: float, mode: s
         wall = time.perf_counter() - started
         union, summed = clock.totals(started)
         _verify(repo, results, wall, union, summed, trainer, meter, mode, latency, producers)
+        top = sorted(clock.by_method.items(), key=lambda kv: -kv[1][1])[:8]
+        print("git time by GitRepo method (outermost calls): " + ", ".join(
+            f"{name} {int(n)}x {t:.2f}s" for name, (n, t) in top))
 
 
 def _verify(repo: ExperienceRepository, results: list[RolloutTrainingResult], wall: float,

@@ -52,7 +52,9 @@ def closing_updates(repo: ExperienceRepository, proposal: Proposal, state: str
     """Move a proposal and its still-open gradients from their branches to ``state``."""
     updates = [RefUpdate(proposal.ref, None, proposal.commit),
                RefUpdate(PROPOSAL_STATES[state] + proposal.id, proposal.commit, None)]
-    open_gradients = repo.git.refs(GRADIENT_STATES["open"])
+    # its gradients' branches by name: no listing of every open gradient
+    open_gradients = repo.git.refs_named(GRADIENT_STATES["open"] + sha[:12]
+                                         for sha in proposal.gradient_commits)
     for sha in proposal.gradient_commits:
         gid = sha[:12]
         if open_gradients.get(GRADIENT_STATES["open"] + gid) == sha:

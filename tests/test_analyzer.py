@@ -13,8 +13,16 @@ from expgit.llm.port import LLMOutputError, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
 from expgit.repository import ExperienceRepository
+from expgit.train.components.llm_fields import (
+    CHARS_PER_TOKEN,
+    LOCAL_ANALYSIS_LIMITS,
+    AnalysisLimits,
+    schema_chars,
+)
+from expgit.train.components.llm_outputs import analyze_output
 from expgit.train.components.trajectory_analyzer import (
     TrajectoryRolloutAnalyzer,
+    outcome_of,
     read_front_matter,
     truncate,
 )
@@ -214,3 +222,62 @@ def test_a_failed_call_raises_and_stores_nothing(seeded_repo: ExperienceReposito
     with pytest.raises(LLMOutputError):
         analyze(TrajectoryRolloutAnalyzer(seeded_repo, structured), make_rollout())
     assert seeded_repo.git.ref(BRANCH) is None
+
+
+def test_the_reply_is_bounded_and_the_outcome_follows_the_evaluation(
+        seeded_repo: ExperienceRepository) -> None:
+    rambling = {**REPLY, "outcome": "success", "summary": "s" * 2000,
+                "key_steps": [f"step {i} " + "x" * 300 for i in range(30)],
+                "lessons": ["check eligibility"] * 9}
+    structured, model = llm(json.dumps(rambling))
+    result = analyze(TrajectoryRolloutAnalyzer(seeded_repo, structured),
+                     make_rollout(evaluation=FAILED))
+    model.assert_done()
+    assert len(model.calls) == 1  # soft bounds are clipped, not refused
+    trajectory = result.trajectory
+    assert trajectory.outcome == "failure"  # the evaluation wins over the model
+    assert read_front_matter(trajectory.content, trajectory.uri)["outcome"] == "failure"
+    limits = AnalysisLimits()
+    assert "s" * (limits.summary_chars - 1) + "…" in trajectory.content
+    assert "s" * limits.summary_chars not in trajectory.content
+    assert "step 9 " in trajectory.content and "step 10 " not in trajectory.content
+    assert trajectory.content.count("check eligibility") == limits.max_lessons
+
+    schema = model.calls[0][2]["json_schema"]["schema"]  # type: ignore[index]
+    props = schema["properties"]
+    assert schema["title"] == "AnalyzeOutput" and schema["required"] == list(REPLY)
+    assert props["summary"] == {"maxLength": 600, "type": "string"}
+    assert props["key_steps"] == {"items": {"maxLength": 200, "type": "string"},
+                                  "maxItems": 10, "type": "array"}
+    assert props["title"]["minLength"] == 1 and props["retrieval_anchor"]["maxLength"] == 150
+    assert "at most 10 items" in model.calls[0][1][0]["content"]
+
+    local = analyze_output(LOCAL_ANALYSIS_LIMITS).model_json_schema()["properties"]
+    assert local["key_steps"]["maxItems"] == 5 and local["summary"]["maxLength"] == 300
+    assert outcome_of(RubricEvaluation(passed=False, score=0.5)) == "partial"
+    assert outcome_of(RubricEvaluation(passed=True, score=0.5)) == "success"
+
+
+def test_a_long_transcript_is_cut_to_fit_the_prompt_budget(
+        seeded_repo: ExperienceRepository) -> None:
+    essay = "HEAD-" + "word " * 6000 + "-TAIL"
+    messages = [Message.text("user", "Please cancel reservation ABC123"),
+                Message.text("assistant", essay)]
+    structured, model = llm(json.dumps(REPLY), json.dumps(REPLY))
+    analyze(TrajectoryRolloutAnalyzer(seeded_repo, structured),
+            make_rollout(messages=messages, evaluation=FAILED))
+    unbounded = sum(len(m["content"]) for m in model.calls[0][1])
+    assert essay in model.calls[0][1][1]["content"]  # no budget: nothing is cut
+
+    budget = 3000
+    analyze(TrajectoryRolloutAnalyzer(seeded_repo, structured, prompt_tokens=budget),
+            make_rollout(messages=[*messages, Message.text("user", "again")],
+                         evaluation=FAILED))
+    model.assert_done()
+    user = model.calls[1][1][1]["content"]
+    prompt = sum(len(m["content"]) for m in model.calls[1][1])
+    schema = schema_chars(analyze_output(AnalysisLimits()))
+    assert prompt + schema <= budget * CHARS_PER_TOKEN < unbounded
+    assert essay not in user and "chars truncated]" in user
+    assert "HEAD-" in user and "-TAIL" in user
+    assert "Please cancel reservation ABC123" in user  # short parts stay whole

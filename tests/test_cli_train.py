@@ -19,16 +19,17 @@ from typing import Any
 import pytest
 import yaml
 from conftest import fsck, git
-from test_pipeline import BAGGAGE_CASE, NEW_LESSON, PETS_CASE, analyze
+from test_pipeline import BAGGAGE_CASE, PETS_CASE, analyze, estimate_for, lesson_bodies, merge_of
 
-from expgit.cli import cli
-from expgit.cli.train import TRAIN_COMMANDS
 from expgit.llm.scripted import ScriptedChatModel, ScriptError, Step
 from expgit.repository import ExperienceRepository
 from expgit.train.components.evaluator import JudgeVerdict
-from expgit.train.components.gradient_estimator import EstimateOutput
-from expgit.train.components.policy_optimizer import CompressOutput, MergeOutput
-from expgit.train.components.trajectory_analyzer import AnalyzeOutput
+from expgit.train.components.llm_outputs import (
+    AnalyzeOutput,
+    CompressOutput,
+    EstimateOutput,
+    MergeOutput,
+)
 from expgit.train.domain import Case, Message, Rollout, RubricEvaluation
 
 STAGES = {JudgeVerdict.__name__: "judge", AnalyzeOutput.__name__: "analyze",
@@ -111,13 +112,6 @@ def serve() -> Iterator[Any]:
         server.close()
 
 
-@pytest.fixture(autouse=True)
-def registered() -> None:
-    """The train commands on the CLI group (idempotent; the registry may list them)."""
-    for command in TRAIN_COMMANDS:
-        cli.add_command(command)
-
-
 def agent(messages: list[dict[str, str]]) -> str:
     """Right about baggage; about pets only once an experience about pets is shown."""
     if "gold member" in messages[-1]["content"]:
@@ -130,21 +124,8 @@ def agent(messages: list[dict[str, str]]) -> str:
 def training_steps(repo: ExperienceRepository) -> list[Step]:
     """One batch of BAGGAGE_CASE and PETS_CASE: 2 rollouts, 2 analyses, 2 estimates
     (an update and a create) and 1 merge of both."""
-    entry = repo.snapshot().get("checked-baggage-allowance")
-    assert entry is not None
-    files = {"checked-baggage-allowance":
-             entry.text + "- A gold member in economy has 3 free checked bags.\n",
-             "pets-in-cabin": NEW_LESSON}
-
-    def estimate(messages: list[dict[str, str]]) -> str:
-        name = ("pets-in-cabin" if "pets in cabin" in messages[-1]["content"]
-                else "checked-baggage-allowance")
-        return json.dumps({"edits": [{
-            "name": name, "action": "create" if name == "pets-in-cabin" else "update",
-            "content": files[name], "rationale": "learned", "confidence": 0.7}]})
-
-    merge = json.dumps({"items": [{"name": n, "action": "upsert", "content": c,
-                                   "rationale": f"merged {n}"} for n, c in files.items()]})
+    bodies = lesson_bodies(repo)
+    estimate, merge = estimate_for(bodies), merge_of(bodies)
     return [Step("rollout", agent), Step("rollout", agent), Step("analyze", analyze),
             Step("analyze", analyze), Step("estimate", estimate), Step("estimate", estimate),
             Step("merge", merge)]
@@ -178,7 +159,6 @@ def test_train_propose_mode(run_cli: Any, serve: Any, seeded_repo: ExperienceRep
                      "--mode", "propose", "--llm", "openai", "--base-url", server.url,
                      "--pr-body", pr_body, "--report", report)
     assert result.code == 0, result.err
-    print(result.out)
     assert server.unexpected == []
     server.chat.assert_done()
     lines = result.out.splitlines()

@@ -51,9 +51,11 @@ def gradients(repo: ExperienceRepository) -> tuple[list[SemanticGradient], str]:
 def engine(repo: ExperienceRepository, merged: str | None, ids: list[str],
            updater: PolicyUpdater | None = None
            ) -> tuple[PolicyTrainingEngine, ScriptedChatModel]:
+    # the merge writes fields; expgit keeps the front matter: the body is enough
     steps = [] if merged is None else [Step("merge", json.dumps({"items": [{
-        "name": NAME, "action": "upsert", "content": merged, "rationale": "both rules",
-        "gradient_ids": ids, "confidence": 0.8}]}))]
+        "name": NAME, "action": "upsert", "gradient_ids": ids, "rationale": "both rules",
+        "summary": "", "tags": [], "body": merged.split("\n---\n", 1)[1],
+        "confidence": 0.8}]}))]
     model = ScriptedChatModel(steps)
     llm = StructuredLLM(model, UsageMeter())
     return PolicyTrainingEngine(repo, PatchMergePolicyOptimizer(repo, llm),

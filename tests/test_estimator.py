@@ -4,17 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 from conftest import fsck, git
 
+from expgit.experience import NAME_MAX, parse_experience
 from expgit.gradients import find_gradient, list_gradients
 from expgit.llm.port import UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
 from expgit.repository import ExperienceRepository
 from expgit.snapshot import ExperienceEntry, Snapshot
-from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
+from expgit.train.components.gradient_estimator import (
+    EstimateOutput,
+    ExperienceGradientEstimator,
+    estimate_output,
+)
+from expgit.train.components.llm_fields import (
+    CHARS_PER_TOKEN,
+    LOCAL_EDIT_LIMITS,
+    NAME_PATTERN,
+    EditLimits,
+    schema_chars,
+)
 from expgit.train.context import PipelineContext
 from expgit.train.domain import (
     Case,
@@ -38,20 +51,22 @@ outcome: failure
 - Check the 24-hour rule and insurance before cancelling.
 """
 
-NEW_FILE = """---
-name: confirm-refund-amount
-status: active
-summary: State the refund amount and method before any cancellation.
-tags: [refunds]
-metadata: {}
----
-# Confirm the refund amount
+NEW_BODY = """# Confirm the refund amount
 
 When: a cancellation is eligible.
 
 Procedure:
 1. State the amount and the method, then ask for an explicit yes.
 """
+NEW_FILE = """---
+name: confirm-refund-amount
+status: active
+summary: State the refund amount and method before any cancellation.
+tags:
+- refunds
+metadata: {}
+---
+""" + NEW_BODY
 
 
 class FixedRanker:
@@ -77,17 +92,23 @@ def analysis_for(repo: ExperienceRepository) -> RolloutAnalysis:
                               outcome="failure", retrieval_anchor="cancel eligibility"))
 
 
-def estimator(repo: ExperienceRepository, edits: list[dict[str, Any]], ranker: Any
+def estimator(repo: ExperienceRepository, edits: list[dict[str, Any]], ranker: Any,
+              limits: EditLimits | None = None
               ) -> tuple[ExperienceGradientEstimator, ScriptedChatModel]:
     model = ScriptedChatModel([Step("estimate", json.dumps({"edits": edits}))])
-    return ExperienceGradientEstimator(repo, StructuredLLM(model, UsageMeter()), ranker), model
+    return ExperienceGradientEstimator(repo, StructuredLLM(model, UsageMeter()), ranker,
+                                       limits=limits), model
 
 
-def edit(name: str, action: str, content: str | None, confidence: float = 0.7
-         ) -> dict[str, Any]:
-    return {"name": name, "action": action, "content": content,
+def edit(name: str, action: str, body: str = "", confidence: float = 0.7, *,
+         summary: str = "", tags: list[str] | None = None) -> dict[str, Any]:
+    return {"name": name, "action": action,
             "rationale": f"{action} {name} because the trajectory failed",
-            "confidence": confidence}
+            "summary": summary, "tags": tags or [], "body": body, "confidence": confidence}
+
+
+def body_of(text: str) -> str:
+    return text.split("\n---\n", 1)[1]
 
 
 def test_valid_edits_become_gradient_commits_with_the_trajectory_as_evidence(
@@ -99,9 +120,11 @@ def test_valid_edits_become_gradient_commits_with_the_trajectory_as_evidence(
     analysis = analysis_for(seeded_repo)
     ranker = FixedRanker("cancellation-eligibility-rules", "compensation-certificates")
     est, model = estimator(seeded_repo, [
-        edit("cancellation-eligibility-rules", "update", updated, 0.8),
-        edit("confirm-refund-amount", "create", f"```markdown\n{NEW_FILE}```", 0.6),
-        edit("compensation-certificates", "delete", None, 0.3),
+        edit("cancellation-eligibility-rules", "update", body_of(updated), 0.8),
+        edit("confirm-refund-amount", "create", f"```markdown\n{NEW_BODY}```", 0.6,
+             summary="State the refund amount and method before any cancellation.",
+             tags=["Refunds", "refunds", " "]),
+        edit("compensation-certificates", "delete", confidence=0.3),
     ], ranker)
     gradients = asyncio.run(est.estimate(analysis, snapshot, PipelineContext()))
 
@@ -119,12 +142,14 @@ def test_valid_edits_become_gradient_commits_with_the_trajectory_as_evidence(
         assert core.base_blob == g.base_blob
     update, create, delete = gradients
     assert update.before is not None and update.before.content == current
+    # the front matter is kept byte for byte: only the body changed
     assert update.after is not None and update.after.content == updated
     assert update.base_blob == snapshot.entries["cancellation-eligibility-rules"].blob
     assert update.base_version == snapshot.entries["cancellation-eligibility-rules"].version
     assert update.confidence == 0.8
     assert create.before is None and create.base_version == 0 and create.base_blob is None
-    assert create.after is not None and create.after.content == NEW_FILE  # fence removed
+    # built by expgit: front matter from the fields, fence removed, tags cleaned
+    assert create.after is not None and create.after.content == NEW_FILE
     assert delete.after is None and delete.before is not None
 
     path = seeded_repo.git.work_tree
@@ -135,46 +160,137 @@ def test_valid_edits_become_gradient_commits_with_the_trajectory_as_evidence(
     assert seeded_repo.main_commit() == main
     fsck(path)
 
-    user = model.calls[0][1][1]["content"]
-    system = model.calls[0][1][0]["content"]
+    _, messages, response_format = model.calls[0]
+    user, system = messages[1]["content"], messages[0]["content"]
     assert TRAJECTORY.strip() in user and current in user
-    assert "800 tokens" in system and "name: <name>" in system
+    assert "under 800 tokens" in system and '"body"' in system and "At most 3 edits" in system
+    assert "name: <name>" not in system  # the model no longer writes front matter
     assert "cancel eligibility" in ranker.queries[0]
+    assert response_format is not None
+    assert response_format["json_schema"]["schema"] == \
+        estimate_output(EditLimits()).model_json_schema()
+
+
+def test_an_update_of_fields_keeps_the_rest_of_the_front_matter(
+        seeded_repo: ExperienceRepository) -> None:
+    snapshot = seeded_repo.snapshot()
+    entry = snapshot.entries["refund-method-rules"]
+    est, _ = estimator(seeded_repo, [edit(
+        "refund-method-rules", "update", summary="Refund to the original payment methods.",
+        tags=["refunds", "Payment Methods"])], FixedRanker("refund-method-rules"))
+    [g] = asyncio.run(est.estimate(analysis_for(seeded_repo), snapshot, PipelineContext()))
+    assert g.after is not None
+    exp = parse_experience(g.after.content, entry.path)
+    before = entry.experience
+    assert exp.front_matter.summary == "Refund to the original payment methods."
+    assert exp.front_matter.tags == ["refunds", "payment-methods"]
+    assert exp.front_matter.metadata == before.front_matter.metadata
+    assert exp.front_matter.metadata["owner"] == "support-playbook"
+    assert exp.status == before.status and exp.name == before.name
+    assert exp.body == before.body  # an empty body keeps the current one
 
 
 def test_invalid_edits_are_dropped_with_reasons(seeded_repo: ExperienceRepository) -> None:
     main = seeded_repo.main_commit()
     snapshot = seeded_repo.snapshot()
     current = snapshot.entries["cancellation-eligibility-rules"].text
-    mismatch = NEW_FILE.replace("name: confirm-refund-amount", "name: other-name")
     est, _ = estimator(seeded_repo, [
-        edit("Bad Name", "create", NEW_FILE),
-        edit("confirm-refund-amount", "create", mismatch),
-        edit("confirm-refund-amount", "create", NEW_FILE + "x" * 4000),
-        edit("cancellation-eligibility-rules", "update", current),
-        edit("never-existed", "delete", None),
-        edit("cancellation-eligibility-rules", "create", NEW_FILE),
-        edit("refund-method-rules", "update", current),
-        edit("confirm-refund-amount", "create", "no front matter\n"),
-        edit("confirm-refund-amount", "create", None),
-        edit("confirm-refund-amount", "create", NEW_FILE),  # the one valid edit
-        edit("confirm-refund-amount", "create", NEW_FILE.replace("yes", "YES")),
-    ], FixedRanker("cancellation-eligibility-rules"))
+        edit("confirm-refund-amount", "create", "é" * 1800),
+        edit("cancellation-eligibility-rules", "update", body_of(current)),
+        edit("never-existed", "delete"),
+        edit("cancellation-eligibility-rules", "create", NEW_BODY),
+        edit("refund-method-rules", "update", NEW_BODY),
+        edit("never-existed", "update", NEW_BODY),
+        edit("confirm-refund-amount", "create"),
+        edit("confirm-refund-amount", "create", NEW_BODY),  # the one valid edit
+        edit("confirm-refund-amount", "create", NEW_BODY.replace("yes", "YES")),
+    ], FixedRanker("cancellation-eligibility-rules"), EditLimits(max_edits=9))
     analysis = analysis_for(seeded_repo)
     gradients = asyncio.run(est.estimate(analysis, snapshot, PipelineContext()))
 
     assert [g.target_experience_name for g in gradients] == ["confirm-refund-amount"]
     assert list_gradients(seeded_repo)[0].id == gradients[0].gradient_id
     reasons = analysis.metadata["rejected_edits"]
-    assert len(reasons) == 10
-    expected = ["invalid experience name", "differs from the file name", "over the budget",
-                "identical to main", "delete of an experience that does not exist",
-                "already exists", "not shown", "missing front matter",
-                "create without content", "a second edit of the same experience"]
+    expected = ["over the budget", "identical to main",
+                "delete of an experience that does not exist", "already exists", "not shown",
+                "update of an experience that does not exist", "needs a body",
+                "a second edit of the same experience"]
+    assert len(reasons) == len(expected)
     for reason, fragment in zip(reasons, expected, strict=True):
         assert fragment in reason, (reason, fragment)
     assert len(list_gradients(seeded_repo)) == 1
     assert seeded_repo.main_commit() == main
+
+
+def test_a_create_with_only_a_summary_gets_a_minimal_body(
+        seeded_repo: ExperienceRepository) -> None:
+    est, _ = estimator(seeded_repo, [edit("check-the-24-hour-rule", "create",
+                                          summary="Check the 24-hour rule first.")],
+                       FixedRanker())
+    [g] = asyncio.run(est.estimate(analysis_for(seeded_repo), seeded_repo.snapshot(),
+                                   PipelineContext()))
+    assert g.after is not None
+    assert body_of(g.after.content) == "# Check the 24 hour rule\n\nCheck the 24-hour rule first.\n"
+
+
+def test_a_reply_over_the_schema_bounds_gets_one_repair_round(
+        seeded_repo: ExperienceRepository) -> None:
+    bad_name = [edit("Bad Name", "create", NEW_BODY)]
+    too_many = [edit("a-rule", "create", NEW_BODY), edit("b-rule", "create", NEW_BODY)]
+    long_body = [edit("a-rule", "create", "x" * 1001)]
+    cases = ((bad_name, "edits.0.name: String should match pattern"),
+             (too_many, "edits: List should have at most 1 item"),
+             (long_body, "edits.0.body: String should have at most 1000 characters"))
+    for number, (bad, problem) in enumerate(cases):
+        good = [edit(f"confirm-refund-amount-{number}", "create", NEW_BODY)]
+        model = ScriptedChatModel([Step("estimate", json.dumps({"edits": bad})),
+                                   Step("estimate", json.dumps({"edits": good}))])
+        est = ExperienceGradientEstimator(seeded_repo, StructuredLLM(model, UsageMeter()),
+                                          FixedRanker(), limits=LOCAL_EDIT_LIMITS)
+        gradients = asyncio.run(est.estimate(analysis_for(seeded_repo),
+                                             seeded_repo.snapshot(), PipelineContext()))
+        model.assert_done()
+        assert problem in model.calls[1][1][-1]["content"]
+        assert [g.target_experience_name for g in gradients] == [good[0]["name"]]
+
+
+def test_soft_bounds_are_clipped_not_refused(seeded_repo: ExperienceRepository) -> None:
+    reply = edit("confirm-refund-amount", "create", NEW_BODY, 7, summary="s" * 500,
+                 tags=[f"tag{i}" for i in range(9)])
+    reply["rationale"] = "r" * 900
+    out = estimate_output(EditLimits()).model_validate({"edits": [reply]})
+    [e] = out.edits
+    assert len(e.summary) == 200 and e.summary.endswith("…")
+    assert len(e.rationale) == 400 and len(e.tags) == 6 and e.confidence == 1.0
+
+
+def test_the_schema_carries_the_bounds() -> None:
+    schema = estimate_output(EditLimits().for_budget(800)).model_json_schema()
+    edit_schema = schema["$defs"]["EstimatedEdit"]["properties"]
+    assert schema["properties"]["edits"]["maxItems"] == 3
+    assert edit_schema["name"] == {"maxLength": NAME_MAX, "pattern": NAME_PATTERN,
+                                   "type": "string"}
+    assert edit_schema["body"]["maxLength"] == 1800
+    assert edit_schema["summary"]["maxLength"] == 200
+    assert edit_schema["rationale"] == {"maxLength": 400, "minLength": 1, "type": "string"}
+    assert edit_schema["tags"] == {"items": {"maxLength": 32, "type": "string"},
+                                   "maxItems": 6, "type": "array"}
+    assert edit_schema["confidence"] == {"maximum": 1, "minimum": 0, "type": "number"}
+    assert edit_schema["action"]["enum"] == ["create", "update", "delete"]
+    assert "title" not in edit_schema["body"]  # no per-field titles for a model to copy
+    assert schema["title"] == EstimateOutput.__name__ == "EstimateOutput"
+    # the body shrinks to fit a small token budget; the local profile is smaller still
+    small = estimate_output(EditLimits().for_budget(300)).model_json_schema()
+    assert small["$defs"]["EstimatedEdit"]["properties"]["body"]["maxLength"] == 600
+    local = estimate_output(LOCAL_EDIT_LIMITS.for_budget(800)).model_json_schema()
+    assert local["properties"]["edits"]["maxItems"] == 1
+    assert local["$defs"]["EstimatedEdit"]["properties"]["body"]["maxLength"] == 1000
+    # the slug pattern accepts exactly the valid names (up to 12 words of 40 characters)
+    pattern = re.compile(NAME_PATTERN)
+    for name in ("a", "refund-method-rules", "verify-identity-before-account-changes"):
+        assert pattern.match(name)
+    for name in ("Bad", "a--b", "-a", "a-", "a_b", "a-b-c-d-e-f-g-h-i-j-k-l-m"):
+        assert not pattern.match(name)
 
 
 def test_no_trajectory_means_no_call(seeded_repo: ExperienceRepository) -> None:
@@ -197,3 +313,24 @@ def test_the_default_lexical_ranker_shows_relevant_files(
     user = model.calls[0][1][1]["content"]
     assert "### cancellation-eligibility-rules" in user
     assert user.count("\n### ") == seeded_repo.settings.train.relevant_experiences
+
+
+def test_fewer_experiences_when_asked_or_when_the_prompt_would_not_fit(
+        seeded_repo: ExperienceRepository) -> None:
+    def run(**options: Any) -> str:
+        model = ScriptedChatModel([Step("estimate", json.dumps({"edits": []}))])
+        est = ExperienceGradientEstimator(seeded_repo, StructuredLLM(model, UsageMeter()),
+                                          **options)
+        asyncio.run(est.estimate(analysis_for(seeded_repo), seeded_repo.snapshot(),
+                                 PipelineContext()))
+        system, user = (m["content"] for m in model.calls[0][1])
+        return system + user
+
+    two = run(relevant_experiences=2)
+    assert two.count("\n### ") == 2
+    # a budget just below that prompt (with its schema): the least relevant one goes
+    budget = (len(two) + schema_chars(estimate_output(EditLimits()))) // CHARS_PER_TOKEN - 1
+    one = run(relevant_experiences=2, prompt_tokens=budget)
+    assert one.count("\n### ") == 1
+    assert one.split("\n### ")[1].split("\n")[0] == two.split("\n### ")[1].split("\n")[0]
+    assert run(relevant_experiences=0).count("\n### ") == 0

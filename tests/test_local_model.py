@@ -4,18 +4,31 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import importlib.util
 import json
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import EXAMPLE
 from pydantic import BaseModel
 
 from expgit.errors import UsageError
-from expgit.llm.factory import open_llm, resolve_llm
+from expgit.experience import check_experience
+from expgit.gradients import list_gradients
+from expgit.llm.factory import (
+    LOCAL_MAX_TOKENS,
+    LOCAL_N_CTX,
+    LOCAL_PROMPT_MARGIN,
+    LLMRuntime,
+    open_llm,
+    resolve_llm,
+)
 from expgit.llm.local import (
+    DEFAULT_N_CTX,
     INSTALL_EXTRA,
     INSTALL_MODEL,
     LocalModelServer,
@@ -23,8 +36,36 @@ from expgit.llm.local import (
     find_gguf,
     model_name,
 )
+from expgit.llm.local_grammar import (
+    JSON_CHAR,
+    flat_repetition,
+    patch_converter,
+    schema_grammar,
+)
 from expgit.llm.port import LLMError, Price
+from expgit.llm.scripted import ScriptedChatModel
+from expgit.repository import ExperienceRepository
 from expgit.settings import LLMSettings
+from expgit.train.cases import load_cases
+from expgit.train.components.evaluator import RubricRolloutEvaluator
+from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
+from expgit.train.components.llm_fields import (
+    LOCAL_ANALYSIS_LIMITS,
+    LOCAL_EDIT_LIMITS,
+    LOCAL_RELEVANT_EXPERIENCES,
+    AnalysisLimits,
+    EditLimits,
+)
+from expgit.train.components.llm_outputs import (
+    analyze_output,
+    compress_output,
+    estimate_output,
+    merge_output,
+)
+from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
+from expgit.train.context import PipelineContext
+from expgit.train.domain import Message, Rollout, RolloutAnalysis, SemanticGradient
+from expgit.train.trajectory_store import TrajectoryStore
 
 HAS_LLAMA = importlib.util.find_spec("llama_cpp") is not None
 needs_llama = pytest.mark.skipif(not HAS_LLAMA, reason="the [local] extra "
@@ -156,3 +197,135 @@ def test_sync_server_ignores_its_environment_and_stops(monkeypatch: pytest.Monke
         with urllib.request.urlopen(request, timeout=60) as response:
             assert json.load(response)["choices"][0]["message"]["role"] == "assistant"
     assert proc.poll() is not None
+
+
+# ------------------------------------------------------------------ bounded outputs
+def test_bounded_repetitions_are_written_flat_and_capped() -> None:
+    calls: list[tuple[object, ...]] = []
+
+    def original(*args: object) -> str:
+        calls.append(args)
+        return "nested"
+
+    build = flat_repetition(original)
+    assert build("char", 0, 1800) == "char{0,1800}"
+    assert build("[a-z0-9]", 1, 40) == "[a-z0-9]{1,40}"
+    assert build("char", 0, 5000) == "char{0,1999}"  # llama.cpp refuses 2000 and more
+    assert build("char", 0, 1) == "nested"  # x? stays as it is
+    assert build("item", 0, 6, '"," space') == "nested"  # lists keep their separators
+    assert build("char", 0, None) == "nested"
+    assert len(calls) == 3
+
+
+def test_local_runtime_defaults() -> None:
+    assert LocalModelServer.__init__.__kwdefaults__["n_ctx"] == DEFAULT_N_CTX == 8192
+    fixed = LLMRuntime.fixed(ScriptedChatModel([]))
+    assert not fixed.is_local and fixed.prompt_tokens is None
+    assert fixed.max_tokens == LLMSettings().max_tokens and fixed.structured.schema_in_prompt
+
+
+@needs_llama
+def test_local_runtime_limits() -> None:
+    runtime = open_llm(LLMSettings(max_tokens=4096), choice="local", model=None,
+                       base_url=None, meter=None, environ={})
+    assert runtime.is_local and runtime.max_tokens == LOCAL_MAX_TOKENS == 1024
+    assert runtime.prompt_tokens == LOCAL_N_CTX - 1024 - LOCAL_PROMPT_MARGIN
+    small = open_llm(LLMSettings(max_tokens=300), choice="local", model=None,
+                     base_url=None, meter=None, environ={})
+    assert small.max_tokens == 300
+
+
+def output_schemas() -> list[tuple[str, dict[str, Any], int]]:
+    """(label, schema, its longest string bound) of every output model, both profiles."""
+    found = []
+    for label, edits, analysis in (("default", EditLimits(), AnalysisLimits()),
+                                   ("local", LOCAL_EDIT_LIMITS, LOCAL_ANALYSIS_LIMITS)):
+        limits = edits.for_budget(800)
+        for model in (estimate_output(limits), merge_output(limits, 16),
+                      compress_output(limits)):
+            found.append((f"{label} {model.__name__}", model.model_json_schema(),
+                          limits.body_chars))
+        found.append((f"{label} AnalyzeOutput",
+                      analyze_output(analysis).model_json_schema(), analysis.summary_chars))
+    return found
+
+
+@needs_llama
+def test_every_output_schema_is_a_grammar_llama_cpp_accepts() -> None:
+    """The converter must not fall back to plain JSON (no bounds), and llama.cpp's parser
+    must accept the grammar (a refused one crashes the server)."""
+    capi: Any = importlib.import_module("llama_cpp")
+    grammar_module = importlib.import_module("llama_cpp.llama_grammar")
+    patch_converter(grammar_module)
+    params = capi.llama_model_default_params()
+    params.vocab_only = True
+    model = capi.llama_model_load_from_file(str(find_gguf()).encode(), params)
+    assert model
+    try:
+        vocab = capi.llama_model_get_vocab(model)
+        for label, schema, longest in output_schemas():
+            grammar = schema_grammar(grammar_module, schema)  # raises, never falls back
+            assert f"char{{0,{longest}}}" in grammar, label  # flat, not nested 1000 deep
+            assert JSON_CHAR in grammar  # no raw control characters in strings
+            sampler = capi.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+            assert sampler, f"llama.cpp refused the grammar of the {label} schema"
+            capi.llama_sampler_free(sampler)
+    finally:
+        capi.llama_model_free(model)
+
+
+FAILED_ANSWER = ("No problem! I have cancelled your basic economy round trip from JFK to "
+                 "LAX. Your reservation has been cancelled and the full amount will be "
+                 "refunded to your card within 5-7 business days.")
+
+
+@needs_llama
+def test_real_local_model_turns_a_failed_rollout_into_a_gradient(
+        seeded_repo: ExperienceRepository) -> None:
+    """analyze + estimate with SmolLM2 (greedy: temperature 0, fixed server seed) on a
+    failed rollout of example_repo's first training case: a trajectory on its branch and
+    at least one gradient branch, with replies bounded by the schemas (no cut-off)."""
+    case = load_cases(EXAMPLE / "cases" / "train.yaml")[0]
+    assert case.name == "cancel-basic-economy-no-insurance"
+    rollout = Rollout(case=case, policy_snapshot_id=seeded_repo.snapshot().id, messages=[
+        Message.text("user", case.input["user_query"]),
+        Message.text("assistant", FAILED_ANSWER)])
+    main = seeded_repo.main_commit()
+    settings = LLMSettings(temperature=0.0)
+
+    async def go() -> tuple[RolloutAnalysis, list[SemanticGradient], dict[str, Any], int]:
+        async with open_llm(settings, choice="local", model=None, base_url=None,
+                            meter=None, environ={}) as llm:
+            assert llm.prompt_tokens is not None
+            evaluator = RubricRolloutEvaluator(llm.structured, repo=seeded_repo)
+            analyzer = TrajectoryRolloutAnalyzer(
+                seeded_repo, llm.structured, evaluator, limits=LOCAL_ANALYSIS_LIMITS,
+                prompt_tokens=llm.prompt_tokens)
+            estimator = ExperienceGradientEstimator(
+                seeded_repo, llm.structured, relevant_experiences=LOCAL_RELEVANT_EXPERIENCES,
+                limits=LOCAL_EDIT_LIMITS, prompt_tokens=llm.prompt_tokens)
+            analysis = await analyzer.analyze(rollout, PipelineContext())
+            gradients = await estimator.estimate(analysis, seeded_repo.snapshot(),
+                                                 PipelineContext())
+            return analysis, gradients, llm.meter.by_stage(), llm.prompt_tokens
+
+    analysis, gradients, usage, budget = asyncio.run(go())
+    assert not analysis.evaluation.passed and analysis.trajectory is not None
+    assert analysis.trajectory.outcome == "failure"
+    assert TrajectoryStore(seeded_repo).read(analysis.trajectory.uri) == \
+        analysis.trajectory.content
+    assert set(usage) == {"analyze", "estimate"}  # regex checks only: no judge call
+    for stage in ("analyze", "estimate"):
+        assert 1 <= usage[stage].calls <= 2
+        assert usage[stage].prompt_tokens <= budget * usage[stage].calls
+        assert usage[stage].completion_tokens < LOCAL_MAX_TOKENS * usage[stage].calls
+    assert gradients, analysis.metadata["rejected_edits"]
+    branches = {g.id: g for g in list_gradients(seeded_repo)}
+    for g in gradients:
+        assert g.gradient_id in branches
+        core = branches[g.gradient_id]
+        assert core.evidence == [analysis.trajectory.uri] and core.parent == main
+        assert g.after is None or check_experience(
+            g.after.content, seeded_repo.path_of(g.target_experience_name),
+            g.target_experience_name, seeded_repo.settings.token_budget)
+    assert seeded_repo.main_commit() == main

@@ -10,12 +10,19 @@ import pytest
 from conftest import repo_state
 
 from expgit.errors import ExpgitError
-from expgit.experience import estimate_tokens
+from expgit.experience import estimate_tokens, new_experience, parse_experience
 from expgit.llm.port import ChatMessages, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
 from expgit.repository import ExperienceRepository
 from expgit.snapshot import Snapshot
+from expgit.train.components.llm_fields import (
+    CHARS_PER_TOKEN,
+    LOCAL_EDIT_LIMITS,
+    NAME_PATTERN,
+    schema_chars,
+)
+from expgit.train.components.llm_outputs import compress_output, merge_output
 from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer
 from expgit.train.context import PipelineContext
 from expgit.train.domain import ExperienceFile, PolicyUpdatePlan, SemanticGradient
@@ -41,10 +48,19 @@ def gradient(n: int, name: str, snapshot: Snapshot, after: str | None,
         confidence=confidence, gradient_id=f"{n:012x}")
 
 
-def item(name: str, action: str, content: str | None, ids: list[str],
-         confidence: float = 0.8) -> dict[str, Any]:
-    return {"name": name, "action": action, "content": content, "rationale": f"{action} {name}",
-            "gradient_ids": ids, "confidence": confidence}
+def body_of(text: str) -> str:
+    return text.split("\n---\n", 1)[1]
+
+
+def item(name: str, action: str, body: str, ids: list[str], confidence: float = 0.8, *,
+         summary: str = "", tags: list[str] | None = None) -> dict[str, Any]:
+    return {"name": name, "action": action, "gradient_ids": ids,
+            "rationale": f"{action} {name}", "summary": summary, "tags": tags or [],
+            "body": body, "confidence": confidence}
+
+
+def compressed(name: str, body: str, summary: str = "") -> str:
+    return json.dumps({"items": [{"name": name, "summary": summary, "body": body}]})
 
 
 def reply(*items: dict[str, Any]) -> str:
@@ -90,14 +106,14 @@ def test_twenty_gradients_make_two_chunks_and_the_second_sees_the_first(
 
     def chunk_one(messages: ChatMessages) -> str:
         assert user_prompt(messages).count("### Gradient ") == 16
-        return reply(item(name, "upsert", first, ids[:16]))
+        return reply(item(name, "upsert", body_of(first), ids[:16]))
 
     def chunk_two(messages: ChatMessages) -> str:
         user = user_prompt(messages)
         assert user.count("### Gradient ") == 4
         assert "- merged rule A" in user  # the target as chunk one left it
         assert "Already planned in this update" in user
-        return reply(item(name, "upsert", second, ids[16:]))
+        return reply(item(name, "upsert", body_of(second), ids[16:]))
 
     opt, model = optimizer(seeded_repo, Step("merge", chunk_one), Step("merge", chunk_two))
     result = plan(opt, gradients, snapshot)
@@ -124,16 +140,20 @@ def test_merge_split_delete_and_validation(seeded_repo: ExperienceRepository) ->
     ]
     ids = [g.gradient_id or "" for g in gradients]
     merged = flight + "- one\n- two\n"
-    split = exp("flight-change-fees", "Changes cost 100 USD.")
+    split_body = "# flight-change-fees\n\nChanges cost 100 USD.\n"
+    split = new_experience("flight-change-fees", split_body, summary="A rule.",
+                           tags=["test"]).render()
     dedup = baggage + "- Say the 50 USD fee up front.\n"
     opt, model = optimizer(seeded_repo, Step("merge", reply(
-        item("flight-change-rules", "upsert", merged, [ids[0], ids[1]], 0.9),
-        item("flight-change-fees", "upsert", split, [ids[1]], 0.6),
-        item("compensation-certificates", "delete", None, [ids[2]]),
-        item("checked-baggage-allowance", "upsert", dedup, ["not-a-gradient"]),
-        item("never-existed", "delete", None, [ids[2]]),
-        item("broken", "upsert", "no front matter", [ids[0]]),
-        item("flight-change-fees", "upsert", split, [ids[1]]),
+        item("flight-change-rules", "upsert", body_of(merged), [ids[0], ids[1]], 0.9),
+        item("flight-change-fees", "upsert", split_body, [ids[1]], 0.6, summary="A rule.",
+             tags=["test"]),
+        item("compensation-certificates", "delete", "", [ids[2]]),
+        item("checked-baggage-allowance", "upsert", body_of(dedup), ["not-a-gradient"]),
+        item("never-existed", "delete", "", [ids[2]]),
+        item("brand-new", "upsert", "", [ids[0]]),
+        item("flight-change-fees", "upsert", split_body, [ids[1]]),
+        item("checked-baggage-allowance", "upsert", "", [ids[0]]),
     )))
     result = plan(opt, gradients, snapshot)
     model.assert_done()
@@ -153,10 +173,12 @@ def test_merge_split_delete_and_validation(seeded_repo: ExperienceRepository) ->
     # an item citing no gradient of the chunk is attributed to the whole chunk
     assert items["checked-baggage-allowance"].gradient_ids == ids
     assert all(i.gradient_ids for i in result.items)
+    assert items["flight-change-fees"].after_content == split
+    assert items["checked-baggage-allowance"].after_content == dedup  # front matter kept
     rejected = result.metadata["rejected_items"]
-    assert len(rejected) == 3
-    assert "does not exist" in rejected[0] and "missing front matter" in rejected[1]
-    assert "second item" in rejected[2]
+    assert len(rejected) == 4
+    assert "does not exist" in rejected[0] and "needs a body" in rejected[1]
+    assert "second item" in rejected[2] and "second item" in rejected[3]
 
     user = user_prompt(model.calls[0][1])
     assert "--- a/experiences/flight-change-rules.md" in user
@@ -173,29 +195,37 @@ def test_merge_split_delete_and_validation(seeded_repo: ExperienceRepository) ->
     assert "### flight-change-rules" not in similar  # targets are not repeated
 
 
-OVERSIZED = exp("flight-change-rules", "\n".join(f"- rule number {i} " + "x" * 60
-                                                  for i in range(60)))
-COMPRESSED = exp("flight-change-rules", "- rule number 1, shortened\n")
+# Over the budget of 800 tokens although within the body's 1800 characters: "é" is two
+# bytes, and the budget counts about 4 bytes per token.
+OVERSIZED_BODY = "# flight-change-rules\n\n" + "é" * 1700 + "\n"
+OVERSIZED = exp("flight-change-rules", "é" * 1700)
+COMPRESSED_BODY = "# flight-change-rules\n\n- rule number 1, shortened\n"
 
 
 def test_an_over_budget_item_is_compressed_once(seeded_repo: ExperienceRepository) -> None:
     snapshot = seeded_repo.snapshot()
     assert estimate_tokens(OVERSIZED) > seeded_repo.settings.token_budget
     g = gradient(1, "flight-change-rules", snapshot, OVERSIZED)
+    original = snapshot.entries["flight-change-rules"].text
 
     def compress(messages: ChatMessages) -> str:
         assert "## flight-change-rules" in user_prompt(messages)
         assert "limit 800" in user_prompt(messages)
-        return json.dumps({"items": [{"name": "flight-change-rules", "content": COMPRESSED}]})
+        return compressed("flight-change-rules", COMPRESSED_BODY, "Shorter.")
 
     opt, model = optimizer(seeded_repo, Step("merge", reply(item(
-        "flight-change-rules", "upsert", OVERSIZED, [g.gradient_id or ""]))),
+        "flight-change-rules", "upsert", OVERSIZED_BODY, [g.gradient_id or ""]))),
         Step("compress", compress))
     result = plan(opt, [g], snapshot)
     model.assert_done()
     assert [c[0] for c in model.calls] == ["merge", "compress"]
-    assert result.items[0].after_content == COMPRESSED
+    after = parse_experience(result.items[0].after_content or "", "x.md")
+    before = parse_experience(original, "x.md")
+    assert after.body == COMPRESSED_BODY and after.front_matter.summary == "Shorter."
+    assert after.front_matter.tags == before.front_matter.tags  # the rest is kept
     assert result.metadata["compressed"] == ["flight-change-rules"]
+    schema = model.calls[1][2]
+    assert schema is not None and schema["json_schema"]["name"] == "CompressOutput"
 
 
 def test_still_over_budget_after_compression_is_refused(
@@ -206,9 +236,8 @@ def test_still_over_budget_after_compression_is_refused(
     snapshot = seeded_repo.snapshot()
     g = gradient(1, "flight-change-rules", snapshot, OVERSIZED)
     opt, model = optimizer(seeded_repo, Step("merge", reply(item(
-        "flight-change-rules", "upsert", OVERSIZED, [g.gradient_id or ""]))),
-        Step("compress", json.dumps({"items": [
-            {"name": "flight-change-rules", "content": OVERSIZED + "- more\n"}]})))
+        "flight-change-rules", "upsert", OVERSIZED_BODY, [g.gradient_id or ""]))),
+        Step("compress", compressed("flight-change-rules", OVERSIZED_BODY + "- more\n")))
     with pytest.raises(ExpgitError, match=r"over the token budget.*flight-change-rules"):
         plan(opt, [g], snapshot)
     model.assert_done()
@@ -219,19 +248,60 @@ def test_the_whole_set_budget_is_enforced(seeded_repo: ExperienceRepository) -> 
     snapshot = seeded_repo.snapshot()
     total = sum(estimate_tokens(e.text) for e in snapshot.entries.values())
     repo = with_train(seeded_repo, total_token_budget=total + 40)
-    new = exp("extra-rules", "- " + "y" * 400)
-    g = gradient(1, "extra-rules", snapshot, new)
+    new_body = "# extra-rules\n\n- " + "y" * 400 + "\n"
+    g = gradient(1, "extra-rules", snapshot, exp("extra-rules", "- " + "y" * 400))
     opt, model = optimizer(repo, Step("merge", reply(item(
-        "extra-rules", "upsert", new, [g.gradient_id or ""]))),
-        Step("compress", json.dumps({"items": [{"name": "extra-rules", "content": new}]})))
+        "extra-rules", "upsert", new_body, [g.gradient_id or ""], summary="A rule."))),
+        Step("compress", compressed("extra-rules", new_body)))
     with pytest.raises(ExpgitError, match="whole experience set"):
         plan(opt, [g], snapshot)
     model.assert_done()
     assert "over its budget" in model.calls[1][1][0]["content"]
 
     # compressed enough: accepted
-    small = exp("extra-rules", "- short")
     opt, model = optimizer(repo, Step("merge", reply(item(
-        "extra-rules", "upsert", new, [g.gradient_id or ""]))),
-        Step("compress", json.dumps({"items": [{"name": "extra-rules", "content": small}]})))
+        "extra-rules", "upsert", new_body, [g.gradient_id or ""], summary="A rule."))),
+        Step("compress", compressed("extra-rules", "- short")))
+    small = new_experience("extra-rules", "- short\n", summary="A rule.").render()
     assert plan(opt, [g], snapshot).items[0].after_content == small
+
+
+def test_the_merge_schema_carries_the_bounds_and_the_prompt_fits(
+        seeded_repo: ExperienceRepository) -> None:
+    snapshot = seeded_repo.snapshot()
+    name = "flight-change-rules"
+    gradients = [gradient(i, name, snapshot, snapshot.entries[name].text + f"- rule {i}\n")
+                 for i in (1, 2)]
+
+    def run(**options: Any) -> tuple[str, dict[str, Any]]:
+        opt = PatchMergePolicyOptimizer(seeded_repo, StructuredLLM(model, UsageMeter()),
+                                        **options)
+        plan(opt, gradients, snapshot)
+        _, messages, response_format = model.calls[-1]
+        assert response_format is not None
+        return (messages[0]["content"] + messages[1]["content"],
+                response_format["json_schema"]["schema"])
+
+    model = ScriptedChatModel([Step("merge", reply()) for _ in range(3)])
+    prompt, schema = run()
+    props = schema["$defs"]["MergeItem"]["properties"]
+    assert schema["title"] == "MergeOutput" and schema["properties"]["items"]["maxItems"] == 24
+    assert props["body"] == {"maxLength": 1800, "type": "string"}
+    assert props["name"]["pattern"] == NAME_PATTERN and props["name"]["maxLength"] == 80
+    assert props["gradient_ids"]["maxItems"] == 2  # the chunk's size
+    assert props["summary"]["maxLength"] == 200 and props["tags"]["maxItems"] == 6
+    assert prompt.count("\n### ") == 2 + 1 + 5  # gradients, the target, similar files
+    assert "at most 24 items" in prompt and "under 1800 characters" in prompt
+
+    small, schema = run(limits=LOCAL_EDIT_LIMITS, similar_experiences=2)
+    assert schema["properties"]["items"]["maxItems"] == 1
+    assert schema["$defs"]["MergeItem"]["properties"]["body"]["maxLength"] == 1000
+    assert small.count("\n### ") == 2 + 1 + 2 and "at most 1 item." in small
+    budget = (len(small) + schema_chars(merge_output(LOCAL_EDIT_LIMITS.for_budget(800), 2))
+              ) // CHARS_PER_TOKEN - 1
+    trimmed, _ = run(limits=LOCAL_EDIT_LIMITS, similar_experiences=2, prompt_tokens=budget)
+    assert trimmed.count("\n### ") == 2 + 1 + 1  # the least similar file went first
+    model.assert_done()
+    compress = compress_output(LOCAL_EDIT_LIMITS).model_json_schema()
+    assert compress["title"] == "CompressOutput"
+    assert compress["$defs"]["CompressedFile"]["required"] == ["name", "summary", "body"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,12 +20,18 @@ from expgit.repository import ExperienceRepository
 from expgit.snapshot import Snapshot
 from expgit.train.build import build_pipeline
 from expgit.train.cases import ListCaseLoader
+from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
+from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer
 from expgit.train.components.policy_trainer import BatchPolicyTrainer
+from expgit.train.components.policy_updater import GitPolicyUpdater
 from expgit.train.components.snapshotter import ContentHashPolicySnapshotter
+from expgit.train.components.streaming import StreamingPolicyTrainer
+from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
 from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.domain import (
     Case,
     ExperienceSetRef,
+    Message,
     PolicyApplyResult,
     PolicyPlanItem,
     PolicyUpdatePlan,
@@ -37,6 +43,7 @@ from expgit.train.domain import (
     RubricEvaluation,
     SemanticGradient,
 )
+from expgit.train.engine import PolicyTrainingEngine
 from expgit.train.pipeline import OfflinePolicyOptimizationPipeline
 
 
@@ -252,16 +259,45 @@ PETS_CASE = Case(
     rubric=Rubric(name="pets", criteria=[RubricCriterion(
         name="answers", check={"type": "contains", "value": "cat"})]))
 
-NEW_LESSON = """---
-name: pets-in-cabin
-status: active
-summary: Pets are a policy question; answer from the rules, never promise a booking.
-tags: [pets]
----
-# Pets in the cabin
+PETS_SUMMARY = "Pets are a policy question; answer from the rules, never promise a booking."
+PETS_BODY = ("# Pets in the cabin\n\nWhen: the user asks about travelling with a pet. Say "
+             "what the rules allow.\n")
+GOLD_RULE = "- A gold member in economy has 3 free checked bags.\n"
 
-When: the user asks about travelling with a pet. Say what the rules allow.
-"""
+
+def lesson_bodies(repo: ExperienceRepository) -> dict[str, str]:
+    """The bodies the scripted estimator and merger write: baggage gets one more rule,
+    pets-in-cabin is new."""
+    baggage = repo.snapshot().get("checked-baggage-allowance")
+    assert baggage is not None
+    return {"checked-baggage-allowance": baggage.experience.body + GOLD_RULE,
+            "pets-in-cabin": PETS_BODY}
+
+
+def edit_reply(name: str, action: str, body: str, **extra: object) -> dict[str, object]:
+    """One estimate edit (or, with ``gradient_ids``, one merge item) in the reply format:
+    the fields, never a whole file; empty summary and tags keep the current ones."""
+    return {"name": name, "action": action, **extra, "rationale": f"learned about {name}",
+            "summary": PETS_SUMMARY if name == "pets-in-cabin" else "",
+            "tags": ["pets"] if name == "pets-in-cabin" else [], "body": body,
+            "confidence": 0.7}
+
+
+def estimate_for(bodies: dict[str, str]) -> Callable[[list[dict[str, str]]], str]:
+    """The scripted estimator: the edit the trajectory in the prompt calls for."""
+    def estimate(messages: list[dict[str, str]]) -> str:
+        name = ("pets-in-cabin" if "pets in cabin" in messages[-1]["content"]
+                else "checked-baggage-allowance")
+        action = "create" if name == "pets-in-cabin" else "update"
+        return json.dumps({"edits": [edit_reply(name, action, bodies[name])]})
+    return estimate
+
+
+def merge_of(bodies: dict[str, str]) -> str:
+    """A merge reply upserting every file of ``bodies`` (the optimizer cites the chunk's
+    gradients of each target itself when the model cites none)."""
+    return json.dumps({"items": [edit_reply(n, "upsert", b, gradient_ids=[])
+                                 for n, b in bodies.items()]})
 
 
 def analyze(messages: list[dict[str, str]]) -> str:
@@ -282,32 +318,11 @@ def agent(messages: list[dict[str, str]]) -> str:
 
 
 def script(repo: ExperienceRepository, *, eval_cases: int = 0) -> ScriptedChatModel:
-    baggage = repo.snapshot().get("checked-baggage-allowance")
-    assert baggage is not None
-    updated = baggage.text + "- A gold member in economy has 3 free checked bags.\n"
-
-    def merge(messages: list[dict[str, str]]) -> str:
-        return json.dumps({"items": [
-            {"name": "checked-baggage-allowance", "action": "upsert", "content": updated,
-             "rationale": "spell out the gold economy case", "confidence": 0.8},
-            {"name": "pets-in-cabin", "action": "upsert", "content": NEW_LESSON,
-             "rationale": "a new lesson about pets", "confidence": 0.6}]})
-
-    def estimate(messages: list[dict[str, str]]) -> str:
-        """The edit the trajectory in the prompt calls for."""
-        if "pets in cabin" in messages[-1]["content"]:
-            edit = {"name": "pets-in-cabin", "action": "create", "content": NEW_LESSON,
-                    "rationale": "pets were unknown", "confidence": 0.6}
-        else:
-            edit = {"name": "checked-baggage-allowance", "action": "update",
-                    "content": updated, "rationale": "gold economy example",
-                    "confidence": 0.8}
-        return json.dumps({"edits": [edit]})
-
+    bodies = lesson_bodies(repo)
     steps = [Step("rollout", agent), Step("rollout", agent),
              Step("analyze", analyze), Step("analyze", analyze),
-             Step("estimate", estimate), Step("estimate", estimate),
-             Step("merge", merge)]
+             Step("estimate", estimate_for(bodies)), Step("estimate", estimate_for(bodies)),
+             Step("merge", merge_of(bodies))]
     steps += [Step("rollout", agent) for _ in range(2 * eval_cases)]
     return ScriptedChatModel(steps)
 
@@ -362,25 +377,14 @@ def test_real_eval_makes_only_rollout_calls(seeded_repo: ExperienceRepository) -
 
 def test_real_components_apply_mode_moves_main_between_batches(
         seeded_repo: ExperienceRepository) -> None:
-    baggage = seeded_repo.snapshot().get("checked-baggage-allowance")
-    assert baggage is not None
-    updated = baggage.text + "- A gold member in economy has 3 free checked bags.\n"
-    edits = {"checked-baggage-allowance": updated, "pets-in-cabin": NEW_LESSON}
-
-    def estimate(messages: list[dict[str, str]]) -> str:
-        name = ("pets-in-cabin" if "pets in cabin" in messages[-1]["content"]
-                else "checked-baggage-allowance")
-        action = "create" if name == "pets-in-cabin" else "update"
-        return json.dumps({"edits": [{"name": name, "action": action,
-                                      "content": edits[name], "rationale": "learned",
-                                      "confidence": 0.7}]})
+    bodies = lesson_bodies(seeded_repo)
 
     def merge(messages: list[dict[str, str]]) -> str:
         name = ("pets-in-cabin" if "experiences/pets-in-cabin.md" in messages[-1]["content"]
                 else "checked-baggage-allowance")
-        return json.dumps({"items": [{"name": name, "action": "upsert",
-                                      "content": edits[name], "rationale": "merged"}]})
+        return merge_of({name: bodies[name]})
 
+    estimate = estimate_for(bodies)
     chat = ScriptedChatModel([Step(stage, reply) for _ in range(2) for stage, reply in (
         ("rollout", agent), ("analyze", analyze), ("estimate", estimate), ("merge", merge))])
     main = seeded_repo.main_commit()
@@ -400,3 +404,40 @@ def test_real_components_apply_mode_moves_main_between_batches(
     path = seeded_repo.git.work_tree
     assert path is not None
     fsck(path)
+
+
+def test_streaming_trainer_with_real_components(seeded_repo: ExperienceRepository) -> None:
+    """Two recorded rollouts submitted at once, against the current main (no policy set
+    given): one batch, one proposal, each caller seeing only its own gradient."""
+    chat = ScriptedChatModel([s for s in script(seeded_repo).steps if s.stage != "rollout"])
+    llm = StructuredLLM(chat, UsageMeter())
+    engine = PolicyTrainingEngine(seeded_repo, PatchMergePolicyOptimizer(seeded_repo, llm),
+                                  GitPolicyUpdater(seeded_repo))
+    trainer = StreamingPolicyTrainer(TrajectoryRolloutAnalyzer(seeded_repo, llm),
+                                     ExperienceGradientEstimator(seeded_repo, llm), engine,
+                                     max_gradients_per_update=2, max_wait_seconds=60)
+    rollouts = [Rollout(case=c, policy_snapshot_id="recorded", messages=[
+        Message.text("user", c.input["user_query"]), Message.text("assistant", agent([
+            {"role": "user", "content": c.input["user_query"]}]))],
+        evaluation=RubricEvaluation(passed=False, score=0.0))
+        for c in (BAGGAGE_CASE, PETS_CASE)]
+    main = seeded_repo.main_commit()
+
+    async def run() -> list[RolloutTrainingResult]:
+        results = await asyncio.wait_for(asyncio.gather(*(
+            trainer.submit_rollout(r, PipelineContext()) for r in rollouts)), 30)
+        await trainer.close()
+        return list(results)
+
+    first, second = asyncio.run(run())
+    chat.assert_done()
+    assert first.errors == second.errors == []
+    assert first.apply_result and second.apply_result
+    assert first.apply_result.proposal_id == second.apply_result.proposal_id is not None
+    for result in (first, second):
+        assert len(result.gradients) == 1 and result.plan is not None
+        assert [i.gradient_ids for i in result.plan.items] == [[result.gradients[0].gradient_id]]
+    assert {first.gradients[0].target_experience_name,
+            second.gradients[0].target_experience_name} == {"checked-baggage-allowance",
+                                                            "pets-in-cabin"}
+    assert seeded_repo.main_commit() == main and trainer.batches_applied == 1

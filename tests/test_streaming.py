@@ -263,3 +263,4 @@ def test_trainer_survives_its_event_loop() -> None:
             rollout(name), CTX, POLICY), 5))
         assert result.errors == [] and result.apply_result is not None
     assert engine.batches == [["first#0"], ["second#0"]]
+    asyncio.run(trainer.close())  # its worker died with the last loop: nothing to wait for

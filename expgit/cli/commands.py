@@ -12,9 +12,11 @@ from expgit.cli.merge import merge_cmd
 from expgit.cli.propose import propose_cmd
 from expgit.cli.revert import revert_cmd
 from expgit.cli.review import gradients_cmd, proposals_cmd, reject_cmd, review_cmd
+from expgit.cli.train import TRAIN_COMMANDS
 from expgit.cli.validate import validate_cmd
 
 ALL: list[click.Command] = [
     init_cmd, propose_cmd, merge_cmd, apply_cmd, gradients_cmd, proposals_cmd, review_cmd,
     reject_cmd, list_cmd, show_cmd, log_cmd, revert_cmd, validate_cmd, hooks_group,
+    *TRAIN_COMMANDS,
 ]

@@ -27,6 +27,11 @@ from expgit.settings import LLMSettings
 
 Choice = Literal["local", "openai"]
 LOCAL_MIN_TIMEOUT_SECONDS = 300.0  # requests are queued client-side; generation is slow
+# The embedded model's context, and its replies: bounded outputs of a 135M model fit in
+# 1024 tokens, and a shorter cap ends a rambling reply sooner.
+LOCAL_N_CTX = 8192
+LOCAL_MAX_TOKENS = 1024
+LOCAL_PROMPT_MARGIN = 256  # tokens kept free: chat template, estimate error
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,10 @@ def _local_model(model: str | None) -> Path:
 
 class LLMRuntime:
     """The opened LLM: ``structured``, ``chat``, ``embeddings`` (None when not
-    configured), ``meter`` and a one-line ``description``; valid inside ``async with``."""
+    configured), ``meter`` and a one-line ``description``; valid inside ``async with``.
+
+    ``is_local`` and ``prompt_tokens`` (the prompt size that fits the embedded model's
+    context with its reply; None for an endpoint) are known before opening."""
 
     def __init__(self, settings: LLMSettings, resolved: ResolvedLLM, meter: UsageMeter
                  ) -> None:
@@ -110,12 +118,31 @@ class LLMRuntime:
         runtime._description = description or f"{chat.model} (in-process)"
         return runtime
 
+    @property
+    def is_local(self) -> bool:
+        return self.resolved.choice == "local"
+
+    @property
+    def max_tokens(self) -> int:
+        """The reply cap: ``[llm] max_tokens``, at most LOCAL_MAX_TOKENS for the embedded
+        model."""
+        cap = self.settings.max_tokens
+        return min(cap, LOCAL_MAX_TOKENS) if self.is_local else cap
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        if not self.is_local:
+            return None
+        return LOCAL_N_CTX - self.max_tokens - LOCAL_PROMPT_MARGIN
+
     def _wire(self, chat: ChatModel, embeddings: EmbeddingModel | None) -> None:
         self._chat = chat
         self._embeddings = embeddings
+        # the embedded server enforces the schema as a grammar: the prompt need not (and,
+        # for a small model, should not) show it
         self._structured = StructuredLLM(
-            chat, self.meter, mode=self.resolved.mode, max_tokens=self.settings.max_tokens,
-            temperature=self.settings.temperature)
+            chat, self.meter, mode=self.resolved.mode, max_tokens=self.max_tokens,
+            temperature=self.settings.temperature, schema_in_prompt=not self.is_local)
 
     def _require(self) -> tuple[ChatModel, StructuredLLM]:
         if self._chat is None or self._structured is None:
@@ -144,7 +171,7 @@ class LLMRuntime:
             return self
         settings, resolved = self.settings, self.resolved
         if resolved.choice == "local":
-            server = LocalModelServer(resolved.gguf)
+            server = LocalModelServer(resolved.gguf, n_ctx=LOCAL_N_CTX)
             await server.__aenter__()
             try:  # one request at a time: the server serialises them anyway
                 client = OpenAIChatModel(

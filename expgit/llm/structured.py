@@ -4,7 +4,10 @@ Modes (``[llm] structured_output`` in expgit.toml):
 
 * ``json_schema`` (default): ``response_format={"type": "json_schema", ...}``;
 * ``json_object``: ``{"type": "json_object", "schema": ...}`` and the schema in the
-  prompt (llama.cpp's server accepts this form, not ``json_schema``);
+  prompt (llama.cpp's server accepts this form, not ``json_schema``); with
+  ``schema_in_prompt=False`` the prompt only asks for JSON: the embedded server enforces
+  the schema as a grammar, and a small model reading the schema copies its names
+  ("EstimatedEdit", "$defs") into its answer;
 * ``prompt``: no ``response_format``; the schema is only in the prompt.
 
 Every reply is validated; an invalid one gets exactly one repair round. A reply cut off
@@ -45,12 +48,14 @@ def parse_json_reply(text: str, output: type[T]) -> T:
 
 class StructuredLLM:
     def __init__(self, model: ChatModel, meter: UsageMeter, *, mode: Mode = "json_schema",
-                 max_tokens: int = 2048, temperature: float = 0.2) -> None:
+                 max_tokens: int = 2048, temperature: float = 0.2,
+                 schema_in_prompt: bool = True) -> None:
         self.model = model
         self.meter = meter
         self.mode = mode
         self.max_tokens = max_tokens
         self.temperature = temperature
+        self.schema_in_prompt = schema_in_prompt
 
     def _format(self, output: type[BaseModel]) -> dict[str, Any] | None:
         schema = output.model_json_schema()
@@ -62,6 +67,8 @@ class StructuredLLM:
         return None
 
     def _schema_note(self, output: type[BaseModel]) -> str:
+        if not self.schema_in_prompt:
+            return "\n\nReply with exactly one JSON object, no other text."
         return ("\n\nReply with exactly one JSON object, no other text, matching this JSON "
                 f"Schema:\n{json.dumps(output.model_json_schema(), separators=(',', ':'))}")
 

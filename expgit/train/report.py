@@ -57,8 +57,11 @@ class RunReport(BaseModel):
         return next((p for p in self.phases if p.phase == name), None)
 
     def check(self) -> None:
-        """Record a phase whose every rollout failed (an unreachable model, typically)."""
+        """Record a phase whose every rollout failed (an unreachable model, typically).
+        Recorded rollouts (``train_rollouts``) are data: failed ones are fine there."""
         for m in self.phases:
+            if m.phase == "train_rollouts":
+                continue
             failed = [r for r in m.rollouts if r.error]
             if m.rollouts and len(failed) == len(m.rollouts):
                 self.problems.append(

@@ -1,59 +1,40 @@
 """ExperienceGradientEstimator: one trajectory -> gradient commits (RFC 6.5).
 
-One ``estimate`` call per analysis, shown the trajectory and the ``[train]
-relevant_experiences`` most relevant experiences in full. Each proposed edit is committed
-through :func:`expgit.gradients.propose` (evidence = the trajectory's URI); an edit that
-fails validation is dropped and its reason recorded, never committed.
+One ``estimate`` call per analysis, shown the trajectory and the most relevant
+experiences in full (``[train] relevant_experiences`` of them, or the constructor's
+``relevant_experiences``; fewer when the prompt would not fit ``prompt_tokens``). The
+reply is a list of bounded edits (:func:`estimate_output`): name, action, rationale,
+summary, tags, markdown body, confidence; expgit builds each file
+(:func:`~expgit.train.components.llm_fields.compose_experience`) and commits it through
+:func:`expgit.gradients.propose` (evidence = the trajectory's URI). An edit that fails
+validation is dropped and its reason recorded, never committed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
-from typing import Literal
-
-from pydantic import BaseModel, Field
 
 from expgit.errors import InvalidInputError
-from expgit.experience import NAME_MAX, check_name
+from expgit.experience import NAME_MAX
 from expgit.gradients import Gradient, GradientRequest, propose
 from expgit.llm.structured import StructuredLLM
 from expgit.repository import ExperienceRepository
 from expgit.snapshot import ExperienceEntry, Snapshot
 from expgit.templates import render_prompt
+from expgit.train.components.llm_fields import (
+    NAME_PATTERN,
+    EditLimits,
+    compose_experience,
+    fence,
+    fits,
+)
+from expgit.train.components.llm_outputs import EstimatedEdit, EstimateOutput, estimate_output
 from expgit.train.context import PipelineContext
 from expgit.train.domain import ExperienceFile, RolloutAnalysis, SemanticGradient
 from expgit.train.relevance import ExperienceRanker, LexicalRanker
 
-_FENCED = re.compile(r"^\s*(`{3,}|~{3,})[\w-]*\n(.*?)\n\1\s*$", re.S)
-
-
-class EstimatedEdit(BaseModel):
-    name: str
-    action: Literal["create", "update", "delete"]
-    content: str | None = None
-    rationale: str
-    confidence: float = Field(ge=0, le=1)
-
-
-class EstimateOutput(BaseModel):
-    """The estimator's reply: the proposed edits (possibly none)."""
-
-    edits: list[EstimatedEdit] = Field(default_factory=list)
-
-
-def normalise_content(text: str) -> str:
-    """A file as the model wrote it, without a fence around the whole of it, ending in a
-    newline."""
-    match = _FENCED.match(text)
-    body = match.group(2) if match else text
-    return body if body.endswith("\n") else body + "\n"
-
-
-def fence(text: str) -> str:
-    """A backtick fence longer than any backtick run in ``text`` (at least four)."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    return "`" * max(4, longest + 1)
+__all__ = ["EstimateOutput", "ExperienceGradientEstimator", "estimate_output", "shown",
+           "to_semantic"]
 
 
 def shown(entry: ExperienceEntry) -> dict[str, object]:
@@ -80,16 +61,25 @@ class ExperienceGradientEstimator:
     """Proposes edits of experiences from one trajectory with one ``estimate`` call and
     commits each valid one as a gradient branch (``main`` is never touched).
 
-    Rejected edits (invalid name or front matter, over the token budget, identical to
-    ``main``, create of an existing file, update or delete of a missing file or of one
-    not shown, a second edit of the same file) are listed, one reason per edit, in
-    ``analysis.metadata["rejected_edits"]`` (set on every call; empty when none)."""
+    Rejected edits (over the token budget, identical to ``main``, create of an existing
+    file or without a body, update or delete of a missing file or of one not shown, a
+    second edit of the same file) are listed, one reason per edit, in
+    ``analysis.metadata["rejected_edits"]`` (set on every call; empty when none).
+
+    ``relevant_experiences`` overrides ``[train] relevant_experiences``; ``limits`` bound
+    the reply (the body is further capped to fit the repository's token budget);
+    ``prompt_tokens``: drop the least relevant experiences until the prompt fits."""
 
     def __init__(self, repo: ExperienceRepository, llm: StructuredLLM,
-                 ranker: ExperienceRanker | None = None) -> None:
+                 ranker: ExperienceRanker | None = None, *,
+                 relevant_experiences: int | None = None, limits: EditLimits | None = None,
+                 prompt_tokens: int | None = None) -> None:
         self.repo = repo
         self.llm = llm
         self.ranker: ExperienceRanker = ranker or LexicalRanker()
+        self.relevant_experiences = relevant_experiences
+        self.limits = limits or EditLimits()
+        self.prompt_tokens = prompt_tokens
 
     async def estimate(self, analysis: RolloutAnalysis, experience_set: Snapshot,
                        context: PipelineContext) -> list[SemanticGradient]:
@@ -99,17 +89,28 @@ class ExperienceGradientEstimator:
         if trajectory is None:
             return []
         settings = self.repo.settings
-        k = settings.train.relevant_experiences
+        k = (self.relevant_experiences if self.relevant_experiences is not None
+             else settings.train.relevant_experiences)
         query = (f"{trajectory.retrieval_anchor}\n{analysis.rollout.case.task_signature}\n"
                  f"{trajectory.content}")
         relevant = await self.ranker.rank(query, experience_set, k) if k else []
+        limits = self.limits.for_budget(settings.token_budget)
+        output = estimate_output(limits)
         rules = {"root": settings.experiences_root, "token_budget": settings.token_budget,
-                 "max_chars": settings.token_budget * 4, "name_max": NAME_MAX,
-                 "main_branch": settings.main_branch}
-        system, user = render_prompt("estimate", self.repo, trajectory=trajectory,
-                                     trajectory_fence=fence(trajectory.content),
-                                     experiences=[shown(e) for e in relevant], rules=rules)
-        out = await self.llm.generate("estimate", system, user, EstimateOutput)
+                 "name_max": NAME_MAX, "name_pattern": NAME_PATTERN,
+                 "max_edits": limits.max_edits, "body_chars": limits.body_chars,
+                 "summary_chars": limits.summary_chars, "max_tags": limits.max_tags,
+                 "rationale_chars": limits.rationale_chars,
+                 "allow_delete": limits.allow_delete, "main_branch": settings.main_branch}
+        while True:
+            system, user = render_prompt(
+                "estimate", self.repo, trajectory=trajectory,
+                trajectory_fence=fence(trajectory.content),
+                experiences=[shown(e) for e in relevant], rules=rules)
+            if not relevant or fits(self.prompt_tokens, output, system, user):
+                break
+            relevant = relevant[:-1]
+        out = await self.llm.generate("estimate", system, user, output)
         visible = {e.name for e in relevant}
         seen: set[str] = set()
         gradients: list[SemanticGradient] = []
@@ -124,11 +125,10 @@ class ExperienceGradientEstimator:
             gradients.append(to_semantic(gradient, trajectory.uri))
         return gradients
 
-    @staticmethod
-    def _request(edit: EstimatedEdit, uri: str, snapshot: Snapshot, visible: set[str],
-                 seen: set[str]) -> GradientRequest:
+    def _request(self, edit: EstimatedEdit, uri: str, snapshot: Snapshot,
+                 visible: set[str], seen: set[str]) -> GradientRequest:
         """The propose request for one edit, after the checks propose cannot make."""
-        name = check_name(edit.name)
+        name = edit.name
         if name in seen:
             raise InvalidInputError("a second edit of the same experience in one reply")
         if edit.action == "create" and name in snapshot:
@@ -141,8 +141,8 @@ class ExperienceGradientEstimator:
         if edit.action == "delete":
             return GradientRequest(name=name, delete=True, rationale=edit.rationale,
                                    evidence=[uri], confidence=edit.confidence)
-        if edit.content is None or not edit.content.strip():
-            raise InvalidInputError(f"{edit.action} without content")
-        return GradientRequest(name=name, content=normalise_content(edit.content),
-                               rationale=edit.rationale, evidence=[uri],
-                               confidence=edit.confidence)
+        current = snapshot.entries[name].text if edit.action == "update" else None
+        content = compose_experience(name, current, summary=edit.summary, tags=edit.tags,
+                                     body=edit.body, path=self.repo.path_of(name))
+        return GradientRequest(name=name, content=content, rationale=edit.rationale,
+                               evidence=[uri], confidence=edit.confidence)

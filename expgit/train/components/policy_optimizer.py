@@ -2,8 +2,12 @@
 
 Gradients go in chunks of at most ``[train] gradients_per_chunk``; one ``merge`` call per
 chunk sees each gradient as a unified diff with its rationale, confidence and evidence,
-the current content of the target files and up to ``max(5, targets)`` similar files. A
-later chunk sees the files as earlier chunks left them. Every item is validated; budgets:
+the current content of the target files and up to ``max(similar, targets)`` similar files
+(fewer when the prompt would not fit ``prompt_tokens``). A later chunk sees the files as
+earlier chunks left them. The reply's items are bounded fields (:func:`merge_output`:
+name, action, cited gradient ids, rationale, summary, tags, markdown body, confidence);
+expgit builds each file, keeping the front matter of an existing one. Every item is
+validated; budgets:
 
 * per experience (``token_budget``) and for the whole set after the plan
   (``[train] total_token_budget``; a plan may keep or shrink a set that is already over);
@@ -15,45 +19,33 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
-
-from pydantic import BaseModel, Field
 
 from expgit.changes import unified_diff
 from expgit.errors import ExpgitError, InvalidInputError
-from expgit.experience import NAME_MAX, check_experience, check_name, estimate_tokens
+from expgit.experience import NAME_MAX, check_experience, estimate_tokens
 from expgit.llm.structured import StructuredLLM
 from expgit.repository import ExperienceRepository
 from expgit.snapshot import Snapshot
 from expgit.templates import render_prompt
-from expgit.train.components.gradient_estimator import fence, normalise_content
+from expgit.train.components.llm_fields import (
+    NAME_PATTERN,
+    EditLimits,
+    compose_experience,
+    fence,
+    fits,
+)
+from expgit.train.components.llm_outputs import (
+    CompressOutput,
+    MergeItem,
+    MergeOutput,
+    compress_output,
+    merge_output,
+)
 from expgit.train.context import PipelineContext
 from expgit.train.domain import PolicyPlanItem, PolicyUpdatePlan, SemanticGradient
 from expgit.train.relevance import ExperienceRanker, LexicalRanker
 
-
-class MergeItem(BaseModel):
-    name: str
-    action: Literal["upsert", "delete"]
-    content: str | None = None
-    rationale: str = ""
-    gradient_ids: list[str] = Field(default_factory=list)
-    confidence: float = Field(default=0.5, ge=0, le=1)
-
-
-class MergeOutput(BaseModel):
-    """The merger's reply for one chunk: the files that change."""
-
-    items: list[MergeItem] = Field(default_factory=list)
-
-
-class CompressedFile(BaseModel):
-    name: str
-    content: str
-
-
-class CompressOutput(BaseModel):
-    items: list[CompressedFile] = Field(default_factory=list)
+__all__ = ["CompressOutput", "MergeOutput", "PatchMergePolicyOptimizer"]
 
 
 @dataclass
@@ -68,13 +60,21 @@ class PatchMergePolicyOptimizer:
     """Plans one update from a batch of gradients by LLM patch merge, one ``merge`` call
     per chunk (merge, split, de-duplicate, delete), within the token budgets; writes
     nothing. ``plan.metadata``: ``chunks``, ``rejected_items`` (reasons),
-    ``compressed`` (names), ``dropped_gradient_ids`` (cited by no item), token totals."""
+    ``compressed`` (names), ``dropped_gradient_ids`` (cited by no item), token totals.
+
+    ``limits`` bound the replies (the body is further capped to fit the token budget);
+    ``similar_experiences``: similar files shown besides the targets (at least);
+    ``prompt_tokens``: drop the least similar files until a prompt fits."""
 
     def __init__(self, repo: ExperienceRepository, llm: StructuredLLM,
-                 ranker: ExperienceRanker | None = None) -> None:
+                 ranker: ExperienceRanker | None = None, *, limits: EditLimits | None = None,
+                 similar_experiences: int = 5, prompt_tokens: int | None = None) -> None:
         self.repo = repo
         self.llm = llm
         self.ranker: ExperienceRanker = ranker or LexicalRanker()
+        self.limits = (limits or EditLimits()).for_budget(repo.settings.token_budget)
+        self.similar_experiences = similar_experiences
+        self.prompt_tokens = prompt_tokens
 
     async def plan(self, gradients: Sequence[SemanticGradient], policy_set: Snapshot,
                    context: PipelineContext) -> PolicyUpdatePlan:
@@ -114,7 +114,7 @@ class PatchMergePolicyOptimizer:
     async def _merge(self, chunk: list[str], labelled: dict[str, SemanticGradient],
                      state: dict[str, str | None], planned: dict[str, _Planned],
                      policy_set: Snapshot) -> list[MergeItem]:
-        root, settings = self.repo.root, self.repo.settings
+        root, settings, limits = self.repo.root, self.repo.settings, self.limits
         views, targets = [], list(dict.fromkeys(labelled[i].target_experience_name
                                                 for i in chunk))
         for gid in chunk:
@@ -129,14 +129,16 @@ class PatchMergePolicyOptimizer:
                           "diff": diff, "fence": fence(diff), "rationale": g.rationale,
                           "confidence": g.confidence, "evidence": g.evidence_trajectory_uris,
                           "stale": old != state.get(g.target_experience_name)})
-        limit = max(5, len(targets))
+        limit = max(self.similar_experiences, len(targets))
         query = "\n".join(_query_text(labelled[i]) for i in chunk)
         ranked = await self.ranker.rank(query, policy_set, limit + len(targets))
         similar = [{"name": e.name, "path": e.path, "text": _nl(state[e.name]),
                     "fence": fence(state[e.name] or "")}
                    for e in ranked if e.name not in targets and state.get(e.name)][:limit]
-        rules = {"root": root, "token_budget": settings.token_budget,
-                 "max_chars": settings.token_budget * 4, "name_max": NAME_MAX,
+        rules = {"root": root, "token_budget": settings.token_budget, "name_max": NAME_MAX,
+                 "name_pattern": NAME_PATTERN, "body_chars": limits.body_chars,
+                 "summary_chars": limits.summary_chars, "max_tags": limits.max_tags,
+                 "max_items": limits.max_items, "allow_delete": limits.allow_delete,
                  "total_token_budget": settings.train.total_token_budget,
                  "total_tokens": _total(state)}
         target_views = [{"name": n, "path": f"{root}/{n}.md",
@@ -146,10 +148,15 @@ class PatchMergePolicyOptimizer:
                         for n in targets]
         earlier = [{"name": n, "action": "delete" if p.content is None else "upsert",
                     "rationale": " / ".join(p.rationales)} for n, p in planned.items()]
-        system, user = render_prompt("merge", self.repo, gradients=views,
-                                     targets=target_views, similar=similar,
-                                     earlier=earlier, rules=rules)
-        return (await self.llm.generate("merge", system, user, MergeOutput)).items
+        output = merge_output(limits, max(len(chunk), 1))
+        while True:
+            system, user = render_prompt("merge", self.repo, gradients=views,
+                                         targets=target_views, similar=similar,
+                                         earlier=earlier, rules=rules)
+            if not similar or fits(self.prompt_tokens, output, system, user):
+                break
+            similar = similar[:-1]
+        return (await self.llm.generate("merge", system, user, output)).items
 
     def _validate(self, items: list[MergeItem], chunk: list[str],
                   labelled: dict[str, SemanticGradient], state: dict[str, str | None],
@@ -157,8 +164,8 @@ class PatchMergePolicyOptimizer:
         """The valid items of one chunk by name (budgets are checked afterwards)."""
         accepted: dict[str, _Planned] = {}
         for item in items:
+            name = item.name
             try:
-                name = check_name(item.name)
                 if name in accepted:
                     raise InvalidInputError("a second item for the same experience")
                 content = None
@@ -166,14 +173,14 @@ class PatchMergePolicyOptimizer:
                     if state.get(name) is None:
                         raise InvalidInputError("delete of an experience that does not exist")
                 else:
-                    if not item.content or not item.content.strip():
-                        raise InvalidInputError("upsert without content")
-                    content = normalise_content(item.content)
+                    path = self.repo.path_of(name)
+                    content = compose_experience(name, state.get(name), summary=item.summary,
+                                                 tags=item.tags, body=item.body, path=path)
                     if content == state.get(name):
                         raise InvalidInputError("upsert identical to the current file")
-                    check_experience(content, self.repo.path_of(name), name, sys.maxsize)
+                    check_experience(content, path, name, sys.maxsize)
             except InvalidInputError as exc:
-                rejected.append(f"{item.action} {item.name!r}: {exc.message}")
+                rejected.append(f"{item.action} {name!r}: {exc.message}")
                 continue
             cited = [i for i in dict.fromkeys(item.gradient_ids) if i in chunk]
             if not cited:  # the model forgot to cite: its own target's gradients, or all
@@ -207,15 +214,18 @@ class PatchMergePolicyOptimizer:
                   "tokens": estimate_tokens(accepted[n].content or "")} for n in names]
         system, user = render_prompt(
             "compress", self.repo, files=files, per_file_budget=budget,
-            max_chars=budget * 4, set_over=set_over,
-            total_token_budget=self.repo.settings.train.total_token_budget)
-        out = await self.llm.generate("compress", system, user, CompressOutput)
+            body_chars=self.limits.body_chars, summary_chars=self.limits.summary_chars,
+            set_over=set_over, total_token_budget=self.repo.settings.train.total_token_budget)
+        out = await self.llm.generate("compress", system, user,
+                                      compress_output(self.limits))
         for item in out.items:
             if item.name in names:
-                content = normalise_content(item.content)
+                path = self.repo.path_of(item.name)
                 try:
-                    check_experience(content, self.repo.path_of(item.name), item.name,
-                                     sys.maxsize)
+                    content = compose_experience(
+                        item.name, accepted[item.name].content, summary=item.summary,
+                        tags=[], body=item.body, path=path)
+                    check_experience(content, path, item.name, sys.maxsize)
                 except InvalidInputError as exc:
                     raise ExpgitError(f"cannot plan: the compressed {item.name} is invalid: "
                                       f"{exc.message}") from None

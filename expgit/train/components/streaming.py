@@ -94,6 +94,7 @@ class StreamingPolicyTrainer:
         self._closing = False
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
+        self._main: ExperienceSet | None = None
 
     # ------------------------------------------------------------------ public API
     async def submit_rollout(self, rollout: Rollout, context: PipelineContext,
@@ -143,7 +144,7 @@ class StreamingPolicyTrainer:
         """Flush what is pending and stop; later submissions are refused."""
         self._closing = True
         self._poke()
-        if self._worker is not None:
+        if self._worker is not None and not self._worker.done():
             await asyncio.shield(self._worker)
 
     # ------------------------------------------------------------------- internals
@@ -164,11 +165,15 @@ class StreamingPolicyTrainer:
                              analysis)
 
     def _current_main(self) -> ExperienceSet:
+        """The snapshot of ``main`` now (reused while ``main`` has not moved)."""
         repo = getattr(self.engine, "repo", None)
         if repo is None:
             raise UsageError("submit_rollout needs a policy_set: the engine has no repo")
-        snapshot: ExperienceSet = repo.snapshot()
-        return snapshot
+        cached = self._main
+        commit = repo.main_commit()
+        if cached is None or cached.commit != commit:
+            cached = self._main = repo.snapshots.load(commit)
+        return cached
 
     def _enqueue(self, prepared: Prepared, context: PipelineContext
                  ) -> asyncio.Future[_Outcome]:

@@ -14,12 +14,14 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 
 from expgit.errors import InvalidInputError
 from expgit.llm.structured import StructuredLLM
 from expgit.repository import ExperienceRepository
 from expgit.templates import render, render_prompt
+from expgit.train.components.llm_fields import AnalysisLimits, fits
+from expgit.train.components.llm_outputs import AnalyzeOutput, analyze_output
 from expgit.train.context import PipelineContext
 from expgit.train.domain import (
     Message,
@@ -32,20 +34,10 @@ from expgit.train.domain import (
 from expgit.train.interfaces import RolloutEvaluator
 from expgit.train.trajectory_store import TrajectoryStore, rollout_id
 
+__all__ = ["AnalyzeOutput", "TrajectoryRolloutAnalyzer", "read_front_matter", "truncate"]
+
 FALLBACK_NOTE = ("fallback evaluation: neither the environment nor an evaluator judged "
                  "this rollout")
-
-
-class AnalyzeOutput(BaseModel):
-    """The analyst's reply for one rollout."""
-
-    title: str = Field(min_length=1)
-    outcome: Literal["success", "failure", "partial"]
-    summary: str
-    key_steps: list[str] = Field(default_factory=list)
-    mistakes: list[str] = Field(default_factory=list)
-    lessons: list[str] = Field(default_factory=list)
-    retrieval_anchor: str = Field(min_length=1)
 
 
 def truncate(text: str, limit: int) -> str:
@@ -59,16 +51,20 @@ def truncate(text: str, limit: int) -> str:
             + (text[-tail:] if tail > 0 else ""))
 
 
-def transcript_view(messages: Sequence[Message], limit: int) -> list[dict[str, Any]]:
+def transcript_view(messages: Sequence[Message], limit: int,
+                    text_limit: int | None = None) -> list[dict[str, Any]]:
     """The messages as the prompt shows them, tool inputs and outputs truncated to
-    ``limit`` characters; empty messages are left out."""
+    ``limit`` characters (texts to ``text_limit``, if given); empty messages are left
+    out."""
     view: list[dict[str, Any]] = []
     for message in messages:
         parts: list[dict[str, str]] = []
         for part in message.parts:
             if isinstance(part, TextPart):
                 if part.text.strip():
-                    parts.append({"type": "text", "text": part.text})
+                    text = part.text if text_limit is None else truncate(part.text,
+                                                                         text_limit)
+                    parts.append({"type": "text", "text": text})
                 continue
             args = json.dumps(part.tool_input, ensure_ascii=False, sort_keys=True)
             output = "(no output)" if part.tool_output is None else part.tool_output
@@ -89,6 +85,14 @@ def fallback_evaluation(extracted: bool) -> RubricEvaluation:
                             metadata={"source": "fallback"})
 
 
+def outcome_of(evaluation: RubricEvaluation) -> Literal["success", "failure", "partial"]:
+    """The outcome an evaluation implies (the analyze prompt's rule): passed -> success;
+    failed with a score of at most 0.2 -> failure; otherwise partial."""
+    if evaluation.passed:
+        return "success"
+    return "failure" if evaluation.score <= 0.2 else "partial"
+
+
 def read_front_matter(text: str, uri: str) -> dict[str, Any]:
     """The YAML front matter of a stored trajectory document."""
     end = text.find("\n---\n", 4)
@@ -103,13 +107,22 @@ class TrajectoryRolloutAnalyzer:
     trajectories branch, with one ``analyze`` call; an already stored rollout is reused
     with no call. Evaluation: ``rollout.evaluation``, else the evaluator, else the RFC
     fallback. ``analysis.metadata``: ``trajectory_id``, ``reused`` (bool),
-    ``evaluation_source`` (rollout | evaluator | fallback | stored)."""
+    ``evaluation_source`` (rollout | evaluator | fallback | stored). With an evaluation
+    (not the fallback), the trajectory's outcome follows from it (:func:`outcome_of`),
+    whatever the model said.
+
+    ``limits`` bound the reply; ``prompt_tokens``: when the prompt would not fit, the
+    transcript's parts are truncated harder (halving, down to 200 characters each)."""
 
     def __init__(self, repo: ExperienceRepository, llm: StructuredLLM,
-                 evaluator: RolloutEvaluator | None = None) -> None:
+                 evaluator: RolloutEvaluator | None = None, *,
+                 limits: AnalysisLimits | None = None,
+                 prompt_tokens: int | None = None) -> None:
         self.repo = repo
         self.llm = llm
         self.evaluator = evaluator
+        self.limits = limits or AnalysisLimits()
+        self.prompt_tokens = prompt_tokens
         self.store = TrajectoryStore(repo)
 
     async def analyze(self, rollout: Rollout, context: PipelineContext) -> RolloutAnalysis:
@@ -125,14 +138,13 @@ class TrajectoryRolloutAnalyzer:
                 metadata={"trajectory_id": tid, "reused": False,
                           "evaluation_source": source,
                           "skipped": "empty transcript: nothing to analyse"})
-        system, user = render_prompt(
-            "analyze", self.repo, case=rollout.case, messages=view, evaluation=evaluation,
-            error=rollout.error,
-            case_input=json.dumps(rollout.case.input, ensure_ascii=False, indent=2,
-                                  sort_keys=True))
-        out = await self.llm.generate("analyze", system, user, AnalyzeOutput)
+        output = analyze_output(self.limits)
+        system, user = self._prompt(rollout, view, evaluation, output)
+        out = await self.llm.generate("analyze", system, user, output)
         if evaluation is None:
             evaluation = fallback_evaluation(True)
+        else:  # the evaluation is the ground truth: the outcome follows from it
+            out = out.model_copy(update={"outcome": outcome_of(evaluation)})
         document = self._document(rollout, tid, out, evaluation, source)
         uri, created = await asyncio.to_thread(
             self.store.store, tid, document, f"trajectory: {out.title}")
@@ -146,6 +158,25 @@ class TrajectoryRolloutAnalyzer:
         return RolloutAnalysis(rollout=rollout, evaluation=evaluation, trajectory=trajectory,
                                metadata={"trajectory_id": tid, "reused": False,
                                          "evaluation_source": source})
+
+    def _prompt(self, rollout: Rollout, view: list[dict[str, Any]],
+                evaluation: RubricEvaluation | None, output: type[AnalyzeOutput]
+                ) -> tuple[str, str]:
+        """The analyze prompt; over ``prompt_tokens``, every part of the transcript is
+        truncated to half the longest one, again, down to 200 characters."""
+        case_input = json.dumps(rollout.case.input, ensure_ascii=False, indent=2,
+                                sort_keys=True)
+        limit = max((len(v) for m in view for p in m["parts"] for k, v in p.items()
+                     if k in ("text", "input", "output")), default=0)
+        while True:
+            system, user = render_prompt(
+                "analyze", self.repo, case=rollout.case, messages=view,
+                evaluation=evaluation, error=rollout.error, case_input=case_input,
+                limits=self.limits)
+            if limit <= 200 or fits(self.prompt_tokens, output, system, user):
+                return system, user
+            limit = max(200, limit // 2)
+            view = transcript_view(rollout.messages, limit, limit)
 
     async def _evaluate(self, rollout: Rollout, context: PipelineContext
                         ) -> tuple[RubricEvaluation | None, str]:

@@ -1,0 +1,187 @@
+"""Refs of git's ``files`` backend, read without a process; the record of a ref move.
+
+A ref is a loose file under the common git dir (``refs/heads/main``) or, failing that, a
+line of ``packed-refs``: loose first, then packed, as git reads them. git replaces both
+atomically (a new file renamed into place), so a read sees the old or the new value,
+never a mix. A loose ref may be symbolic (``ref: refs/heads/other``); it is followed as
+deep as git follows it.
+
+Only shared refs with plain names are read here; anything else (``HEAD``, per-worktree
+refs, revision expressions, another ref backend, a malformed file) raises LookupError
+and :mod:`expgit.gitrepo` asks git.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from expgit.errors import ConflictError
+from expgit.gitobjects import is_sha
+
+# refs that live in each worktree's own git dir, not in the common dir
+PER_WORKTREE_REFS = ("refs/bisect/", "refs/worktree/", "refs/rewritten/")
+# what git's check_refname_format refuses (plus *.lock, the files of a ref being written)
+_BAD_REF_CHARS = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|/\.|\.lock/|\.lock$|[/.]$")
+_SYMREF_DEPTH = 5  # as deep as git follows symbolic refs
+
+
+@dataclass(frozen=True, slots=True)
+class RefUpdate:
+    """One ref move of an atomic transaction. ``old`` None: must not exist (create);
+    ``new`` None: delete. ``old`` given: the ref must still point there (CAS)."""
+
+    ref: str
+    new: str | None
+    old: str | None
+
+
+class RefMovedError(ConflictError):
+    """A compare-and-swap failed: a ref was not where the writer expected it."""
+
+
+def plain_ref_name(name: str) -> bool:
+    """Whether ``name`` is a well-formed ref name (and not a lock file)."""
+    return _BAD_REF_CHARS.search(name) is None
+
+
+class FilesRefs:
+    """The refs of one common git dir, when it uses the ``files`` backend."""
+
+    def __init__(self, common_dir: Path) -> None:
+        self.common_dir = common_dir
+        self._common = str(common_dir)
+        self.enabled = ((common_dir / "refs" / "heads").is_dir()
+                        and not (common_dir / "reftable").exists())
+
+    def readable(self, name: str) -> bool:
+        """Whether ``name`` is a shared ref this class can read."""
+        return (self.enabled and name.startswith("refs/")
+                and not name.startswith(PER_WORKTREE_REFS) and plain_ref_name(name))
+
+    def packed(self) -> dict[str, str]:
+        """``{ref: object}`` of ``packed-refs`` (peeled lines and comments skipped)."""
+        try:
+            text = (self.common_dir / "packed-refs").read_text("utf-8", "surrogateescape")
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        found = {}
+        for line in text.splitlines():
+            if line and line[0] not in "#^":
+                sha, _, name = line.partition(" ")
+                found[name] = sha
+        return found
+
+    def loose(self, name: str) -> str | None:
+        """The raw content of a loose ref file, None if there is no such file."""
+        try:
+            fd = os.open(os.path.join(self._common, name), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            chunks = []
+            while chunk := os.read(fd, 4096):
+                chunks.append(chunk)
+        except IsADirectoryError:
+            return None
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode("utf-8", "surrogateescape").strip()
+
+    def _follow(self, name: str) -> tuple[str | None, str]:
+        """Follow ``name`` through loose files (symbolic refs as deep as git follows
+        them): (object, ref) when a loose file holds the object, (None, ref) when the
+        ref at the end of the chain has no loose file (``packed-refs`` decides)."""
+        for _ in range(_SYMREF_DEPTH):
+            value = self.loose(name)
+            if value is None:
+                return None, name
+            if value.startswith("ref:"):
+                name = value[4:].strip()
+                if not self.readable(name):
+                    raise LookupError(name)
+                continue
+            if is_sha(value):
+                return value, name
+            raise LookupError(name)
+        raise LookupError(name)
+
+    def read(self, name: str, packed: dict[str, str] | None = None) -> str | None:
+        """The object ``name`` points to, None if there is no such ref; LookupError when
+        this cannot tell (a symbolic ref out of the shared refs, a malformed file).
+        ``packed``: ``packed-refs`` read after the loose files, for many reads in a row."""
+        sha, last = self._follow(name)
+        if sha is not None:
+            return sha
+        return _packed_value(last, self.packed() if packed is None else packed)
+
+    def read_many(self, names: Iterable[str]) -> dict[str, str]:
+        """``{ref: object}`` of those of ``names`` that exist; LookupError as :meth:`read`,
+        or for a name this cannot read. The loose files first, then ``packed-refs`` once
+        (not at all when every ref is loose): each ref is read as :meth:`read` reads it."""
+        found: dict[str, str | None] = {}
+        not_loose: dict[str, str] = {}  # name: the ref packed-refs decides
+        for name in names:
+            if not self.readable(name):
+                raise LookupError(name)
+            found[name], last = self._follow(name)
+            if found[name] is None:
+                not_loose[name] = last
+        if not_loose:
+            packed = self.packed()
+            for name, last in not_loose.items():
+                found[name] = _packed_value(last, packed)
+        return {name: sha for name, sha in found.items() if sha is not None}
+
+    def listing(self, prefix: str) -> dict[str, str]:
+        """``{ref: object}`` below ``prefix`` (ending in ``/``), sorted by name, as
+        ``git for-each-ref`` lists them; LookupError when one of them cannot be read."""
+        loose: list[str] = []
+        pending = [prefix]
+        while pending:
+            folder = pending.pop()
+            try:
+                with os.scandir(self.common_dir / folder) as it:
+                    for item in it:
+                        name = folder + item.name
+                        if item.is_dir():
+                            pending.append(name + "/")
+                        elif plain_ref_name(name):  # skips *.lock files
+                            loose.append(name)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+        packed = self.packed()
+        found = {}
+        for name in loose:
+            sha = self.read(name, packed)
+            if sha is not None:
+                found[name] = sha
+        for name, sha in packed.items():  # a loose ref overrides its packed value
+            if name.startswith(prefix) and name not in found:
+                found[name] = sha
+        return dict(sorted(found.items()))
+
+    def head_symref(self, git_dir: Path) -> str | None:
+        """The ref ``HEAD`` of ``git_dir`` names, None when it is detached; LookupError
+        when the file says neither (or this is not the files backend)."""
+        if not self.enabled:
+            raise LookupError("HEAD")
+        try:
+            head = (git_dir / "HEAD").read_text("utf-8", "surrogateescape").strip()
+        except OSError:
+            head = ""
+        if head.startswith("ref:"):
+            return head[4:].strip() or None
+        if is_sha(head):
+            return None  # detached
+        raise LookupError("HEAD")
+
+
+def _packed_value(name: str, packed: dict[str, str]) -> str | None:
+    value = packed.get(name)
+    if value is None or is_sha(value):
+        return value
+    raise LookupError(name)

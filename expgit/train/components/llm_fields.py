@@ -1,0 +1,208 @@
+"""Bounded fields of the training LLM outputs, and the experience files built from them.
+
+A model never writes a whole file inside a JSON string: it writes fields (name, summary,
+tags, markdown body, ...), each bounded in the JSON Schema (``maxLength``, ``maxItems``,
+``pattern``), and expgit builds the file (:func:`compose_experience`). A grammar-
+constrained model (llama.cpp turns the schema into a grammar) cannot exceed the bounds,
+so its reply terminates; OpenAI's ``json_schema`` mode sees them too.
+
+Two kinds of bounds, both in the schema:
+
+* hard (name, action, body, the number of edits/items): a reply over them is invalid
+  and gets StructuredLLM's one repair round;
+* soft (summaries, rationales, tags, the analyst's lists): validation clips an
+  over-long value instead of refusing the reply (a clipped summary is still useful; a
+  repair call is not worth it).
+
+Every ``maxLength`` stays below llama.cpp's repetition limit (2000).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, replace
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, Field
+
+from expgit.errors import InvalidInputError
+from expgit.experience import NAME_MAX, new_experience, parse_experience
+
+# A slug (lowercase words joined by single hyphens), as a pattern llama.cpp's converter
+# accepts (no "(?:"), with bounded words so that the grammar bounds it too (a pattern
+# wins over maxLength there): up to 12 words of up to 40 characters; validation also
+# applies maxLength (NAME_MAX).
+NAME_PATTERN = r"^[a-z0-9]{1,40}(-[a-z0-9]{1,40}){0,11}$"
+BODY_CHARS_MAX = 1800  # below llama.cpp's limit of 2000 repetitions, with a margin
+FRONT_MATTER_CHARS = 600  # room kept for the front matter within the token budget
+CHARS_PER_TOKEN = 3  # conservative, for prompt budgets (SmolLM2: about 3.1 on prompts)
+_FENCED = re.compile(r"^\s*(`{3,}|~{3,})[\w-]*\n(.*?)\n\1\s*$", re.S)
+
+
+@dataclass(frozen=True)
+class EditLimits:
+    """Bounds of what the estimator, merger and compressor write per experience."""
+
+    max_edits: int = 3  # edits per estimate reply
+    max_items: int = 24  # files changed per merge chunk, files per compress reply
+    body_chars: int = BODY_CHARS_MAX
+    summary_chars: int = 200
+    rationale_chars: int = 400
+    max_tags: int = 6
+    tag_chars: int = 32
+    allow_delete: bool = True  # False: the action enums leave "delete" out
+
+    def for_budget(self, token_budget: int) -> EditLimits:
+        """These limits with the body capped so that a file fits ``token_budget``
+        (about 4 characters per token, :data:`FRONT_MATTER_CHARS` kept for the front
+        matter) and below llama.cpp's limit."""
+        body = min(self.body_chars, token_budget * 4 - FRONT_MATTER_CHARS, BODY_CHARS_MAX)
+        return replace(self, body_chars=max(body, 200))
+
+
+@dataclass(frozen=True)
+class AnalysisLimits:
+    """Bounds of the analyst's reply (one trajectory)."""
+
+    title_chars: int = 100
+    summary_chars: int = 600
+    item_chars: int = 200  # one key step, mistake or lesson
+    max_key_steps: int = 10
+    max_mistakes: int = 5
+    max_lessons: int = 5
+    anchor_chars: int = 150
+
+
+# A small local model: one short edit per trajectory and a compact analysis keep a reply
+# well within 1024 tokens even when the model rambles up to every bound; and it may add
+# and rewrite experiences, never delete one (measured: SmolLM2-135M picks "delete" for
+# files that do not exist, or would drop good ones).
+LOCAL_EDIT_LIMITS = EditLimits(max_edits=1, max_items=1, body_chars=1000, summary_chars=160,
+                               rationale_chars=240, max_tags=4, tag_chars=24,
+                               allow_delete=False)
+LOCAL_ANALYSIS_LIMITS = AnalysisLimits(title_chars=80, summary_chars=300, item_chars=140,
+                                       max_key_steps=5, max_mistakes=3, max_lessons=3,
+                                       anchor_chars=100)
+LOCAL_RELEVANT_EXPERIENCES = 3  # experiences shown to the estimator
+LOCAL_SIMILAR_EXPERIENCES = 2  # similar files shown to the merger
+
+
+def _clip_text(limit: int) -> BeforeValidator:
+    def clip(value: Any) -> Any:
+        if isinstance(value, str) and len(value) > limit:
+            return value[:limit - 1].rstrip() + "…"
+        return value
+
+    return BeforeValidator(clip)
+
+
+def _clip_list(limit: int) -> BeforeValidator:
+    return BeforeValidator(lambda v: v[:limit] if isinstance(v, list) else v)
+
+
+def _unit(value: Any) -> Any:
+    """A number outside [0, 1] clamped into it (a model's 2 or -1 is not worth a repair
+    round)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return min(1.0, max(0.0, float(value)))
+    return value
+
+
+Confidence = Annotated[float, Field(ge=0, le=1), BeforeValidator(_unit)]  # this order: the
+# schema says minimum/maximum (the other order emits unknown "ge"/"le" keys)
+
+
+def soft_text(limit: int, min_length: int = 0) -> Any:
+    """A string type clipped to ``limit`` characters; the schema says ``maxLength``."""
+    field = (Field(max_length=limit, min_length=min_length) if min_length
+             else Field(max_length=limit))
+    return Annotated[str, _clip_text(limit), field]
+
+
+def soft_list(item_chars: int, max_items: int) -> Any:
+    """A list of strings, each clipped to ``item_chars``, the list to ``max_items``."""
+    return Annotated[list[soft_text(item_chars)], _clip_list(max_items),  # type: ignore[misc]
+                     Field(max_length=max_items)]
+
+
+NameField = Annotated[str, Field(max_length=NAME_MAX, pattern=NAME_PATTERN)]
+
+
+def body_field(limit: int) -> Any:
+    return Annotated[str, Field(max_length=limit)]
+
+
+def strip_titles(schema: dict[str, Any]) -> None:
+    """``json_schema_extra`` of the output models: no per-field titles ("Title",
+    "Summary", ...), which only lengthen the schema and which a small model, reading the
+    schema in its prompt, copies into its answer. Fields are described by the prompt."""
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+
+
+def schema_chars(output: type[BaseModel]) -> int:
+    return len(json.dumps(output.model_json_schema(), separators=(",", ":")))
+
+
+def fits(budget_tokens: int | None, output: type[BaseModel], *texts: str) -> bool:
+    """Whether a prompt of ``texts`` (plus the schema, which json_object mode appends)
+    fits ``budget_tokens`` at :data:`CHARS_PER_TOKEN`; always, without a budget."""
+    if budget_tokens is None:
+        return True
+    chars = sum(len(t) for t in texts) + schema_chars(output)
+    return chars <= budget_tokens * CHARS_PER_TOKEN
+
+
+def fence(text: str) -> str:
+    """A backtick fence longer than any backtick run in ``text`` (at least four)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(4, longest + 1)
+
+
+def normalise_body(text: str) -> str:
+    """A markdown body as the model wrote it, without a fence around the whole of it or a
+    front matter block it should not have written, ending in one newline ("" if empty)."""
+    match = _FENCED.match(text)
+    body = match.group(2) if match else text
+    if body.startswith("---\n"):
+        end = body.find("\n---\n", 4)
+        if end > 0:
+            body = body[end + 5:]
+    body = body.strip("\n")
+    return body + "\n" if body.strip() else ""
+
+
+def clean_tags(tags: list[str]) -> list[str]:
+    """Tags stripped, lowercased, spaces as hyphens, empty ones and repeats dropped."""
+    out = [re.sub(r"\s+", "-", t.strip().lower()) for t in tags]
+    return [t for t in dict.fromkeys(out) if t]
+
+
+def compose_experience(name: str, current: str | None, *, summary: str, tags: list[str],
+                       body: str, path: str) -> str:
+    """The file an edit describes. ``current`` None: a new active experience (with an
+    empty body but a summary, the body is a title and the summary). Otherwise the
+    current file with its front matter kept (verbatim when summary and tags are
+    unchanged); an empty ``summary``, ``tags`` or ``body`` keeps the current one.
+    Raises InvalidInputError (a new file with neither body nor summary, an unreadable
+    current file)."""
+    body = normalise_body(body)
+    summary = " ".join(summary.split())
+    tags = clean_tags(tags)
+    if current is None:
+        if not body and not summary:
+            raise InvalidInputError("a new experience needs a body (or at least a summary)")
+        body = body or f"# {name.replace('-', ' ').capitalize()}\n\n{summary}\n"
+        return new_experience(name, body, summary=summary, tags=tags).render()
+    exp = parse_experience(current, path)
+    changes: dict[str, Any] = {}
+    if summary and summary != exp.front_matter.summary:
+        changes["summary"] = summary
+    if tags and tags != exp.front_matter.tags:
+        changes["tags"] = tags
+    if changes:
+        exp = exp.with_fields(**changes)
+    if body:
+        exp = exp.model_copy(update={"body": body})
+    return exp.render()
