@@ -88,8 +88,23 @@ def root_blobs(git: GitRepo, commit: str | None, root: str) -> dict[str, str]:
 
 
 def tree_changes(git: GitRepo, old: str | None, new: str, root: str) -> list[FileChange]:
-    """Changed ``<name>.md`` files under ``root`` from commit ``old`` to commit ``new``."""
-    before, after = root_blobs(git, old, root), root_blobs(git, new, root)
+    """Changed ``<name>.md`` files under ``root`` from commit ``old`` to commit ``new``,
+    from the tree entries that differ (git's sorted trees are compared in step), so
+    loading a gradient or proposal stays cheap in a large repository."""
+
+    def root_tree(commit: str | None) -> str | None:
+        if commit is None:
+            return None
+        entry = git.path_entry(git.read_commit(commit).tree, root)
+        return entry.sha if entry is not None and entry.is_tree else None
+
+    before: dict[str, str] = {}
+    after: dict[str, str] = {}
+    for old_entry, new_entry in git.diff_trees(root_tree(old), root_tree(new)):
+        if old_entry is not None and not old_entry.is_tree:
+            before[old_entry.name] = old_entry.sha
+        if new_entry is not None and not new_entry.is_tree:
+            after[new_entry.name] = new_entry.sha
     names = sorted(n for n in before.keys() | after.keys()
                    if before.get(n) != after.get(n) and n.endswith(".md")
                    and not n.startswith("."))

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, Field, field_validator
 
 from expgit import trailers as tr
-from expgit.changes import FileChange, Operation
+from expgit.changes import FileChange, Operation, tree_changes
 from expgit.errors import InvalidInputError
 from expgit.experience import check_experience, check_name, decode_experience
-from expgit.gitrepo import GitRepo, RefUpdate
+from expgit.gitrepo import RefUpdate
 from expgit.refnames import GRADIENT_STATES, GRADIENTS, ID_LEN, find_by_id
 from expgit.repository import ExperienceRepository
 
@@ -83,36 +83,6 @@ def _check_request(repo: ExperienceRepository, req: GradientRequest) -> None:
         check_experience(req.content, path, req.name, repo.settings.token_budget)
 
 
-def changed_files(git: GitRepo, old: str | None, new: str, root: str) -> list[FileChange]:
-    """Exactly what :func:`expgit.changes.tree_changes` returns, computed from the tree
-    entries that differ (git's sorted trees are compared in step) instead of two maps of
-    every file under the root: loading a gradient or proposal stays cheap in a large
-    repository."""
-
-    def root_tree(commit: str | None) -> str | None:
-        if commit is None:
-            return None
-        entry = git.path_entry(git.read_commit(commit).tree, root)
-        return entry.sha if entry is not None and entry.is_tree else None
-
-    before: dict[str, str] = {}
-    after: dict[str, str] = {}
-    for old_entry, new_entry in git.diff_trees(root_tree(old), root_tree(new)):
-        if old_entry is not None and not old_entry.is_tree:
-            before[old_entry.name] = old_entry.sha
-        if new_entry is not None and not new_entry.is_tree:
-            after[new_entry.name] = new_entry.sha
-    names = sorted(n for n in before.keys() | after.keys()
-                   if before.get(n) != after.get(n) and n.endswith(".md")
-                   and not n.startswith("."))
-    blobs = git.read_blobs([b for n in names for b in (before.get(n), after.get(n)) if b])
-    return [FileChange(
-        name=n[:-3], path=f"{root}/{n}", old_blob=before.get(n), new_blob=after.get(n),
-        old_text=blobs[before[n]].decode("utf-8", "replace") if n in before else "",
-        new_text=blobs[after[n]].decode("utf-8", "replace") if n in after else "",
-    ) for n in names]
-
-
 def propose(repo: ExperienceRepository, req: GradientRequest,
             extra_trailers: list[tuple[str, str]] | None = None) -> Gradient:
     """Commit the edit on a new gradient branch off the current ``main``; return it."""
@@ -163,7 +133,7 @@ def load_gradient(repo: ExperienceRepository, commit: str, state: str) -> Gradie
     target = msg.value(tr.TARGET)
     if target is None or len(info.parents) != 1:
         raise InvalidInputError(f"commit {commit[:12]} is not an expgit gradient")
-    changes = changed_files(repo.git, info.parents[0], commit, repo.root)
+    changes = tree_changes(repo.git, info.parents[0], commit, repo.root)
     if len(changes) != 1:
         raise InvalidInputError(f"gradient {commit[:12]} changes {len(changes)} files, not 1")
     base_blob = msg.value(tr.BASE_BLOB)

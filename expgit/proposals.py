@@ -19,11 +19,11 @@ from typing import Protocol
 
 from expgit import templates
 from expgit import trailers as tr
-from expgit.changes import FileChange
+from expgit.changes import FileChange, tree_changes
 from expgit.errors import ConflictError, InvalidInputError
 from expgit.experience import check_experience
 from expgit.gitrepo import RefUpdate
-from expgit.gradients import Gradient, changed_files, find_gradient, list_gradients
+from expgit.gradients import Gradient, find_gradient, list_gradients
 from expgit.refnames import ID_LEN, PROPOSAL_STATES, PROPOSALS, find_by_id
 from expgit.repository import ExperienceRepository
 from expgit.snapshot import Snapshot
@@ -137,7 +137,7 @@ def load_proposal(repo: ExperienceRepository, commit: str, state: str) -> Propos
         id=commit[:ID_LEN], commit=commit, base=info.parents[0], state=state,
         subject=msg.subject, description=msg.body, gradient_commits=msg.values(tr.GRADIENT),
         author=info.author, time=info.author_time,
-        changes=changed_files(repo.git, info.parents[0], commit, repo.root),
+        changes=tree_changes(repo.git, info.parents[0], commit, repo.root),
         rebased_from=msg.value(tr.REBASED_FROM))
 
 
