@@ -253,7 +253,7 @@ def test_the_reply_is_bounded_and_the_outcome_follows_the_evaluation(
     assert "at most 10 items" in model.calls[0][1][0]["content"]
 
     local = analyze_output(LOCAL_ANALYSIS_LIMITS).model_json_schema()["properties"]
-    assert local["key_steps"]["maxItems"] == 5 and local["summary"]["maxLength"] == 300
+    assert local["key_steps"]["maxItems"] == 4 and local["summary"]["maxLength"] == 240
     assert outcome_of(RubricEvaluation(passed=False, score=0.5)) == "partial"
     assert outcome_of(RubricEvaluation(passed=True, score=0.5)) == "success"
 

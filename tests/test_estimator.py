@@ -11,6 +11,7 @@ from conftest import fsck, git
 
 from expgit.experience import NAME_MAX, parse_experience
 from expgit.gradients import find_gradient, list_gradients
+from expgit.llm.factory import LOCAL_MAX_TOKENS
 from expgit.llm.port import UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
@@ -23,11 +24,15 @@ from expgit.train.components.gradient_estimator import (
 )
 from expgit.train.components.llm_fields import (
     CHARS_PER_TOKEN,
+    LOCAL_ANALYSIS_LIMITS,
     LOCAL_EDIT_LIMITS,
+    LOCAL_REPLY_CHARS,
     NAME_PATTERN,
     EditLimits,
     schema_chars,
+    worst_case_chars,
 )
+from expgit.train.components.llm_outputs import analyze_output, compress_output, merge_output
 from expgit.train.context import PipelineContext
 from expgit.train.domain import (
     Case,
@@ -198,7 +203,7 @@ def test_invalid_edits_are_dropped_with_reasons(seeded_repo: ExperienceRepositor
         edit("confirm-refund-amount", "create", "é" * 1800),
         edit("cancellation-eligibility-rules", "update", body_of(current)),
         edit("never-existed", "delete"),
-        edit("cancellation-eligibility-rules", "create", NEW_BODY),
+        edit("refund-method-rules", "create", NEW_BODY),
         edit("refund-method-rules", "update", NEW_BODY),
         edit("never-existed", "update", NEW_BODY),
         edit("confirm-refund-amount", "create"),
@@ -222,6 +227,20 @@ def test_invalid_edits_are_dropped_with_reasons(seeded_repo: ExperienceRepositor
     assert seeded_repo.main_commit() == main
 
 
+def test_a_create_of_a_shown_file_is_its_update(seeded_repo: ExperienceRepository) -> None:
+    snapshot = seeded_repo.snapshot()
+    current = snapshot.entries["cancellation-eligibility-rules"].text
+    est, _ = estimator(seeded_repo, [edit("cancellation-eligibility-rules", "create",
+                                          NEW_BODY)],
+                       FixedRanker("cancellation-eligibility-rules"))
+    analysis = analysis_for(seeded_repo)
+    [g] = asyncio.run(est.estimate(analysis, snapshot, PipelineContext()))
+    assert g.metadata["operation"] == "update" and g.before is not None
+    assert g.before.content == current and g.after is not None
+    assert g.after.content == current.split("\n---\n", 1)[0] + "\n---\n" + NEW_BODY
+    assert analysis.metadata["rejected_edits"] == []
+
+
 def test_a_create_with_only_a_summary_gets_a_minimal_body(
         seeded_repo: ExperienceRepository) -> None:
     est, _ = estimator(seeded_repo, [edit("check-the-24-hour-rule", "create",
@@ -237,10 +256,10 @@ def test_a_reply_over_the_schema_bounds_gets_one_repair_round(
         seeded_repo: ExperienceRepository) -> None:
     bad_name = [edit("Bad Name", "create", NEW_BODY)]
     too_many = [edit("a-rule", "create", NEW_BODY), edit("b-rule", "create", NEW_BODY)]
-    long_body = [edit("a-rule", "create", "x" * 1001)]
+    long_body = [edit("a-rule", "create", "x" * 901)]
     cases = ((bad_name, "edits.0.name: String should match pattern"),
              (too_many, "edits: List should have at most 1 item"),
-             (long_body, "edits.0.body: String should have at most 1000 characters"))
+             (long_body, "edits.0.body: String should have at most 900 characters"))
     for number, (bad, problem) in enumerate(cases):
         good = [edit(f"confirm-refund-amount-{number}", "create", NEW_BODY)]
         model = ScriptedChatModel([Step("estimate", json.dumps({"edits": bad})),
@@ -283,14 +302,40 @@ def test_the_schema_carries_the_bounds() -> None:
     small = estimate_output(EditLimits().for_budget(300)).model_json_schema()
     assert small["$defs"]["EstimatedEdit"]["properties"]["body"]["maxLength"] == 600
     local = estimate_output(LOCAL_EDIT_LIMITS.for_budget(800)).model_json_schema()
+    local_edit = local["$defs"]["EstimatedEdit"]["properties"]
     assert local["properties"]["edits"]["maxItems"] == 1
-    assert local["$defs"]["EstimatedEdit"]["properties"]["body"]["maxLength"] == 1000
+    assert local_edit["body"]["maxLength"] == 900
+    assert local_edit["action"]["enum"] == ["create", "update"]  # no delete
+    assert local_edit["name"]["pattern"] == LOCAL_EDIT_LIMITS.name_pattern
     # the slug pattern accepts exactly the valid names (up to 12 words of 40 characters)
     pattern = re.compile(NAME_PATTERN)
     for name in ("a", "refund-method-rules", "verify-identity-before-account-changes"):
         assert pattern.match(name)
-    for name in ("Bad", "a--b", "-a", "a-", "a_b", "a-b-c-d-e-f-g-h-i-j-k-l-m"):
+    for name in ("Bad", "a--b", "-a", "a-", "a_b", "a-b-c-d-e-f-g-h-i-j-k-l-m",
+                 "x" * 41):
         assert not pattern.match(name)
+    assert re.match(LOCAL_EDIT_LIMITS.name_pattern, "a-b-c-d-e-f")
+    assert not re.match(LOCAL_EDIT_LIMITS.name_pattern, "a-b-c-d-e-f-g")
+
+
+def test_a_local_reply_that_fills_every_bound_fits_the_local_reply_cap() -> None:
+    """At one token per character (a degenerate reply of digits), the longest reply the
+    local schemas allow still fits the embedded model's 2048 tokens."""
+    local = LOCAL_EDIT_LIMITS.for_budget(800)
+    for model in (estimate_output(local), merge_output(local, 64), compress_output(local),
+                  analyze_output(LOCAL_ANALYSIS_LIMITS)):
+        size = worst_case_chars(model.model_json_schema())
+        assert 1000 < size <= LOCAL_REPLY_CHARS < LOCAL_MAX_TOKENS, model.__name__
+    # a reply that fills every field (the longest number llama.cpp's grammar allows)
+    number = "-" + "9" * 16 + "." + "9" * 16 + "e-" + "9" * 16
+    filled = {"name": "-".join(["w" * 20] * 6), "action": "update", "rationale": "r" * 240,
+              "summary": "s" * 160, "tags": ["t" * 24] * 4, "body": "b" * 900}
+    text = json.dumps({"edits": [filled]}, separators=(",", ":"))[:-3] + \
+        f',"confidence":{number}}}]}}'
+    assert json.loads(text)["edits"][0]["body"] == "b" * 900
+    bound = worst_case_chars(estimate_output(local).model_json_schema())
+    assert bound - 60 < len(text) <= bound  # spaces the grammar allows make up the rest
+    assert worst_case_chars(estimate_output(EditLimits()).model_json_schema()) > 8000
 
 
 def test_no_trajectory_means_no_call(seeded_repo: ExperienceRepository) -> None:

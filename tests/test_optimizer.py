@@ -295,7 +295,9 @@ def test_the_merge_schema_carries_the_bounds_and_the_prompt_fits(
 
     small, schema = run(limits=LOCAL_EDIT_LIMITS, similar_experiences=2)
     assert schema["properties"]["items"]["maxItems"] == 1
-    assert schema["$defs"]["MergeItem"]["properties"]["body"]["maxLength"] == 1000
+    assert schema["$defs"]["MergeItem"]["properties"]["body"]["maxLength"] == 900
+    assert schema["$defs"]["MergeItem"]["properties"]["action"] == {"const": "upsert",
+                                                                    "type": "string"}
     assert small.count("\n### ") == 2 + 1 + 2 and "at most 1 item." in small
     budget = (len(small) + schema_chars(merge_output(LOCAL_EDIT_LIMITS.for_budget(800), 2))
               ) // CHARS_PER_TOKEN - 1

@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Literal
 
 from expgit.errors import UsageError
-from expgit.llm.local import LocalModelServer, check_server_installed, find_gguf, model_name
+from expgit.llm.local import (
+    DEFAULT_N_CTX,
+    LocalModelServer,
+    check_server_installed,
+    find_gguf,
+    model_name,
+)
 from expgit.llm.openai_chat import OpenAIChatModel
 from expgit.llm.port import ChatModel, EmbeddingModel, UsageMeter
 from expgit.llm.structured import Mode, StructuredLLM
@@ -27,10 +33,11 @@ from expgit.settings import LLMSettings
 
 Choice = Literal["local", "openai"]
 LOCAL_MIN_TIMEOUT_SECONDS = 300.0  # requests are queued client-side; generation is slow
-# The embedded model's context, and its replies: bounded outputs of a 135M model fit in
-# 1024 tokens, and a shorter cap ends a rambling reply sooner.
-LOCAL_N_CTX = 8192
-LOCAL_MAX_TOKENS = 1024
+# The embedded model's context and reply cap. The training stages' replies are bounded by
+# their schemas (enforced as a grammar) to fit the cap even at one token per character;
+# [llm] max_tokens configures an endpoint, not the embedded model.
+LOCAL_N_CTX = DEFAULT_N_CTX  # 8192: SmolLM2's context
+LOCAL_MAX_TOKENS = 2048
 LOCAL_PROMPT_MARGIN = 256  # tokens kept free: chat template, estimate error
 
 
@@ -124,10 +131,8 @@ class LLMRuntime:
 
     @property
     def max_tokens(self) -> int:
-        """The reply cap: ``[llm] max_tokens``, at most LOCAL_MAX_TOKENS for the embedded
-        model."""
-        cap = self.settings.max_tokens
-        return min(cap, LOCAL_MAX_TOKENS) if self.is_local else cap
+        """The reply cap: ``[llm] max_tokens``; LOCAL_MAX_TOKENS for the embedded model."""
+        return LOCAL_MAX_TOKENS if self.is_local else self.settings.max_tokens
 
     @property
     def prompt_tokens(self) -> int | None:

@@ -24,6 +24,12 @@ from expgit.train.cases import ListCaseLoader, load_cases
 from expgit.train.components.evaluator import RubricRolloutEvaluator
 from expgit.train.components.executor import SingleTurnLLMRolloutExecutor
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
+from expgit.train.components.llm_fields import (
+    LOCAL_ANALYSIS_LIMITS,
+    LOCAL_EDIT_LIMITS,
+    LOCAL_RELEVANT_EXPERIENCES,
+    LOCAL_SIMILAR_EXPERIENCES,
+)
 from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer
 from expgit.train.components.policy_trainer import BatchPolicyTrainer
 from expgit.train.components.policy_updater import GitPolicyUpdater
@@ -89,11 +95,21 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
     evaluator = RubricRolloutEvaluator(llm, repo=repo)
     executor = SingleTurnLLMRolloutExecutor(llm, evaluator, ranker=ranker, top_k=top_k,
                                             concurrency=concurrency, repo=repo)
-    engine = PolicyTrainingEngine(repo, PatchMergePolicyOptimizer(repo, llm, ranker),
-                                  GitPolicyUpdater(repo))
-    trainer = BatchPolicyTrainer(TrajectoryRolloutAnalyzer(repo, llm, evaluator),
-                                 ExperienceGradientEstimator(repo, llm, ranker), engine,
-                                 concurrency=concurrency)
+    # The embedded model gets tighter output bounds and smaller prompts (its context is
+    # 8k tokens and it is slow); API endpoints keep the components' defaults.
+    local = bool(getattr(runtime, "is_local", False))
+    budget = getattr(runtime, "prompt_tokens", None)
+    optimizer = PatchMergePolicyOptimizer(
+        repo, llm, ranker, limits=LOCAL_EDIT_LIMITS if local else None,
+        similar_experiences=LOCAL_SIMILAR_EXPERIENCES if local else 5, prompt_tokens=budget)
+    engine = PolicyTrainingEngine(repo, optimizer, GitPolicyUpdater(repo))
+    analyzer = TrajectoryRolloutAnalyzer(
+        repo, llm, evaluator, limits=LOCAL_ANALYSIS_LIMITS if local else None,
+        prompt_tokens=budget)
+    estimator = ExperienceGradientEstimator(
+        repo, llm, ranker, relevant_experiences=LOCAL_RELEVANT_EXPERIENCES if local else None,
+        limits=LOCAL_EDIT_LIMITS if local else None, prompt_tokens=budget)
+    trainer = BatchPolicyTrainer(analyzer, estimator, engine, concurrency=concurrency)
     return OfflinePolicyOptimizationPipeline(repo, ContentHashPolicySnapshotter(), executor,
                                              trainer, observer=observer)
 

@@ -22,7 +22,6 @@ from expgit.repository import ExperienceRepository
 from expgit.snapshot import ExperienceEntry, Snapshot
 from expgit.templates import render_prompt
 from expgit.train.components.llm_fields import (
-    NAME_PATTERN,
     EditLimits,
     compose_experience,
     fence,
@@ -61,10 +60,12 @@ class ExperienceGradientEstimator:
     """Proposes edits of experiences from one trajectory with one ``estimate`` call and
     commits each valid one as a gradient branch (``main`` is never touched).
 
-    Rejected edits (over the token budget, identical to ``main``, create of an existing
-    file or without a body, update or delete of a missing file or of one not shown, a
-    second edit of the same file) are listed, one reason per edit, in
-    ``analysis.metadata["rejected_edits"]`` (set on every call; empty when none).
+    A "create" of a file that was shown is taken as its update (the model wrote it with
+    the file in view). Rejected edits (over the token budget, identical to ``main``,
+    create of an existing file not shown or without a body, update or delete of a
+    missing file or of one not shown, a second edit of the same file) are listed, one
+    reason per edit, in ``analysis.metadata["rejected_edits"]`` (set on every call;
+    empty when none).
 
     ``relevant_experiences`` overrides ``[train] relevant_experiences``; ``limits`` bound
     the reply (the body is further capped to fit the repository's token budget);
@@ -97,7 +98,7 @@ class ExperienceGradientEstimator:
         limits = self.limits.for_budget(settings.token_budget)
         output = estimate_output(limits)
         rules = {"root": settings.experiences_root, "token_budget": settings.token_budget,
-                 "name_max": NAME_MAX, "name_pattern": NAME_PATTERN,
+                 "name_max": NAME_MAX, "name_words": limits.name_words,
                  "max_edits": limits.max_edits, "body_chars": limits.body_chars,
                  "summary_chars": limits.summary_chars, "max_tags": limits.max_tags,
                  "rationale_chars": limits.rationale_chars,
@@ -128,20 +129,23 @@ class ExperienceGradientEstimator:
     def _request(self, edit: EstimatedEdit, uri: str, snapshot: Snapshot,
                  visible: set[str], seen: set[str]) -> GradientRequest:
         """The propose request for one edit, after the checks propose cannot make."""
-        name = edit.name
+        name, action = edit.name, edit.action
         if name in seen:
             raise InvalidInputError("a second edit of the same experience in one reply")
-        if edit.action == "create" and name in snapshot:
-            raise InvalidInputError("create of an experience that already exists")
-        if edit.action != "create" and name not in snapshot:
-            raise InvalidInputError(f"{edit.action} of an experience that does not exist")
-        if edit.action != "create" and name not in visible:
-            raise InvalidInputError(f"{edit.action} of an experience that was not shown "
+        if action == "create" and name in visible:
+            action = "update"  # the model saw that file: writing it is an update
+        if action == "create" and name in snapshot:
+            raise InvalidInputError("create of an experience that already exists (and was "
+                                    "not shown)")
+        if action != "create" and name not in snapshot:
+            raise InvalidInputError(f"{action} of an experience that does not exist")
+        if action != "create" and name not in visible:
+            raise InvalidInputError(f"{action} of an experience that was not shown "
                                     "(its current content was not considered)")
-        if edit.action == "delete":
+        if action == "delete":
             return GradientRequest(name=name, delete=True, rationale=edit.rationale,
                                    evidence=[uri], confidence=edit.confidence)
-        current = snapshot.entries[name].text if edit.action == "update" else None
+        current = snapshot.entries[name].text if action == "update" else None
         content = compose_experience(name, current, summary=edit.summary, tags=edit.tags,
                                      body=edit.body, path=self.repo.path_of(name))
         return GradientRequest(name=name, content=content, rationale=edit.rationale,

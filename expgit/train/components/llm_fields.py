@@ -14,7 +14,10 @@ Two kinds of bounds, both in the schema:
   over-long value instead of refusing the reply (a clipped summary is still useful; a
   repair call is not worth it).
 
-Every ``maxLength`` stays below llama.cpp's repetition limit (2000).
+Every ``maxLength`` stays below llama.cpp's repetition limit (2000): llama-server's
+converter writes it as ``char{0,N}``, and so does the embedded server's, once patched
+(:mod:`expgit.llm.local_grammar`). A small local model gets smaller bounds
+(``LOCAL_*``), sized so that a reply that fills every field still fits 1024 tokens.
 """
 
 from __future__ import annotations
@@ -29,11 +32,6 @@ from pydantic import BaseModel, BeforeValidator, Field
 from expgit.errors import InvalidInputError
 from expgit.experience import NAME_MAX, new_experience, parse_experience
 
-# A slug (lowercase words joined by single hyphens), as a pattern llama.cpp's converter
-# accepts (no "(?:"), with bounded words so that the grammar bounds it too (a pattern
-# wins over maxLength there): up to 12 words of up to 40 characters; validation also
-# applies maxLength (NAME_MAX).
-NAME_PATTERN = r"^[a-z0-9]{1,40}(-[a-z0-9]{1,40}){0,11}$"
 BODY_CHARS_MAX = 1800  # below llama.cpp's limit of 2000 repetitions, with a margin
 FRONT_MATTER_CHARS = 600  # room kept for the front matter within the token budget
 CHARS_PER_TOKEN = 3  # conservative, for prompt budgets (SmolLM2: about 3.1 on prompts)
@@ -51,7 +49,19 @@ class EditLimits:
     rationale_chars: int = 400
     max_tags: int = 6
     tag_chars: int = 32
+    max_ids: int = 64  # gradient ids cited by one merge item (and at most the chunk's)
+    name_words: int = 12  # a name: up to this many words of up to word_chars characters
+    word_chars: int = 40
     allow_delete: bool = True  # False: the action enums leave "delete" out
+
+    @property
+    def name_pattern(self) -> str:
+        """A slug (lowercase words joined by single hyphens) as a pattern llama.cpp's
+        converter accepts (no "(?:"), with bounded words so that the grammar bounds the
+        name too (there a pattern wins over maxLength); validation also applies
+        maxLength (NAME_MAX)."""
+        word = f"[a-z0-9]{{1,{self.word_chars}}}"
+        return f"^{word}(-{word}){{0,{self.name_words - 1}}}$"
 
     def for_budget(self, token_budget: int) -> EditLimits:
         """These limits with the body capped so that a file fits ``token_budget``
@@ -74,15 +84,20 @@ class AnalysisLimits:
     anchor_chars: int = 150
 
 
-# A small local model: one short edit per trajectory and a compact analysis keep a reply
-# well within 1024 tokens even when the model rambles up to every bound; and it may add
+NAME_PATTERN = EditLimits().name_pattern
+
+# A small local model: one short edit per trajectory, a compact analysis. A reply that
+# fills every bound (:func:`worst_case_chars`) stays under LOCAL_REPLY_CHARS characters, so
+# it fits the local model's reply cap (2048 tokens) even at one token per character (a
+# degenerate reply of digits, measured: SmolLM2 tokenizes them one by one). It may add
 # and rewrite experiences, never delete one (measured: SmolLM2-135M picks "delete" for
 # files that do not exist, or would drop good ones).
-LOCAL_EDIT_LIMITS = EditLimits(max_edits=1, max_items=1, body_chars=1000, summary_chars=160,
-                               rationale_chars=240, max_tags=4, tag_chars=24,
-                               allow_delete=False)
-LOCAL_ANALYSIS_LIMITS = AnalysisLimits(title_chars=80, summary_chars=300, item_chars=140,
-                                       max_key_steps=5, max_mistakes=3, max_lessons=3,
+LOCAL_REPLY_CHARS = 2000
+LOCAL_EDIT_LIMITS = EditLimits(max_edits=1, max_items=1, body_chars=900, summary_chars=160,
+                               rationale_chars=240, max_tags=4, tag_chars=24, max_ids=4,
+                               name_words=6, word_chars=20, allow_delete=False)
+LOCAL_ANALYSIS_LIMITS = AnalysisLimits(title_chars=80, summary_chars=240, item_chars=120,
+                                       max_key_steps=4, max_mistakes=3, max_lessons=3,
                                        anchor_chars=100)
 LOCAL_RELEVANT_EXPERIENCES = 3  # experiences shown to the estimator
 LOCAL_SIMILAR_EXPERIENCES = 2  # similar files shown to the merger
@@ -126,7 +141,8 @@ def soft_list(item_chars: int, max_items: int) -> Any:
                      Field(max_length=max_items)]
 
 
-NameField = Annotated[str, Field(max_length=NAME_MAX, pattern=NAME_PATTERN)]
+def name_field(limits: EditLimits) -> Any:
+    return Annotated[str, Field(max_length=NAME_MAX, pattern=limits.name_pattern)]
 
 
 def body_field(limit: int) -> Any:
@@ -141,12 +157,56 @@ def strip_titles(schema: dict[str, Any]) -> None:
         prop.pop("title", None)
 
 
+_NUMBER_CHARS = 52  # llama.cpp's number: sign, 16 digits, ".", 16 digits, "e", sign, 16
+_PATTERN_REPEAT = re.compile(r"\{(\d+),(\d+)\}")
+
+
+def _pattern_chars(pattern: str) -> int:
+    """The longest match of one of our patterns: ``^W(-W){0,n}$`` with ``W`` a bounded
+    word (the only shape used), else an error."""
+    match = re.fullmatch(r"\^\[[^\]]+\]\{1,(\d+)\}\(-\[[^\]]+\]\{1,\d+\}\)\{0,(\d+)\}\$",
+                         pattern)
+    if match is None:
+        raise ValueError(f"cannot size the pattern {pattern!r}")
+    word, more = int(match.group(1)), int(match.group(2))
+    return word + more * (word + 1)
+
+
+def worst_case_chars(schema: dict[str, Any], root: dict[str, Any] | None = None) -> int:
+    """The longest JSON text a grammar built from ``schema`` allows, in characters
+    (each string character counted once: escapes aside); ValueError for an unbounded
+    part. A reply that fills every bound is this long."""
+    root = root or schema
+    if "$ref" in schema:
+        return worst_case_chars(root["$defs"][schema["$ref"].rsplit("/", 1)[1]], root)
+    if "enum" in schema or "const" in schema:
+        return max(len(json.dumps(v)) for v in schema.get("enum", [schema.get("const")]))
+    kind = schema.get("type")
+    if kind == "object":
+        props = schema.get("properties", {})
+        return 2 + sum(len(json.dumps(k)) + 4 + worst_case_chars(v, root)
+                       for k, v in props.items())
+    if kind == "array":
+        if "maxItems" not in schema:
+            raise ValueError("an array without maxItems")
+        return 2 + int(schema["maxItems"]) * (worst_case_chars(schema["items"], root) + 2)
+    if kind == "string":
+        if "pattern" in schema:
+            return 2 + _pattern_chars(schema["pattern"])
+        if "maxLength" not in schema:
+            raise ValueError("a string without maxLength")
+        return 2 + int(schema["maxLength"])
+    if kind in ("number", "integer"):
+        return _NUMBER_CHARS
+    raise ValueError(f"cannot size the schema {schema}")
+
+
 def schema_chars(output: type[BaseModel]) -> int:
     return len(json.dumps(output.model_json_schema(), separators=(",", ":")))
 
 
 def fits(budget_tokens: int | None, output: type[BaseModel], *texts: str) -> bool:
-    """Whether a prompt of ``texts`` (plus the schema, which json_object mode appends)
+    """Whether a prompt of ``texts`` (plus the schema, which StructuredLLM may append)
     fits ``budget_tokens`` at :data:`CHARS_PER_TOKEN`; always, without a budget."""
     if budget_tokens is None:
         return True

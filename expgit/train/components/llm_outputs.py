@@ -19,12 +19,14 @@ from expgit.train.components.llm_fields import (
     AnalysisLimits,
     Confidence,
     EditLimits,
-    NameField,
     body_field,
+    name_field,
     soft_list,
     soft_text,
     strip_titles,
 )
+
+GRADIENT_ID_CHARS = 16  # a gradient id is 12 hex digits; an unsaved one "local-N"
 
 
 class _Output(BaseModel):
@@ -96,7 +98,7 @@ def estimate_output(limits: EditLimits) -> type[EstimateOutput]:
     actions = Literal["create", "update", "delete"] if limits.allow_delete \
         else Literal["create", "update"]
     edit = create_model(
-        "EstimatedEdit", __base__=EstimatedEdit, name=(NameField, ...),
+        "EstimatedEdit", __base__=EstimatedEdit, name=(name_field(limits), ...),
         action=(actions, ...),
         rationale=(soft_text(limits.rationale_chars, min_length=1), ...),
         summary=(soft_text(limits.summary_chars), ...),
@@ -109,11 +111,12 @@ def estimate_output(limits: EditLimits) -> type[EstimateOutput]:
 @lru_cache(maxsize=32)
 def merge_output(limits: EditLimits, max_ids: int) -> type[MergeOutput]:
     """The merge reply model with ``limits`` in its fields (and JSON Schema); at most
-    ``max_ids`` cited gradient ids per item."""
+    ``max_ids`` (the chunk's size) and ``limits.max_ids`` cited gradient ids per item."""
     actions = Literal["upsert", "delete"] if limits.allow_delete else Literal["upsert"]
     item = create_model(
-        "MergeItem", __base__=MergeItem, name=(NameField, ...), action=(actions, ...),
-        gradient_ids=(soft_list(40, max_ids), ...),
+        "MergeItem", __base__=MergeItem, name=(name_field(limits), ...),
+        action=(actions, ...),
+        gradient_ids=(soft_list(GRADIENT_ID_CHARS, min(max_ids, limits.max_ids)), ...),
         rationale=(soft_text(limits.rationale_chars), ...),
         summary=(soft_text(limits.summary_chars), ...),
         tags=(soft_list(limits.tag_chars, limits.max_tags), ...),
@@ -126,7 +129,7 @@ def merge_output(limits: EditLimits, max_ids: int) -> type[MergeOutput]:
 def compress_output(limits: EditLimits) -> type[CompressOutput]:
     """The compress reply model with ``limits`` in its fields (and JSON Schema)."""
     item = create_model(
-        "CompressedFile", __base__=CompressedFile, name=(NameField, ...),
+        "CompressedFile", __base__=CompressedFile, name=(name_field(limits), ...),
         summary=(soft_text(limits.summary_chars), ...),
         body=(body_field(limits.body_chars), ...))
     return create_model("CompressOutput", __base__=CompressOutput,

@@ -7,7 +7,7 @@ the current content of the target files and up to ``max(similar, targets)`` simi
 earlier chunks left them. The reply's items are bounded fields (:func:`merge_output`:
 name, action, cited gradient ids, rationale, summary, tags, markdown body, confidence);
 expgit builds each file, keeping the front matter of an existing one. Every item is
-validated; budgets:
+validated; budgets (:mod:`~expgit.train.components.plan_budget`):
 
 * per experience (``token_budget``) and for the whole set after the plan
   (``[train] total_token_budget``; a plan may keep or shrink a set that is already over);
@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from expgit.changes import unified_diff
-from expgit.errors import ExpgitError, InvalidInputError
-from expgit.experience import NAME_MAX, check_experience, estimate_tokens
+from expgit.errors import InvalidInputError
+from expgit.experience import NAME_MAX, check_experience
 from expgit.llm.structured import StructuredLLM
 from expgit.repository import ExperienceRepository
 from expgit.snapshot import Snapshot
 from expgit.templates import render_prompt
 from expgit.train.components.llm_fields import (
-    NAME_PATTERN,
     EditLimits,
     compose_experience,
     fence,
@@ -38,22 +36,14 @@ from expgit.train.components.llm_outputs import (
     CompressOutput,
     MergeItem,
     MergeOutput,
-    compress_output,
     merge_output,
 )
+from expgit.train.components.plan_budget import Planned, nl, total_tokens, within_budget
 from expgit.train.context import PipelineContext
 from expgit.train.domain import PolicyPlanItem, PolicyUpdatePlan, SemanticGradient
 from expgit.train.relevance import ExperienceRanker, LexicalRanker
 
 __all__ = ["CompressOutput", "MergeOutput", "PatchMergePolicyOptimizer"]
-
-
-@dataclass
-class _Planned:
-    content: str | None
-    gradient_ids: list[str] = field(default_factory=list)
-    rationales: list[str] = field(default_factory=list)
-    confidence: float = 0.0
 
 
 class PatchMergePolicyOptimizer:
@@ -83,20 +73,21 @@ class PatchMergePolicyOptimizer:
         labelled = {g.gradient_id or f"local-{i + 1}": g for i, g in enumerate(gradients)}
         state: dict[str, str | None] = {n: e.data.decode("utf-8", "replace")
                                         for n, e in policy_set.entries.items()}
-        planned: dict[str, _Planned] = {}
+        planned: dict[str, Planned] = {}
         rejected: list[str] = []
         compressed: list[str] = []
         size = self.repo.settings.train.gradients_per_chunk
         ids = list(labelled)
         chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
-        start_total = _total(state)
+        start_total = total_tokens(state)
         for chunk in chunks:
             items = await self._merge(chunk, labelled, state, planned, policy_set)
             accepted = self._validate(items, chunk, labelled, state, rejected)
-            compressed += await self._within_budget(accepted, state)
+            compressed += await within_budget(self.repo, self.llm, self.limits,
+                                              accepted, state)
             for name, item in accepted.items():
                 state[name] = item.content
-                entry = planned.setdefault(name, _Planned(item.content))
+                entry = planned.setdefault(name, Planned(item.content))
                 entry.content = item.content
                 entry.gradient_ids += [i for i in item.gradient_ids
                                        if i not in entry.gradient_ids]
@@ -108,11 +99,11 @@ class PatchMergePolicyOptimizer:
                          "compressed": compressed,
                          "dropped_gradient_ids": [i for i in ids if i not in cited],
                          "total_tokens_before": start_total,
-                         "total_tokens_after": _total(state)}
+                         "total_tokens_after": total_tokens(state)}
         return plan
 
     async def _merge(self, chunk: list[str], labelled: dict[str, SemanticGradient],
-                     state: dict[str, str | None], planned: dict[str, _Planned],
+                     state: dict[str, str | None], planned: dict[str, Planned],
                      policy_set: Snapshot) -> list[MergeItem]:
         root, settings, limits = self.repo.root, self.repo.settings, self.limits
         views, targets = [], list(dict.fromkeys(labelled[i].target_experience_name
@@ -132,18 +123,18 @@ class PatchMergePolicyOptimizer:
         limit = max(self.similar_experiences, len(targets))
         query = "\n".join(_query_text(labelled[i]) for i in chunk)
         ranked = await self.ranker.rank(query, policy_set, limit + len(targets))
-        similar = [{"name": e.name, "path": e.path, "text": _nl(state[e.name]),
+        similar = [{"name": e.name, "path": e.path, "text": nl(state[e.name]),
                     "fence": fence(state[e.name] or "")}
                    for e in ranked if e.name not in targets and state.get(e.name)][:limit]
         rules = {"root": root, "token_budget": settings.token_budget, "name_max": NAME_MAX,
-                 "name_pattern": NAME_PATTERN, "body_chars": limits.body_chars,
+                 "name_words": limits.name_words, "body_chars": limits.body_chars,
                  "summary_chars": limits.summary_chars, "max_tags": limits.max_tags,
                  "max_items": limits.max_items, "allow_delete": limits.allow_delete,
                  "total_token_budget": settings.train.total_token_budget,
-                 "total_tokens": _total(state)}
+                 "total_tokens": total_tokens(state)}
         target_views = [{"name": n, "path": f"{root}/{n}.md",
                          "version": e.version if (e := policy_set.get(n)) else 0,
-                         "text": _nl(state[n]) if state.get(n) is not None else None,
+                         "text": nl(state[n]) if state.get(n) is not None else None,
                          "fence": fence(state.get(n) or "")}
                         for n in targets]
         earlier = [{"name": n, "action": "delete" if p.content is None else "upsert",
@@ -160,9 +151,9 @@ class PatchMergePolicyOptimizer:
 
     def _validate(self, items: list[MergeItem], chunk: list[str],
                   labelled: dict[str, SemanticGradient], state: dict[str, str | None],
-                  rejected: list[str]) -> dict[str, _Planned]:
+                  rejected: list[str]) -> dict[str, Planned]:
         """The valid items of one chunk by name (budgets are checked afterwards)."""
-        accepted: dict[str, _Planned] = {}
+        accepted: dict[str, Planned] = {}
         for item in items:
             name = item.name
             try:
@@ -186,61 +177,9 @@ class PatchMergePolicyOptimizer:
             if not cited:  # the model forgot to cite: its own target's gradients, or all
                 cited = [i for i in chunk if labelled[i].target_experience_name == name] \
                     or list(chunk)
-            accepted[name] = _Planned(content, cited, [item.rationale.strip()],
+            accepted[name] = Planned(content, cited, [item.rationale.strip()],
                                       item.confidence)
         return accepted
-
-    def _over(self, accepted: dict[str, _Planned], state: dict[str, str | None]
-              ) -> tuple[list[str], int]:
-        """(names over the per-experience budget, tokens the set is over by)."""
-        budget = self.repo.settings.token_budget
-        over = [n for n, p in accepted.items()
-                if p.content is not None and estimate_tokens(p.content) > budget]
-        before = _total(state)
-        after = _total({**state, **{n: p.content for n, p in accepted.items()}})
-        limit = max(self.repo.settings.train.total_token_budget, before)
-        return over, max(0, after - limit)
-
-    async def _within_budget(self, accepted: dict[str, _Planned],
-                             state: dict[str, str | None]) -> list[str]:
-        """Compress over-budget items with one call; ExpgitError if still over."""
-        over, set_over = self._over(accepted, state)
-        if not over and not set_over:
-            return []
-        budget = self.repo.settings.token_budget
-        names = over if not set_over else [n for n, p in accepted.items() if p.content]
-        files = [{"name": n, "text": _nl(accepted[n].content), "limit": budget,
-                  "fence": fence(accepted[n].content or ""),
-                  "tokens": estimate_tokens(accepted[n].content or "")} for n in names]
-        system, user = render_prompt(
-            "compress", self.repo, files=files, per_file_budget=budget,
-            body_chars=self.limits.body_chars, summary_chars=self.limits.summary_chars,
-            set_over=set_over, total_token_budget=self.repo.settings.train.total_token_budget)
-        out = await self.llm.generate("compress", system, user,
-                                      compress_output(self.limits))
-        for item in out.items:
-            if item.name in names:
-                path = self.repo.path_of(item.name)
-                try:
-                    content = compose_experience(
-                        item.name, accepted[item.name].content, summary=item.summary,
-                        tags=[], body=item.body, path=path)
-                    check_experience(content, path, item.name, sys.maxsize)
-                except InvalidInputError as exc:
-                    raise ExpgitError(f"cannot plan: the compressed {item.name} is invalid: "
-                                      f"{exc.message}") from None
-                accepted[item.name].content = content
-        over, set_over = self._over(accepted, state)
-        if over or set_over:
-            what = [f"{n} (about {estimate_tokens(accepted[n].content or '')} tokens, "
-                    f"budget {budget})" for n in over]
-            if set_over:
-                what.append(f"the whole experience set ({set_over} tokens over "
-                            f"{self.repo.settings.train.total_token_budget})")
-            raise ExpgitError("cannot plan: over the token budget after compression: "
-                              + "; ".join(what), hint="nothing was committed; raise "
-                              "token_budget / [train] total_token_budget or prune experiences")
-        return names
 
 
 def _query_text(g: SemanticGradient) -> str:
@@ -248,16 +187,7 @@ def _query_text(g: SemanticGradient) -> str:
     return f"{g.target_experience_name}\n{g.rationale}\n{file.content if file else ''}"
 
 
-def _nl(text: str | None) -> str:
-    text = text or ""
-    return text if text.endswith("\n") else text + "\n"
-
-
-def _total(state: dict[str, str | None]) -> int:
-    return sum(estimate_tokens(t) for t in state.values() if t is not None)
-
-
-def _items(planned: dict[str, _Planned], policy_set: Snapshot,
+def _items(planned: dict[str, Planned], policy_set: Snapshot,
            labelled: dict[str, SemanticGradient]) -> list[PolicyPlanItem]:
     """The plan items: the final state of every name that differs from ``policy_set``."""
     items = []

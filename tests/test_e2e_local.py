@@ -1,0 +1,55 @@
+"""End to end with the embedded local model: ``expgit train --mode propose`` on a
+repository made from example_repo creates trajectories, gradients and a proposal and
+leaves ``main`` where it was. Mechanics are asserted, not lesson quality. Runs wherever
+``llama-cpp-python`` is installed (CI installs the ``local`` extra)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import EXAMPLE, fsck, git, run_expgit
+
+from expgit.init import init_repository
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
+                                reason="the local extra (llama-cpp-python) is not installed")
+
+
+def test_train_propose_with_the_local_model(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = tmp_path / "repo"
+    init_repository(repo, seed=EXAMPLE)
+    main_before = git(repo, "rev-parse", "main").strip()
+    raw = yaml.safe_load((EXAMPLE / "cases" / "train.yaml").read_text())
+    cases = raw["cases"] if isinstance(raw, dict) else raw
+    one_case = tmp_path / "cases.yaml"
+    one_case.write_text(yaml.safe_dump([cases[0]], sort_keys=False))
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+    proc = run_expgit("-C", repo, "train", "--cases", one_case, "--mode", "propose",
+                      "--llm", "local", "--report", tmp_path / "report.json",
+                      "--pr-body", tmp_path / "pr.md")
+
+    assert proc.returncode == 0, proc.stderr
+    assert "[train_epoch] epoch=0 cases=1 " in proc.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["main_before"] == report["main_after"] == main_before
+    assert git(repo, "rev-parse", "main").strip() == main_before
+    trajectories = git(repo, "ls-tree", "-r", "--name-only", "expgit/trajectories").split()
+    assert len(trajectories) == 1 and trajectories[0].startswith("trajectories/")
+    proposals = git(repo, "for-each-ref", "--format=%(refname)",
+                    "refs/heads/expgit/proposals/").split()
+    assert len(proposals) == 1, proc.stdout + proc.stderr
+    cited = git(repo, "log", "-1", "--format=%(trailers:key=Expgit-Gradient,valueonly)",
+                proposals[0]).split()
+    gradients = git(repo, "for-each-ref", "--format=%(objectname)",
+                    "refs/heads/expgit/gradients/").split()
+    assert cited and set(cited) <= set(gradients)
+    assert (tmp_path / "pr.md").read_text().strip()
+    assert "rollout" in proc.stdout and "estimate" in proc.stdout  # the cost table
+    fsck(repo)
