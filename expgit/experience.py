@@ -8,40 +8,25 @@ field was changed through :meth:`Experience.with_fields`.
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from expgit.errors import InvalidInputError
+from expgit.yamlload import UniqueKeyLoader
 
 Status = Literal["active", "draft", "deprecated"]
 NAME_MAX = 80
 _NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _FENCE = "---"
-_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]
-    """The safe loader, refusing duplicate keys (YAML forbids them; PyYAML keeps the last)."""
+class _Loader(UniqueKeyLoader):
+    """Front matter: repeated fields are refused; repeated ``<<`` merges are allowed."""
 
-
-def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Any:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue
-        key = loader.construct_object(key_node, deep=True)
-        if isinstance(key, Hashable):
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate field {key!r}", key_node.start_mark)
-            seen.add(key)
-    return loader.construct_mapping(node, deep=True)
-
-
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+    key_word = "field"
+    repeated_merge_keys = True
 
 
 def check_name(name: str) -> str:

@@ -23,7 +23,7 @@ when known) and the field; nothing is returned partially.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,31 +33,11 @@ from pydantic import ValidationError
 from expgit.errors import InvalidInputError, NotFoundError, UsageError
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Case
+from expgit.yamlload import UniqueKeyLoader
 
 _YAML_SUFFIXES = (".yaml", ".yml", ".json")
 _JSONL_SUFFIXES = (".jsonl",)
 _MAX_PROBLEMS = 6
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """The safe loader, refusing duplicate keys (PyYAML would silently keep the last)."""
-
-
-def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Any:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if isinstance(key, Hashable):
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark)
-            seen.add(key)
-    return loader.construct_mapping(node, deep=True)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-                                 _unique_mapping)
-
 
 def _summarise(exc: ValidationError) -> str:
     errors = exc.errors()
@@ -123,7 +103,7 @@ def _decode_document(path: Path, text: str) -> Any:
         except ValueError as exc:
             raise InvalidInputError(f"{path}: not valid JSON: {exc}") from None
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)
+        return yaml.load(text, Loader=UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" (line {mark.line + 1})" if mark is not None else ""
