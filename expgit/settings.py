@@ -50,6 +50,38 @@ class TrainSettings(BaseModel):
     max_wait_seconds: float = Field(default=10.0, gt=0)
 
 
+class SessionSettings(BaseModel):
+    """``[sessions]``: the session hub (``expgit sessions``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    branch: str = "expgit/sessions"
+    window_tokens: int = Field(default=6000, gt=0)  # segmentation window, estimated tokens
+    memory_threshold: float = Field(default=0.7, ge=0, le=1)
+    sft_threshold: float = Field(default=0.8, ge=0, le=1)
+
+
+class OutcomeSettings(BaseModel):
+    """``[outcomes]``: feedback outcomes and typed outcome records (analytics only)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    branch: str = "expgit/outcomes"
+    reask_window_seconds: float = Field(default=600.0, gt=0)
+
+
+class ServeSettings(BaseModel):
+    """``[serve]``: the HTTP services (``expgit serve``, ``expgit env serve``). The bearer
+    token is read from the environment variable ``token_env``, never from the file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    token_env: str = "EXPGIT_TOKEN"
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    max_concurrency: int = Field(default=4, ge=1)
+    max_queue: int = Field(default=256, ge=0)
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -60,6 +92,9 @@ class Settings(BaseModel):
     lock_stale_seconds: float = Field(default=600.0, gt=0)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     train: TrainSettings = Field(default_factory=TrainSettings)
+    sessions: SessionSettings = Field(default_factory=SessionSettings)
+    outcomes: OutcomeSettings = Field(default_factory=OutcomeSettings)
+    serve: ServeSettings = Field(default_factory=ServeSettings)
 
     @field_validator("experiences_root")
     @classmethod

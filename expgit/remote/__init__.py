@@ -1,0 +1,1 @@
+"""The remote benchmark protocol: clients, service SDK, example environment."""
