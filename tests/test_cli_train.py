@@ -19,7 +19,15 @@ from typing import Any
 import pytest
 import yaml
 from conftest import fsck, git
-from test_pipeline import BAGGAGE_CASE, PETS_CASE, analyze, estimate_for, lesson_bodies, merge_of
+from test_pipeline import (
+    BAGGAGE_CASE,
+    PETS_CASE,
+    analyze,
+    edit_reply,
+    estimate_for,
+    lesson_bodies,
+    merge_of,
+)
 
 from expgit.llm.scripted import ScriptedChatModel, ScriptError, Step
 from expgit.repository import ExperienceRepository
@@ -297,3 +305,30 @@ def test_eval_fails_when_every_rollout_fails(run_cli: Any, serve: Any,
     assert "HTTP 400" in result.err
     assert json.loads(report.read_text())["problems"]
     assert server.requests == 2
+
+
+def test_rejected_edits_are_reported_with_their_reason(
+        run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
+    """An edit the estimator refuses (a delete of a file that does not exist) makes no
+    gradient; the run says why instead of a bare 'proposal: none'."""
+    path = tmp_path / "repo"
+    refusal = json.dumps({"edits": [edit_reply("no-such-lesson", "delete", "")]})
+    server = serve([Step("analyze", analyze), Step("estimate", refusal)])
+    rollout = Rollout(case=BAGGAGE_CASE, policy_snapshot_id="recorded",
+                      messages=[Message.text("user", "gold member baggage?"),
+                                Message.text("assistant", "Sorry, I do not know.")],
+                      evaluation=RubricEvaluation(passed=False, score=0.0))
+    file = tmp_path / "rollouts.jsonl"
+    file.write_text(rollout.model_dump_json() + "\n")
+    report = tmp_path / "report.json"
+    result = run_cli("-C", path, "train-rollouts", file, "--llm", "openai", "--base-url",
+                     server.url, "--report", report)
+    assert result.code == 0, result.err
+    server.chat.assert_done()
+    lines = result.out.splitlines()
+    at = lines.index("rejected edits: 1")
+    assert lines[at + 1].startswith(f"  case {BAGGAGE_CASE.name}: ")
+    assert "no-such-lesson" in lines[at + 1]
+    assert "proposal: none (no gradient was planned)" in lines
+    rejected = json.loads(report.read_text())["phases"][0]["rejected_edits"]
+    assert rejected == [lines[at + 1].strip()]

@@ -69,6 +69,7 @@ class PhaseMetrics(BaseModel):
     proposals: list[str] = Field(default_factory=list)
     applied_commits: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
+    rejected_edits: list[str] = Field(default_factory=list)  # the estimator's, with reasons
     batches: list[BatchRecord] = Field(default_factory=list)
     rollouts: list[RolloutSummary] = Field(default_factory=list)
     seconds: float = 0.0
@@ -147,6 +148,9 @@ def add_training(metrics: PhaseMetrics, record: BatchRecord, rollouts: Sequence[
     metrics.rollouts += [_summary(r, _evaluation(r, result)) for r in rollouts]
     metrics.errors += [f"case {r.case.name}: rollout failed: {r.error}"
                        for r in rollouts if r.error] + record.errors
+    metrics.rejected_edits += [f"case {a.rollout.case.name}: {reason}"
+                               for a in result.analyses
+                               for reason in a.metadata.get("rejected_edits", [])]
     metrics.gradients += record.gradients
     metrics.proposals += record.proposals
     metrics.applied_commits += record.applied_commits

@@ -106,12 +106,28 @@ def cost_table(usage: UsageReport) -> list[str]:
     return ["LLM usage:", fmt(head), *map(fmt, rows)]
 
 
+SHOWN_REJECTIONS = 5
+
+
+def rejected_lines(phases: list[PhaseMetrics]) -> list[str]:
+    """The estimator's refused edits (over budget, unchanged, unknown file...), so a run
+    that produced no gradient says why; the first few, then a count."""
+    rejected = [r for p in phases for r in p.rejected_edits]
+    if not rejected:
+        return []
+    more = len(rejected) - SHOWN_REJECTIONS
+    return (["", f"rejected edits: {len(rejected)}"]
+            + [f"  {r}" for r in rejected[:SHOWN_REJECTIONS]]
+            + ([f"  ... and {more} more (see --report)"] if more > 0 else []))
+
+
 def render_text(report: RunReport) -> str:
     """The human output of a run: phase lines, accuracy delta, proposals, cost table."""
     lines = [phase_line(p) for p in report.phases]
     baseline, final = report.phase("baseline_eval"), report.phase("final_eval")
     if baseline is not None and final is not None:
         lines += ["", *delta_lines(baseline, final)]
+    lines += rejected_lines(report.phases)
     if report.command != "eval":
         lines.append("")
         if report.proposals:
