@@ -173,6 +173,14 @@ def _subject(items: Sequence[PlanItem]) -> str:
     return subject if len(subject) <= 72 else subject[:69] + "..."
 
 
+def _hunks(diff: str) -> str:
+    """A diff without its ``--- a/``/``+++ b/`` header: in a commit message a line
+    starting ``--- `` is where git (``interpret-trailers``, ``am``) sees a patch begin, and
+    would lose the trailers after it. The heading above each diff names the file."""
+    lines = diff.splitlines(keepends=True)
+    return "".join(lines[2:]) if len(lines) > 2 and lines[0].startswith("--- ") else diff
+
+
 def _fence(diff: str) -> str:
     longest = max(map(len, _BACKTICKS.findall(diff)), default=0)
     return "`" * max(3, longest + 1)
@@ -235,7 +243,7 @@ def commit_plan(repo: ExperienceRepository, plan: MergePlan, main: str, snapshot
         rows.append({"name": item.name, "operation": change.operation, "added": added,
                      "removed": removed, "confidence": item.confidence,
                      "rationale": item.rationale, "evidence": item.evidence,
-                     "diff": change.diff, "fence": _fence(change.diff)})
+                     "diff": _hunks(change.diff), "fence": _fence(change.diff)})
     tree = repo.git.edit_tree(repo.git.read_commit(main).tree, blobs)
     description = templates.render(
         "proposal.md.j2", repo, base=main, main_branch=repo.settings.main_branch,

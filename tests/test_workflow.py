@@ -123,6 +123,11 @@ def test_merge_all_makes_a_proposal_with_description_and_pr_body(driver: Driver,
     shas = {driver.rev(f"expgit/gradients/{g}") for g in (g1, g2, g3)}
     assert set(trailers(driver, commit)) == {f"Expgit-Gradient: {s}" for s in shas}
     message = driver.git("log", "-1", "--format=%B", commit)
+    # no line of the description reads as a patch start ("--- a/..."): the trailers
+    # survive `git interpret-trailers` and `git format-patch | git am` too
+    assert not any(line.startswith("--- ") for line in message.splitlines())
+    assert set(git(driver.path, "interpret-trailers", "--parse", input=message).splitlines()
+               ) == {f"Expgit-Gradient: {s}" for s in shas}
     subject, _, description = message.partition("\n\n")
     assert subject.startswith("expgit: update 3 experiences: ")
     assert f"Base: `{main[:12]}` on `main`. Merged 3 gradients" in description
@@ -131,9 +136,9 @@ def test_merge_all_makes_a_proposal_with_description_and_pr_body(driver: Driver,
                      description)
     assert f"| `{MULTI}` | create | +{len(demo(MULTI).splitlines())}/-0 | 0.50 |" in description
     assert r"Obsolete \| superseded." in description  # a pipe cannot break the table
-    assert f"### {BAGS} (update)\n\n```diff\n--- a/experiences/{BAGS}.md\n" in description
-    assert f"--- /dev/null\n+++ b/experiences/{MULTI}.md" in description
-    assert f"--- a/experiences/{TRANSFER}.md\n+++ /dev/null" in description
+    assert f"### {BAGS} (update)\n\n```diff\n@@ -" in description
+    assert f"### {MULTI} (create)\n\n```diff\n@@ -0,0 +1," in description
+    assert f"### {TRANSFER} (delete)\n\n```diff\n@@ -1," in description
     # --pr-body: title line, blank line, the description (without the trailers)
     pr = body.read_text()
     assert pr.startswith(subject + "\n\n")
@@ -375,7 +380,8 @@ def test_review_proposal_shows_description_and_diff(driver: Driver) -> None:
     data = json.loads(driver.ok("review", pid, "--json").out)
     assert set(data["diffs"]) == {BAGS}
     assert data["diffs"][BAGS].startswith(f"--- a/experiences/{BAGS}.md\n+++ b/experiences/")
-    assert data["diffs"][BAGS] in data["description"]
+    hunks = data["diffs"][BAGS].split("\n", 2)[2]  # the description omits the file header
+    assert hunks.startswith("@@ ") and hunks in data["description"]
     assert data["note"] is None and data["state"] == "open"
 
 
