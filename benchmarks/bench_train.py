@@ -18,7 +18,8 @@ Run by hand (this is not a test)::
    the intervals during which some git operation ran, as a share of the wall time
    (target < 5%), with the summed per-thread time beside it. Afterwards every gradient
    must be cited by a proposal, applied in ``--mode apply`` (then its experience must be
-   on ``main``): "lost updates" counts those that are not (target 0).
+   on ``main``): "lost updates" counts those that are not (target 0). Last, ``git fsck
+   --strict`` of the repository must find it clean.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import hashlib
 import json
 import math
 import re
+import subprocess
 import sys
 import tempfile
 import threading
@@ -308,6 +310,11 @@ def _verify(repo: ExperienceRepository, results: list[RolloutTrainingResult], wa
     calls = {s: u.calls for s, u in meter.by_stage().items()}
     print(f"LLM calls: {calls}")
     print(f"lost updates: {len(lost)} (target 0)")
+    fsck = subprocess.run(["git", "fsck", "--strict", "--no-progress"], cwd=repo.git.git_dir,
+                          capture_output=True, text=True)
+    problems = (fsck.stdout + fsck.stderr).strip()
+    print("git fsck --strict: " + ("clean" if fsck.returncode == 0 and not problems
+                                   else f"exit {fsck.returncode}: {problems[:500]}"))
 
 
 def main() -> None:

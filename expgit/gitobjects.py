@@ -150,11 +150,11 @@ def _parse_like(data: bytes, base: Tree) -> Tree | None:
     return Tree(entries if result is None else result, data, offsets)
 
 
-def splice(tree: Tree, edits: Mapping[str, TreeEntry | None]
-           ) -> tuple[list[TreeEntry], bytes] | None:
-    """The entries and raw bytes of ``tree`` with each edited name replaced, added or
-    dropped (None): binary searches for the edited names, then slices of the unchanged
-    runs. None when ``tree`` is not in git's order or holds a name twice."""
+def splice(tree: Tree, edits: Mapping[str, TreeEntry | None]) -> Tree | None:
+    """``tree`` with each edited name replaced, added or dropped (None), as a new parsed
+    tree (its entries, raw bytes, offsets and index derived from those of ``tree``):
+    binary searches for the edited names, then slices of the unchanged runs. None when
+    ``tree`` is not in git's order or holds a name twice."""
     entries = tree.entries
     index = tree.by_name()
     if len(index) != len(entries):
@@ -181,18 +181,30 @@ def splice(tree: Tree, edits: Mapping[str, TreeEntry | None]
              for e in entries), initial=0))
     offsets, raw = tree.offsets, tree.raw
     new_entries: list[TreeEntry] = []
+    new_offsets = array("q")
     pieces: list[bytes] = []
-    cursor = 0
+    cursor = size = 0  # the next old entry to copy; bytes of the new tree so far
     for pos, kind, _, new in sorted(ops, key=lambda op: op[:3]):
         new_entries += entries[cursor:pos]
+        new_offsets.extend(map((size - offsets[cursor]).__add__, offsets[cursor:pos]))
         pieces.append(raw[offsets[cursor]:offsets[pos]])
+        size += offsets[pos] - offsets[cursor]
         cursor = pos + kind  # a replaced or dropped entry is skipped
         if new is not None:
             new_entries.append(new)
+            new_offsets.append(size)
             pieces.append(entry_bytes(new))
+            size += len(pieces[-1])
     new_entries += entries[cursor:]
+    new_offsets.extend(map((size - offsets[cursor]).__add__, offsets[cursor:]))
     pieces.append(raw[offsets[cursor]:])
-    return new_entries, b"".join(pieces)
+    new_index = dict(index)
+    for name, new in edits.items():
+        if new is None:
+            new_index.pop(name, None)
+        else:
+            new_index[name] = new
+    return Tree(new_entries, b"".join(pieces), new_offsets, new_index)
 
 
 def diff_entries(before: list[TreeEntry], after: list[TreeEntry]) -> list[Pair]:
@@ -221,6 +233,26 @@ def diff_entries(before: list[TreeEntry], after: list[TreeEntry]) -> list[Pair]:
     result += [(b, None) for b in before[i:]]
     result += [(None, a) for a in after[j:]]
     return result
+
+
+def edit_pairs(index: Mapping[str, TreeEntry], edits: Mapping[str, TreeEntry | None]
+               ) -> list[Pair]:
+    """What :func:`diff_entries` finds between a tree (its entries by name: ``index``; in
+    git's order, no name twice) and the same tree with ``edits`` made (:func:`splice`),
+    from the edits alone."""
+    keyed: list[tuple[bytes, Pair]] = []
+    for name, new in edits.items():
+        old = index.get(name)
+        if old == new:
+            continue
+        if old is not None and new is not None and old.is_tree == new.is_tree:
+            keyed.append((tree_sort_key(old), (old, new)))
+            continue
+        if old is not None:
+            keyed.append((tree_sort_key(old), (old, None)))
+        if new is not None:
+            keyed.append((tree_sort_key(new), (None, new)))
+    return [pair for _, pair in sorted(keyed, key=lambda item: item[0])]
 
 
 def split_edits(changes: Mapping[str, str | None]
@@ -319,41 +351,48 @@ def loose_level(config_z: bytes) -> int | None:
     return None if found else level
 
 
-def write_loose(objects_dir: str, kind: bytes, data: bytes, level: int) -> str:
+def write_loose(objects_dir: str, kind: bytes, data: bytes, level: int, *,
+                fresh: bool = False) -> str:
     """Write one SHA-1 object as git's ``write_object_file`` does; its id.
 
     The id is the SHA-1 of ``<kind> <size>\\0<data>``. An object already stored loose is
     only freshened (its mtime, which ``git gc`` reads); otherwise the zlib stream is
     written to a ``tmp_obj_*`` file (mode 0444 less the umask) next to its final name and
-    hard-linked into place (renamed where links are not supported), so a reader never
-    sees a partial object. Safe against concurrent writers of the same object: same id,
-    same content."""
+    renamed into place (git's ``core.createObject=rename``), so a reader never sees a
+    partial object. ``fresh``: the object is almost surely new (a tree or commit just
+    built), so it is written without looking for it first; a copy that was there is
+    replaced by the same content (which freshens it as well). Safe against concurrent
+    writers of the same object: same id, same content."""
     header = b"%s %d\0" % (kind, len(data))
     digest = hashlib.sha1(header)
     digest.update(data)
     sha = digest.hexdigest()
     folder = os.path.join(objects_dir, sha[:2])
     final = os.path.join(folder, sha[2:])
-    try:
-        os.utime(final)
-        return sha
-    except OSError:
-        pass  # not there (or not ours to touch): write it
+    if not fresh:
+        try:
+            os.utime(final)
+            return sha
+        except OSError:
+            pass  # not there (or not ours to touch): write it
     compressor = zlib.compressobj(level)
-    payload = compressor.compress(header) + compressor.compress(data) + compressor.flush()
-    os.makedirs(folder, exist_ok=True)
+    payload = memoryview(compressor.compress(header) + compressor.compress(data)
+                         + compressor.flush())
     tmp = os.path.join(folder, f"tmp_obj_{secrets.token_hex(8)}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
+    except FileNotFoundError:  # the first object of this folder
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    try:
         try:
-            os.link(tmp, final)
-        except FileExistsError:
-            pass  # written meanwhile by someone else: same id, same content
-        except OSError:
-            os.replace(tmp, final)
-    finally:
+            while payload:
+                payload = payload[os.write(fd, payload):]
+        finally:
+            os.close(fd)
+        os.rename(tmp, final)
+    except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        raise
     return sha

@@ -81,10 +81,10 @@ class FilesRefs:
             fd = os.open(os.path.join(self._common, name), os.O_RDONLY)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        try:
-            chunks = []
-            while chunk := os.read(fd, 4096):
-                chunks.append(chunk)
+        try:  # a regular file reads short only at its end: one read for a ref
+            chunks = [os.read(fd, 4096)]
+            while len(chunks[-1]) == 4096:
+                chunks.append(os.read(fd, 4096))
         except IsADirectoryError:
             return None
         finally:

@@ -5,18 +5,19 @@ built in the object database (blobs, trees, commits) and published by moving ref
 compare-and-swap (``git update-ref --stdin``, one atomic transaction). Nothing here ever
 builds a commit through the user's index or working tree, so bare repositories work.
 
-:class:`GitRepo` wires together the pure-Python parts, none of which starts a process:
-:mod:`expgit.gitobjects` (object formats, loose object writing), :mod:`expgit.idcache`,
-:mod:`expgit.gitrefs` (loose refs and ``packed-refs``) and :mod:`expgit.gitenv` (the
-environment of the git processes: always this repository, whatever the shell exported).
-
-Single objects are read through GitPython's persistent ``cat-file`` process (a lock keeps
-it to one request at a time, so threads may share a GitRepo), many at once by one ``git
-cat-file --batch``; blobs and trees are written as loose objects, commits by ``git
-commit-tree`` (git fills in the identity). A process costs milliseconds, so the hot paths
-avoid them where git's on-disk format makes that exact and cheap: refs of the ``files``
-backend are read from the files, and parsed trees and commits, blobs and the differences
-between two trees are cached by object id (immutable content: a hit is never stale).
+A process costs milliseconds, so the hot paths avoid them where git's formats make that
+exact and cheap; :class:`GitRepo` wires together the parts that start none:
+:mod:`expgit.gitobjects` (object formats, loose object writing), :mod:`expgit.gitloose`
+(loose object reading, commits as ``git commit-tree`` writes them), :mod:`expgit.gitident`
+(identities and writer settings, asked of git once), :mod:`expgit.gitrefs` (loose refs,
+``packed-refs``), :mod:`expgit.gitreftx` (ref transactions through one long-lived ``git
+update-ref --stdin``, unless they write a reflog), :mod:`expgit.idcache` and
+:mod:`expgit.gitenv` (the environment of git processes: always this repository, whatever
+the shell exported). Other objects are read through GitPython's persistent ``cat-file``
+(one request at a time: threads may share a GitRepo), or by one ``cat-file --batch``.
+Parsed trees and commits, blobs and tree differences are cached by object id (a hit is
+never stale). What the repository asks beyond these shortcuts (shared permissions, fsync,
+SHA-256, a push quarantine, a message git would rewrite), git does itself.
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ import git
 from expgit import gitobjects as objects
 from expgit.errors import GitError, UsageError
 from expgit.gitenv import RepoEnv, inherited_repository, without_repository
+from expgit.gitident import Identities, WriterSettings
+from expgit.gitloose import message_needs_git, read_loose, serialise_commit
 from expgit.gitobjects import EMPTY_TREE, TREE_MODE, ZERO_SHA, CommitInfo, Pair, Tree, TreeEntry
 from expgit.gitrefs import FilesRefs, RefMovedError, RefUpdate
+from expgit.gitreftx import RefWriter, UpdateRefProcess
 from expgit.idcache import IdCache
 
 __all__ = ["EMPTY_TREE", "ZERO_SHA", "CommitInfo", "GitRepo", "RefMovedError", "RefUpdate",
@@ -99,7 +103,14 @@ class GitRepo:
         self._commits: IdCache[CommitInfo] = IdCache(_COMMIT_CACHE)
         self._diffs: IdCache[list[Pair]] = IdCache(_DIFF_CACHE)
         self._blobs: IdCache[bytes] = IdCache(_BLOB_CACHE_BYTES, len)
-        self._loose_level: tuple[int | None] | None = None  # looked up on the first write
+        self._objects_dir = str(self.common_dir / "objects")
+        self._settings = WriterSettings(self.is_bare, self.run)
+        self._identities = Identities(self.run)
+        self._transactions = UpdateRefProcess(self._home)
+        self._ref_writer = RefWriter(
+            self.common_dir, self.git_dir, self._refs, self._transactions, self.run,
+            self._env.process, self._env.git_writes_objects, lambda: self._settings.get()[1],
+            self.refs_named)
 
     # ----------------------------------------------------------------- opening
     @classmethod
@@ -123,6 +134,7 @@ class GitRepo:
         return cls(git.Repo(path))
 
     def close(self) -> None:
+        self._transactions.close()
         with self._odb_lock:
             self._repo.close()
 
@@ -204,18 +216,7 @@ class GitRepo:
 
     def update_refs(self, updates: Sequence[RefUpdate], message: str) -> None:
         """Apply all updates in one atomic transaction, or none (RefMovedError)."""
-        lines = []
-        for u in updates:
-            if u.new is None:
-                lines.append(f"delete {u.ref} {u.old or ''}".rstrip())
-            else:
-                lines.append(f"update {u.ref} {u.new} {u.old or ZERO_SHA}")
-        proc = self.run("update-ref", "-m", message, "--stdin",
-                        input=("\n".join(lines) + "\n").encode(), check=False)
-        if proc.returncode != 0:
-            err = proc.stderr.decode(errors="replace").strip()
-            raise RefMovedError(f"a ref moved under this write, nothing was changed ({err})",
-                                hint="run the command again; it re-reads the current state")
+        self._ref_writer.apply(updates, message)
 
     def head_symref(self) -> str | None:
         try:
@@ -231,6 +232,8 @@ class GitRepo:
 
     # ------------------------------------------------------------ reading objects
     def _raw(self, sha: str) -> bytes:
+        if objects.is_sha(sha) and (found := read_loose(self._objects_dir, sha)) is not None:
+            return found[1]
         try:
             binsha = bytes.fromhex(sha)
             with self._odb_lock:  # the whole object is read before the next request
@@ -317,23 +320,15 @@ class GitRepo:
         return list(cached)
 
     # ------------------------------------------------------------ writing objects
-    def _writer_level(self) -> int | None:
-        """The zlib level git uses for loose objects here, or None when git must write
-        them itself (shared-repository permissions, fsync, a non-SHA-1 repository)."""
-        if self._loose_level is None:
-            proc = self.run("config", "-z", "--get-regexp", objects.WRITER_CONFIG, check=False)
-            self._loose_level = (objects.loose_level(proc.stdout),)
-        return self._loose_level[0]
-
     def _store(self, kind: bytes, data: bytes) -> str:
         """Write one object without a process (:func:`expgit.gitobjects.write_loose`);
-        when the repository asks for anything else (shared permissions, fsync, SHA-256,
-        a quarantine during a push), git writes it: ``git hash-object -w``."""
-        level = self._writer_level()
+        git writes it (``hash-object -w``) when the repository asks for more (shared
+        permissions, fsync, SHA-256, a push quarantine). Trees and commits are new."""
+        level = self._settings.get()[0]
         if level is None or self._env.git_writes_objects():
             return self.out("hash-object", "-t", kind.decode(), "-w", "--stdin", "--literally",
                             input=data).strip()
-        return objects.write_loose(os.path.join(self.common_dir, "objects"), kind, data, level)
+        return objects.write_loose(self._objects_dir, kind, data, level, fresh=kind != b"blob")
 
     def write_blob(self, data: bytes) -> str:
         sha = self._store(b"blob", data)
@@ -343,11 +338,11 @@ class GitRepo:
     def write_tree(self, entries: Iterable[TreeEntry]) -> str:
         return self._write_sorted_tree(sorted(entries, key=objects.tree_sort_key))
 
-    def _write_sorted_tree(self, ordered: list[TreeEntry], raw: bytes | None = None) -> str:
-        if raw is None:
-            raw = objects.serialise_tree(ordered)
-        sha = self._store(b"tree", raw)
-        self._trees.put(sha, Tree(ordered, raw))
+    def _write_sorted_tree(self, ordered: list[TreeEntry], tree: Tree | None = None) -> str:
+        if tree is None:
+            tree = Tree(ordered, objects.serialise_tree(ordered))
+        sha = self._store(b"tree", tree.raw)
+        self._trees.put(sha, tree)
         return sha
 
     def edit_tree(self, tree: str | None, changes: Mapping[str, str | None]) -> str:
@@ -369,32 +364,37 @@ class GitRepo:
         if spliced is None:  # not in git's order, or a name twice: rebuild it whole
             entries = objects.merged_entries(self._tree(tree).entries, edits)
             return self._write_sorted_tree(entries) if entries else EMPTY_TREE
-        entries, raw = spliced
-        return self._write_sorted_tree(entries, raw) if entries else EMPTY_TREE
+        if not spliced.entries:
+            return EMPTY_TREE
+        sha = self._write_sorted_tree(spliced.entries, spliced)  # and what changed:
+        self._diffs.put((tree, sha), objects.edit_pairs(self._tree(tree).by_name(), edits))
+        return sha
 
     def identity(self, kind: str = "AUTHOR") -> str:
-        """``Name <email> <time> <tz>`` as git would record it; a neutral fallback when
-        the machine has no identity configured (CI)."""
-        proc = self.run("var", f"GIT_{kind}_IDENT", check=False)
-        text = proc.stdout.decode().strip()
-        return text if proc.returncode == 0 and text else objects.fallback_ident(time.time())
+        """``Name <email> <time> <tz>`` as git would record it now (or a fallback)."""
+        return self._identities.line(kind)
 
     def write_commit(self, tree: str, parents: Sequence[str], message: str, *,
                      author: str | None = None) -> str:
+        """A commit of ``tree`` and ``parents`` (which must exist) as ``git commit-tree``
+        writes it (git's identity rules, UTF-8, unsigned); ``author``: given instead."""
         body = message if message.endswith("\n") else message + "\n"
-        if author is None and len(set(parents)) == len(parents):
-            # one process: git fills in author and committer exactly as `git var` would
-            # (same strict identity rules, same clock); no signing, UTF-8 as written below
+        if tree != EMPTY_TREE:
+            self._tree(tree)  # GitError if there is no such tree
+        else:  # git knows it without storing it; fsck wants it stored
+            self._store(b"tree", b"")
+        if not all(self.read_commit(parent).tree for parent in parents):
+            raise GitError(f"a parent of the new commit is not a commit: {parents}")
+        if message_needs_git(body) and author is None and len(set(parents)) == len(parents):
+            # git refuses (NUL) or rewrites (non-characters) such a message: let it decide
             proc = self.run("-c", "i18n.commitEncoding=UTF-8", "commit-tree", "--no-gpg-sign",
                             *(arg for p in parents for arg in ("-p", p)), tree,
-                            input=body.encode(), check=False)
-            sha = proc.stdout.decode().strip()
-            if proc.returncode == 0 and objects.is_sha(sha):
-                return sha
-            # no identity configured (or a bad tree): the path below decides
-        if self.path_entry(tree, "") is None:  # pragma: no cover - defensive
-            raise GitError(f"tree {tree} does not exist")
-        lines = [f"tree {tree}", *(f"parent {p}" for p in parents),
-                 f"author {author or self.identity('AUTHOR')}",
-                 f"committer {self.identity('COMMITTER')}"]
-        return self._store(b"commit", ("\n".join(lines) + "\n\n" + body).encode())
+                            input=body.encode())
+            return proc.stdout.decode().strip()
+        now = time.time()
+        raw = serialise_commit(tree, parents, author or self._identities.line("AUTHOR", now),
+                               self._identities.line("COMMITTER", now), body)
+        sha = self._store(b"commit", raw)
+        self._commits.put(sha, objects.parse_commit(sha, raw))
+        return sha
+

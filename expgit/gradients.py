@@ -21,7 +21,7 @@ from expgit import trailers as tr
 from expgit.changes import FileChange, Operation, tree_changes
 from expgit.errors import InvalidInputError
 from expgit.experience import check_experience, check_name, decode_experience
-from expgit.gitrepo import RefUpdate
+from expgit.gitrepo import RefMovedError, RefUpdate
 from expgit.refnames import GRADIENT_STATES, GRADIENTS, ID_LEN, find_by_id
 from expgit.repository import ExperienceRepository
 
@@ -122,8 +122,11 @@ def propose(repo: ExperienceRepository, req: GradientRequest,
     commit = git.write_commit(tree, [main], message.render())
     gid = commit[:ID_LEN]
     ref = GRADIENTS + gid
-    if git.ref(ref) != commit:
+    try:  # a new ref; the same commit there already (the same edit, the same second): done
         git.update_refs([RefUpdate(ref, commit, None)], f"expgit propose {req.name}")
+    except RefMovedError:
+        if git.ref(ref) != commit:
+            raise
     return load_gradient(repo, commit, "open")
 
 

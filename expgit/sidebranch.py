@@ -4,6 +4,11 @@ by compare-and-swap, retried when another writer moved it meanwhile.
 
 The branch is an orphan history (its first commit has no parent), so it never shares a
 commit with ``main``; its history is the audit trail of the records it holds.
+
+Group commit: writers of one branch in one process queue up while one of them writes;
+that one commits every queued write, each as its own commit in order, and moves the
+branch once (one compare-and-swap for the chain). Each writer still gets its own commit
+(or error), its ``changes`` seeing the tip its commit goes onto.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from expgit import trailers as tr
@@ -25,10 +31,23 @@ Changes = Mapping[str, bytes | None]
 """Path -> new content (None: remove the file)."""
 
 
+@dataclass
+class _Write:
+    """One queued write and, once written, its outcome."""
+
+    changes: Changes | Callable[[str | None], Changes]
+    subject: str
+    message: str
+    done: bool = False
+    commit: str | None = None
+    error: BaseException | None = None
+
+
 class SideBranch:
     """Files on one side branch of an experience repository."""
 
     _process_locks: ClassVar[dict[tuple[str, str], threading.Lock]] = {}
+    _queues: ClassVar[dict[tuple[str, str], list[_Write]]] = {}
     _guard: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, repo: ExperienceRepository, branch: str, *, what: str) -> None:
@@ -42,6 +61,7 @@ class SideBranch:
         key = (str(repo.git.common_dir), self.ref)
         with self._guard:
             self._write_lock = self._process_locks.setdefault(key, threading.Lock())
+            self._queue = self._queues.setdefault(key, [])
 
     # ------------------------------------------------------------------ reads
     def tip(self) -> str | None:
@@ -75,31 +95,69 @@ class SideBranch:
     # ----------------------------------------------------------------- writes
     def write(self, changes: Changes | Callable[[str | None], Changes], subject: str, *,
               trailers: tuple[tuple[str, str], ...] = ()) -> str | None:
-        """Commit ``changes`` on the branch; the new tip, or None when nothing changed.
+        """Commit ``changes`` on the branch; the commit (the tip it made), or None when
+        nothing changed.
 
         ``changes`` may be a function of the current tip (re-run on each attempt), for
         writes that depend on what is there: read-modify-write without lost updates.
         Raises ConflictError if the branch kept moving for :data:`ATTEMPTS` rounds."""
-        git = self.repo.git
         message = tr.Message(subject=" ".join(subject.split())[:200] or "expgit record",
                              trailers=trailers).render()
+        mine = _Write(changes, subject, message)
+        with self._guard:
+            self._queue.append(mine)
         with self._write_lock:
+            if not mine.done:  # else another writer committed it meanwhile
+                with self._guard:
+                    batch = list(self._queue)
+                    self._queue.clear()
+                self._commit(batch)
+                for item in batch:
+                    item.done = True
+        if mine.error is not None:
+            raise mine.error
+        return mine.commit
+
+    def _commit(self, batch: Sequence[_Write]) -> None:
+        """Commit every write of ``batch`` in order, one commit each, and move the branch
+        once; a write whose ``changes`` fail gets that error, the others go on."""
+        git = self.repo.git
+        try:
             for attempt in range(1, ATTEMPTS + 1):
                 tip = git.ref(self.ref)
-                wanted = changes(tip) if callable(changes) else changes
-                tree = git.read_commit(tip).tree if tip else None
-                blobs = {path: (git.write_blob(data) if data is not None else None)
-                         for path, data in wanted.items()}
-                new_tree = git.edit_tree(tree, blobs)
-                if new_tree == tree or (tree is None and not any(blobs.values())):
-                    return None
-                commit = git.write_commit(new_tree, [tip] if tip else [], message)
+                head, tree = tip, git.read_commit(tip).tree if tip else None
+                for item in batch:
+                    item.commit = item.error = None
+                    try:
+                        wanted = item.changes(head) if callable(item.changes) \
+                            else item.changes
+                    except Exception as exc:  # this write fails, the others go on
+                        item.error = exc
+                        continue
+                    blobs = {path: (git.write_blob(data) if data is not None else None)
+                             for path, data in wanted.items()}
+                    new_tree = git.edit_tree(tree, blobs)
+                    if new_tree == tree or (tree is None and not any(blobs.values())):
+                        continue
+                    head = item.commit = git.write_commit(new_tree, [head] if head else [],
+                                                          item.message)
+                    tree = new_tree
+                if head == tip:
+                    return
+                made = [item for item in batch if item.commit]
+                reflog = made[0].subject + (f" (+{len(made) - 1} more)" if len(made) > 1
+                                            else "")
                 try:
-                    git.update_refs([RefUpdate(self.ref, commit, tip)], f"expgit: {subject}")
+                    git.update_refs([RefUpdate(self.ref, head, tip)], f"expgit: {reflog}")
                 except RefMovedError:
                     if attempt < ATTEMPTS:
                         time.sleep(random.uniform(0.001, 0.01) * attempt)
                     continue
-                return commit
-        raise ConflictError(f"could not write to {self.branch}: it kept moving "
-                            f"({ATTEMPTS} attempts)", hint="run the command again")
+                return
+            failure: BaseException = ConflictError(
+                f"could not write to {self.branch}: it kept moving ({ATTEMPTS} attempts)",
+                hint="run the command again")
+        except BaseException as exc:  # git failed: every write of the batch failed
+            failure = exc
+        for item in batch:
+            item.commit, item.error = None, item.error or failure

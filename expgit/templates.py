@@ -2,12 +2,14 @@
 
 A file ``.expgit/templates/<name>`` committed on the repository's ``main`` branch replaces
 the packaged template of the same name. It is read from git, so it works on a bare
-server and every clone renders the same text.
+server and every clone renders the same text. One render sees the overrides of one
+commit of ``main`` (the tip when it starts).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import jinja2
@@ -16,30 +18,59 @@ from expgit.repository import ExperienceRepository
 from expgit.resources import data_dir
 
 OVERRIDE_DIR = ".expgit/templates"
+_CACHED_ENVIRONMENTS = 16
 
 
-class _RepoLoader(jinja2.BaseLoader):
-    def __init__(self, repo: ExperienceRepository | None) -> None:
-        self.repo = repo
+_environments: OrderedDict[str | None, jinja2.Environment] = OrderedDict()
+_environments_lock = threading.Lock()
 
-    def get_source(self, environment: jinja2.Environment, template: str
-                   ) -> tuple[str, str | None, Callable[[], bool] | None]:
-        git = self.repo.git if self.repo else None
-        tip = git.ref(self.repo.main_ref) if git and self.repo else None
-        entry = git.path_entry(git.read_commit(tip).tree, f"{OVERRIDE_DIR}/{template}") \
-            if git and tip else None
-        if git is None or entry is None:
-            raise jinja2.TemplateNotFound(template)
-        return git.read_blob(entry.sha).decode("utf-8"), None, lambda: False
+
+def _override_tree(repo: ExperienceRepository) -> str | None:
+    """The tree of the override folder at the tip of ``main``, None if there is none."""
+    git = repo.git
+    tip = git.ref(repo.main_ref)
+    entry = git.path_entry(git.read_commit(tip).tree, OVERRIDE_DIR) if tip else None
+    return entry.sha if entry is not None and entry.is_tree else None
+
+
+def _override_files(repo: ExperienceRepository, tree: str, prefix: str = ""
+                    ) -> dict[str, bytes]:
+    """``{template name: content}`` of every file below the override tree ``tree``."""
+    files: dict[str, bytes] = {}
+    for entry in repo.git.read_tree(tree):
+        if entry.is_tree:
+            files |= _override_files(repo, entry.sha, f"{prefix}{entry.name}/")
+        elif entry.mode != "160000":
+            files[prefix + entry.name] = repo.git.read_blob(entry.sha)
+    return files
 
 
 def environment(repo: ExperienceRepository | None = None) -> jinja2.Environment:
-    loader = jinja2.ChoiceLoader([
-        _RepoLoader(repo), jinja2.FileSystemLoader(str(data_dir("templates")))])
-    env = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True, trim_blocks=True,
-                             lstrip_blocks=True, autoescape=False)
+    """The templates as ``main`` has them now: its overrides, else the packaged ones.
+
+    Environments are kept by override tree id (a handful, most recent first), so each
+    template is compiled once per version of the overrides rather than on every render;
+    jinja checks the packaged files for changes (their modification time)."""
+    tree = _override_tree(repo) if repo is not None else None
+    with _environments_lock:
+        env = _environments.get(tree)
+        if env is not None:
+            _environments.move_to_end(tree)
+            return env
+    loaders: list[jinja2.BaseLoader] = [jinja2.FileSystemLoader(str(data_dir("templates")))]
+    if repo is not None and tree is not None:  # a tree never changes: read once
+        overrides = _override_files(repo, tree)
+        loaders.insert(0, jinja2.FunctionLoader(
+            lambda name: (overrides[name].decode("utf-8"), None, lambda: True)
+            if name in overrides else None))
+    env = jinja2.Environment(loader=jinja2.ChoiceLoader(loaders),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             trim_blocks=True, lstrip_blocks=True, autoescape=False)
     env.filters["cell"] = lambda text: " ".join(str(text).split()).replace("|", "\\|")
+    with _environments_lock:
+        env = _environments.setdefault(tree, env)
+        while len(_environments) > _CACHED_ENVIRONMENTS:
+            _environments.popitem(last=False)
     return env
 
 

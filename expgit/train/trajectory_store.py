@@ -4,30 +4,26 @@ A trajectory is a markdown file ``trajectories/<id>.md`` where ``<id>`` is the f
 hex digits of the SHA-256 of the rollout's canonical JSON: the same rollout is stored
 once, and storing it again writes nothing. Its URI is ``<branch>:trajectories/<id>.md``.
 
-The branch is an orphan history of its own (its first commit has no parent), so it never
-shares a commit with ``main``. Writers build blob, tree and commit in the object database
-and move the branch by compare-and-swap; a writer that loses the race (another analyzer
-committed meanwhile) re-reads the tip and tries again, up to :data:`ATTEMPTS` times.
-Writers of one process are also serialised by a lock per branch, so they do not waste
-rounds racing each other.
+The branch is a :class:`~expgit.sidebranch.SideBranch`: an orphan history of its own that
+never shares a commit with ``main``, written by building blob, tree and commit in the
+object database and moving the branch by compare-and-swap; a writer that loses the race
+(another analyzer committed meanwhile) re-reads the tip and tries again, up to
+:data:`ATTEMPTS` times, and writers of one process are serialised by a lock per branch.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import random
-import threading
-import time
-from typing import ClassVar
 
 from expgit import trailers as tr
-from expgit.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
-from expgit.gitrepo import RefMovedError, RefUpdate
+from expgit.errors import InvalidInputError, NotFoundError
 from expgit.repository import ExperienceRepository
+from expgit.sidebranch import ATTEMPTS, SideBranch
 from expgit.train.domain import Rollout
 
-ATTEMPTS = 10
+__all__ = ["ATTEMPTS", "FOLDER", "ID_LEN", "TrajectoryStore", "rollout_id"]
+
 FOLDER = "trajectories"
 ID_LEN = 16
 
@@ -42,21 +38,12 @@ def rollout_id(rollout: Rollout) -> str:
 class TrajectoryStore:
     """Reads and writes trajectory documents on the trajectories branch."""
 
-    _process_locks: ClassVar[dict[tuple[str, str], threading.Lock]] = {}
-    _guard: ClassVar[threading.Lock] = threading.Lock()
-
     def __init__(self, repo: ExperienceRepository) -> None:
         self.repo = repo
-        configured = repo.settings.train.trajectories_branch.strip()
-        self.ref = configured if configured.startswith("refs/") else f"refs/heads/{configured}"
-        self.branch = self.ref.removeprefix("refs/heads/")
-        if self.ref == repo.main_ref or not self.branch or self.ref.endswith("/"):
-            raise UsageError(f"[train] trajectories_branch = {configured!r} is not usable: "
-                             f"trajectories must live on their own branch, never on "
-                             f"{repo.settings.main_branch!r}")
-        key = (str(repo.git.common_dir), self.ref)
-        with self._guard:
-            self._write_lock = self._process_locks.setdefault(key, threading.Lock())
+        self.side = SideBranch(repo, repo.settings.train.trajectories_branch,
+                               what="trajectories")
+        self.ref = self.side.ref
+        self.branch = self.side.branch
 
     # ------------------------------------------------------------------ names
     @staticmethod
@@ -86,7 +73,8 @@ class TrajectoryStore:
 
     def find(self, tid: str) -> str | None:
         """The stored document of trajectory ``tid``, None if it is not stored."""
-        return self._read_at(self.ref, self.path_of(tid))
+        data = self.side.read(self.path_of(tid))
+        return None if data is None else data.decode("utf-8", "replace")
 
     def read(self, uri: str) -> str:
         """The document a trajectory URI names; NotFoundError if there is none."""
@@ -98,14 +86,7 @@ class TrajectoryStore:
 
     def ids(self) -> list[str]:
         """The ids of every stored trajectory, sorted."""
-        tip = self.repo.git.ref(self.ref)
-        if tip is None:
-            return []
-        entry = self.repo.git.path_entry(self.repo.git.read_commit(tip).tree, FOLDER)
-        if entry is None or not entry.is_tree:
-            return []
-        return sorted(e.name[:-3] for e in self.repo.git.read_tree(entry.sha)
-                      if e.name.endswith(".md") and not e.is_tree)
+        return [name[:-3] for name in self.side.list(FOLDER, suffix=".md")]
 
     # ----------------------------------------------------------------- writes
     def store(self, tid: str, content: str, subject: str) -> tuple[str, bool]:
@@ -115,25 +96,14 @@ class TrajectoryStore:
         same id, same rollout). Raises ConflictError if the branch kept moving for
         :data:`ATTEMPTS` rounds."""
         path = self.path_of(tid)
+        data = content.encode("utf-8")
         git = self.repo.git
-        blob = git.write_blob(content.encode("utf-8"))
+
+        def unless_stored(tip: str | None) -> dict[str, bytes | None]:
+            stored = tip is not None and git.path_entry(git.read_commit(tip).tree,
+                                                        path) is not None
+            return {} if stored else {path: data}
+
         title = " ".join(subject.split())[:200] or f"trajectory {tid}"
-        message = tr.Message(subject=title, trailers=((tr.KIND, "trajectory"),)).render()
-        with self._write_lock:
-            for attempt in range(1, ATTEMPTS + 1):
-                tip = git.ref(self.ref)
-                tree = git.read_commit(tip).tree if tip else None
-                if tree is not None and git.path_entry(tree, path) is not None:
-                    return self.uri_of(tid), False
-                new_tree = git.edit_tree(tree, {path: blob})
-                commit = git.write_commit(new_tree, [tip] if tip else [], message)
-                try:
-                    git.update_refs([RefUpdate(self.ref, commit, tip)],
-                                    f"expgit trajectory {tid}")
-                except RefMovedError:
-                    if attempt < ATTEMPTS:
-                        time.sleep(random.uniform(0.001, 0.01) * attempt)
-                    continue
-                return self.uri_of(tid), True
-        raise ConflictError(f"could not store trajectory {tid}: {self.branch} kept moving "
-                            f"({ATTEMPTS} attempts)", hint="run the command again")
+        commit = self.side.write(unless_stored, title, trailers=((tr.KIND, "trajectory"),))
+        return self.uri_of(tid), commit is not None

@@ -1,0 +1,335 @@
+"""The process-free paths of GitRepo checked against git itself: objects written in
+process (byte-identical ids to ``hash-object``/``mktree``/``commit-tree``), identities,
+loose objects read from their files, and ref transactions through the long-lived
+``update-ref --stdin`` (compare-and-swap, atomicity, a killed process, reflogs)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLE, fsck, git
+
+from expgit.errors import GitError
+from expgit.gitrefs import FilesRefs
+from expgit.gitreftx import LOST, Outcome, RefWriter, UpdateRefProcess
+from expgit.gitrepo import EMPTY_TREE, GitRepo, RefMovedError, RefUpdate, TreeEntry
+from expgit.init import init_repository
+
+DATES = {"GIT_AUTHOR_DATE": "1700000000 +0130", "GIT_COMMITTER_DATE": "1700000100 -0700"}
+
+
+def bare(tmp_path: Path) -> tuple[Path, GitRepo]:
+    path = tmp_path / "repo.git"
+    return path, GitRepo.init(path, bare=True, branch="main")
+
+
+def git_in(path: Path, *args: str, input: bytes | None = None,
+           env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(["git", *args], cwd=path, input=input, capture_output=True,
+                          env={**os.environ, **(env or {})})
+    assert proc.returncode == 0, proc.stderr.decode()
+    return proc.stdout.decode().strip()
+
+
+def update_ref_pids(repo: GitRepo) -> list[int]:
+    process = repo._transactions._process  # the running update-ref, if any
+    return [process.proc.pid] if process is not None else []
+
+
+# ----------------------------------------------------------------- objects
+@pytest.mark.parametrize("message", ["subject\n", "subject\n\nbody über alles ✓\n\nKey: v\n",
+                                     "no newline at the end", "nul \0 inside\n",
+                                     "non-character \ufdd0 and \U0001fffe\n"])
+def test_objects_written_in_process_have_gits_ids(tmp_path: Path, message: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in DATES.items():
+        monkeypatch.setenv(name, value)
+    path, repo = bare(tmp_path)
+    blob = repo.write_blob(b"hello\n")
+    assert blob == git_in(path, "hash-object", "--stdin", input=b"hello\n")
+    tree = repo.edit_tree(None, {"dir/a.md": blob, "b.md": blob})
+    listing = git_in(path, "ls-tree", tree).encode() + b"\n"
+    assert tree == git_in(path, "mktree", input=listing)
+    if "\0" in message:  # git refuses it; expgit lets git write it, and fails alike
+        with pytest.raises(GitError, match="NUL"):
+            repo.write_commit(tree, [], message)
+        return
+    first = repo.write_commit(tree, [], message)
+    body = message if message.endswith("\n") else message + "\n"
+    assert first == git_in(path, "commit-tree", tree, input=body.encode())
+    second = repo.write_commit(EMPTY_TREE, [first], message)
+    assert second == git_in(path, "commit-tree", "-p", first, EMPTY_TREE, input=body.encode())
+    info = repo.read_commit(second)
+    assert info.parents == (first,) and info.tree == EMPTY_TREE
+    assert info.author == "Test Author <author@example.com>"
+    repo.update_refs([RefUpdate("refs/heads/main", second, None)], "test")
+    fsck(path)
+
+
+def test_identity_and_time_are_gits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, repo = bare(tmp_path)
+    tree = repo.edit_tree(None, {"a": repo.write_blob(b"a\n")})
+    before = int(git_in(path, "var", "GIT_COMMITTER_IDENT").rsplit(" ", 2)[1])
+    info = repo.read_commit(repo.write_commit(tree, [], "m\n"))
+    after = int(git_in(path, "var", "GIT_COMMITTER_IDENT").rsplit(" ", 2)[1])
+    assert info.author == "Test Author <author@example.com>"
+    assert info.committer == "Test Committer <committer@example.com>"
+    assert before <= info.author_time <= after and before <= info.commit_time <= after
+    assert info.author_line.rsplit(" ", 1)[1] == \
+        git_in(path, "var", "GIT_AUTHOR_IDENT").rsplit(" ", 1)[1]  # the same UTC offset
+    # a changed environment is seen at once; configuration is read for it
+    monkeypatch.delenv("GIT_AUTHOR_NAME")
+    monkeypatch.delenv("GIT_AUTHOR_EMAIL")
+    git_in(path, "config", "user.name", "Configured Name")
+    git_in(path, "config", "user.email", "configured@example.com")
+    info = repo.read_commit(repo.write_commit(tree, [], "again\n"))
+    assert info.author == "Configured Name <configured@example.com>"
+    assert info.committer == "Test Committer <committer@example.com>"
+
+
+def test_a_missing_tree_or_parent_is_refused(tmp_path: Path) -> None:
+    _path, repo = bare(tmp_path)
+    tree = repo.edit_tree(None, {"a": repo.write_blob(b"a\n")})
+    with pytest.raises(GitError):
+        repo.write_commit("1" * 40, [], "m")
+    with pytest.raises(GitError):
+        repo.write_commit(tree, ["2" * 40], "m")
+    with pytest.raises(GitError):  # a tree is not a commit
+        repo.write_commit(tree, [tree], "m")
+
+
+def test_loose_and_packed_objects_read_alike(tmp_path: Path) -> None:
+    path = tmp_path / "seeded.git"
+    init_repository(path, bare=True, seed=EXAMPLE)
+    repo = GitRepo.discover(path)
+    main = repo.ref("refs/heads/main")
+    assert main is not None
+    loose = repo.read_commit(main)
+    blobs = {e.sha: repo.read_blob(e.sha) for e in repo.read_tree(
+        repo.tree_index(loose.tree)["experiences"].sha)}
+    git_in(path, "gc", "--quiet")  # everything packed, the loose files gone
+    assert not any((path / "objects" / main[:2]).glob(main[2:]))
+    fresh = GitRepo.discover(path)
+    assert fresh.read_commit(main) == loose
+    assert {sha: fresh.read_blob(sha) for sha in blobs} == blobs
+    assert all(blobs[sha] == subprocess.run(["git", "cat-file", "blob", sha], cwd=path,
+                                            capture_output=True, check=True).stdout
+               for sha in blobs)
+    fresh.close()
+    repo.close()
+
+
+# -------------------------------------------------------------------- refs
+def commits(repo: GitRepo, count: int) -> list[str]:
+    tree = repo.edit_tree(None, {"f": repo.write_blob(b"f\n")})
+    made: list[str] = []
+    for i in range(count):
+        made.append(repo.write_commit(tree, made[-1:], f"c{i}\n"))
+    return made
+
+
+def test_compare_and_swap_is_atomic_and_the_process_recovers(tmp_path: Path) -> None:
+    path, repo = bare(tmp_path)
+    a, b, c = commits(repo, 3)
+    repo.update_refs([RefUpdate("refs/heads/x", a, None), RefUpdate("refs/heads/y", a, None)],
+                     "create")
+    pid = update_ref_pids(repo)
+    assert pid  # the long-lived process did it
+    with pytest.raises(RefMovedError, match="refs/heads/y"):  # y is not at b: nothing moves
+        repo.update_refs([RefUpdate("refs/heads/x", b, a), RefUpdate("refs/heads/y", c, b)],
+                         "half")
+    assert git_in(path, "rev-parse", "x", "y").split() == [a, a]
+    with pytest.raises(RefMovedError):  # must not exist yet
+        repo.update_refs([RefUpdate("refs/heads/x", b, None)], "exists")
+    repo.update_refs([RefUpdate("refs/heads/x", b, a), RefUpdate("refs/heads/y", None, a)],
+                     "move and delete")  # a new process after the failures
+    assert git_in(path, "for-each-ref", "--format=%(refname) %(objectname)") == \
+        f"refs/heads/x {b}"
+    assert update_ref_pids(repo) != pid
+    repo.close()
+    assert update_ref_pids(repo) == []
+
+
+def test_a_killed_update_ref_process_is_replaced(tmp_path: Path) -> None:
+    path, repo = bare(tmp_path)
+    a, b = commits(repo, 2)
+    repo.update_refs([RefUpdate("refs/heads/x", a, None)], "create")
+    (pid,) = update_ref_pids(repo)
+    os.kill(pid, signal.SIGKILL)
+    repo.update_refs([RefUpdate("refs/heads/x", b, a)], "after the kill")
+    assert git_in(path, "rev-parse", "x") == b
+    assert update_ref_pids(repo) != [pid]
+    with pytest.raises(RefMovedError):
+        repo.update_refs([RefUpdate("refs/heads/x", a, a)], "stale")
+    repo.close()
+
+
+class _LostProcess(UpdateRefProcess):
+    """Reports every transaction lost (the process died without a word), after applying
+    it or not."""
+
+    def __init__(self, cwd: Path, apply_first: bool) -> None:
+        super().__init__(cwd)
+        self.apply_first = apply_first
+
+    def transact(self, lines: object, env: object) -> Outcome:
+        if self.apply_first:
+            subprocess.run(["git", "update-ref", "--stdin"], cwd=self._cwd, check=False,
+                           input="".join(f"{line}\n" for line in lines).encode())  # type: ignore[attr-defined]
+        return LOST
+
+
+@pytest.mark.parametrize("applied", [False, True])
+def test_a_transaction_lost_with_its_process_is_decided_by_git(tmp_path: Path,
+                                                               applied: bool) -> None:
+    path, repo = bare(tmp_path)
+    a, b = commits(repo, 2)
+    repo.update_refs([RefUpdate("refs/heads/x", a, None)], "create")
+    writer = RefWriter(path, path, FilesRefs(path), _LostProcess(path, applied), repo.run,
+                       repo._env.process, lambda: False, lambda: "false", repo.refs_named)
+    writer.apply([RefUpdate("refs/heads/x", b, a)], "lost")
+    assert git_in(path, "rev-parse", "x") == b
+    with pytest.raises(RefMovedError):  # and a real conflict is still one
+        writer.apply([RefUpdate("refs/heads/x", a, a)], "stale")
+    assert git_in(path, "rev-parse", "x") == b
+
+
+def test_reflog_messages_are_kept(tmp_path: Path) -> None:
+    """A transaction that writes a reflog goes through ``update-ref -m MESSAGE``."""
+    work = tmp_path / "work"
+    init_repository(work, seed=EXAMPLE)
+    repo = GitRepo.discover(work)
+    main = repo.ref("refs/heads/main")
+    assert main is not None
+    (new,) = commits(repo, 1)
+    repo.update_refs([RefUpdate("refs/heads/side", new, None),
+                      RefUpdate("refs/expgit/other", new, None)], "expgit side")
+    assert git(work, "reflog", "show", "--format=%gs", "refs/heads/side").strip() == \
+        "expgit side"
+    path, bare_repo = bare(tmp_path)
+    (first,) = commits(bare_repo, 1)
+    bare_repo.update_refs([RefUpdate("refs/heads/main", first, None)], "unlogged")
+    assert not (path / "logs").exists()
+    git_in(path, "config", "core.logAllRefUpdates", "always")
+    logged = GitRepo.discover(path)  # configuration is read when a repository is opened
+    logged.update_refs([RefUpdate("refs/expgit/x", first, None)], "always logged")
+    assert git_in(path, "reflog", "show", "--format=%gs", "refs/expgit/x") == "always logged"
+    for r in (repo, bare_repo, logged):
+        r.close()
+
+
+def test_threads_race_by_compare_and_swap(tmp_path: Path) -> None:
+    """Eight threads increment one ref by CAS: every increment lands exactly once."""
+    path, repo = bare(tmp_path)
+    tree = repo.edit_tree(None, {"f": repo.write_blob(b"f\n")})
+    repo.update_refs([RefUpdate("refs/heads/n", repo.write_commit(tree, [], "0\n"), None)],
+                     "start")
+    errors: list[BaseException] = []
+
+    def bump(t: int) -> None:
+        try:
+            for i in range(10):
+                while True:
+                    tip = repo.ref("refs/heads/n")
+                    new = repo.write_commit(tree, [tip] if tip else [], f"t{t} i{i}\n")
+                    try:
+                        repo.update_refs([RefUpdate("refs/heads/n", new, tip)], "bump")
+                        break
+                    except RefMovedError:
+                        continue
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=bump, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert int(git_in(path, "rev-list", "--count", "n")) == 81
+    fsck(path)
+    repo.close()
+
+
+def test_a_push_quarantine_moves_no_ref_through_the_process(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    path, repo = bare(tmp_path)
+    (first,) = commits(repo, 1)
+    monkeypatch.setenv("GIT_QUARANTINE_PATH", str(path / "objects"))
+    with pytest.raises(RefMovedError, match="quarantine"):  # git's own refusal
+        repo.update_refs([RefUpdate("refs/heads/main", first, None)], "in a hook")
+    assert update_ref_pids(repo) == []
+    assert TreeEntry("100644", "f", repo.write_blob(b"f\n")) in repo.read_tree(
+        repo.read_commit(first).tree)
+
+
+def test_queued_transactions_are_sent_together_and_keep_their_own_outcomes(
+        tmp_path: Path) -> None:
+    path, repo = bare(tmp_path)
+    a, b = commits(repo, 2)
+    repo.update_refs([RefUpdate("refs/expgit/taken", a, None)], "create")
+    outcomes: dict[str, BaseException | None] = {}
+
+    def move(name: str, updates: list[RefUpdate]) -> None:
+        try:
+            repo.update_refs(updates, name)
+            outcomes[name] = None
+        except BaseException as exc:
+            outcomes[name] = exc
+
+    calls = {
+        "one": [RefUpdate("refs/expgit/one", a, None)],
+        "two": [RefUpdate("refs/expgit/two", a, None), RefUpdate("refs/expgit/three", b, None)],
+        "stale": [RefUpdate("refs/expgit/taken", b, b), RefUpdate("refs/expgit/four", a, None)],
+    }
+    process = repo._transactions
+    with process._lock:  # a transaction in flight: the others queue up behind it
+        threads = [threading.Thread(target=move, args=item) for item in calls.items()]
+        for thread in threads:
+            thread.start()
+        while len(process._queue) < len(calls):
+            threading.Event().wait(0.01)
+    for thread in threads:
+        thread.join(30)
+    assert outcomes["one"] is None and outcomes["two"] is None
+    assert isinstance(outcomes["stale"], RefMovedError)
+    assert git_in(path, "for-each-ref", "--format=%(refname) %(objectname)").splitlines() == [
+        f"refs/expgit/one {a}", f"refs/expgit/taken {a}", f"refs/expgit/three {b}",
+        f"refs/expgit/two {a}"]
+    repo.close()
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_differences_known_from_an_edit_are_those_git_trees_show(tmp_path: Path,
+                                                                 seed: int) -> None:
+    """edit_tree keeps what it changed (each level) for diff_trees: the same pairs as
+    comparing the two trees entry by entry, tree/file switches included."""
+    rng = random.Random(seed)
+    path, repo = bare(tmp_path)
+    blobs = [repo.write_blob(f"blob {i}\n".encode()) for i in range(3)]
+    names = ["a", "a.md", "a-b", "a0", "b", "z"]
+    tree = repo.edit_tree(None, {"a.md": blobs[0], "a/x": blobs[1], "b": blobs[2]})
+    for _ in range(60):
+        changes: dict[str, str | None] = {}
+        for _ in range(rng.randint(1, 4)):
+            target = "/".join(rng.choice(names) for _ in range(rng.randint(1, 2)))
+            if not any(p == target or p.startswith(target + "/") or target.startswith(p + "/")
+                       for p in changes):
+                changes[target] = None if rng.random() < 0.3 else rng.choice(blobs)
+        new = repo.edit_tree(tree, changes)
+        fresh = GitRepo.discover(path)
+        for old_sub, new_sub in [(tree, new), *(
+                (b.sha if b and b.is_tree else None, a.sha if a and a.is_tree else None)
+                for b, a in fresh.diff_trees(tree, new))]:
+            if old_sub and new_sub:
+                assert repo.diff_trees(old_sub, new_sub) == fresh.diff_trees(old_sub, new_sub)
+        fresh.close()
+        tree = new
+    repo.close()
