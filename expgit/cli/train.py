@@ -8,17 +8,29 @@ from pathlib import Path
 import click
 
 from expgit.cli._common import json_option, open_repo
-from expgit.cli.train_common import Progress, llm_options, make_llm_options, output
+from expgit.cli.train_common import (
+    Progress,
+    case_source,
+    env_options,
+    environment_service,
+    llm_options,
+    make_llm_options,
+    output,
+)
 from expgit.cli.train_eval import eval_cmd
 from expgit.cli.train_rollouts import train_rollouts_cmd, train_write_options
+from expgit.errors import UsageError
 from expgit.train.build import RunOptions, run_train
 
 
 @click.command("train")
-@click.option("--cases", type=click.Path(path_type=Path, dir_okay=False), required=True,
-              help="The training cases (.yaml, .yml, .json or .jsonl).")
+@click.option("--cases", type=click.Path(path_type=Path, dir_okay=False),
+              help="The training cases (.yaml, .yml, .json or .jsonl); or --env-url.")
 @click.option("--eval-cases", type=click.Path(path_type=Path, dir_okay=False),
               help="Held-out cases: evaluated before (baseline) and after (final) training.")
+@env_options
+@click.option("--split", help="With --env-url: the training split.  [default: train]")
+@click.option("--eval-split", help="With --env-url: the held-out split (as --eval-cases).")
 @click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Passes over the training cases.")
 @click.option("--batch-size", type=click.IntRange(min=1),
@@ -27,7 +39,9 @@ from expgit.train.build import RunOptions, run_train
 @llm_options
 @json_option
 @click.pass_context
-def train_cmd(ctx: click.Context, cases: Path, eval_cases: Path | None, epochs: int,
+def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
+              env_url: str | None, env_token_env: str | None, dataset: str | None,
+              domain: str | None, split: str | None, eval_split: str | None, epochs: int,
               batch_size: int | None, mode: str, pr_body: Path | None, report: Path | None,
               llm_choice: str | None, model: str | None, base_url: str | None,
               concurrency: int, as_json: bool) -> None:
@@ -36,16 +50,28 @@ def train_cmd(ctx: click.Context, cases: Path, eval_cases: Path | None, epochs: 
     a proposal.
 
     \b
+    With --env-url URL instead of --cases: the cases of --split (default train) come from
+    that environment service, which also runs and scores the rollouts against this
+    repository's snapshot (its /health is checked before any model starts).
+
+    \b
     With --eval-cases: a baseline eval first and a final eval last, and the accuracy
     delta. --mode propose (the default) leaves main untouched: review the proposal
     branch (and the --pr-body FILE) as a pull request. --mode apply applies each proposal
     to main under the lock. Prints one line per phase and the LLM calls, tokens and cost
     per stage.
     """
+    repo = open_repo(ctx)
+    service = environment_service(repo, env_url, env_token_env, dataset, domain)
+    train_set = case_source(cases, service, split or ("train" if service else None))
+    if train_set is None:
+        raise UsageError("give the training cases: --cases FILE or --env-url URL")
+    eval_set = case_source(eval_cases, service, eval_split, file_option="--eval-cases",
+                           split_option="--eval-split")
     options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
                          concurrency=concurrency, mode="apply" if mode == "apply" else "propose",
                          pr_body=pr_body, progress=Progress)
-    result = asyncio.run(run_train(open_repo(ctx), cases, options, eval_cases=eval_cases,
+    result = asyncio.run(run_train(repo, train_set, options, eval_cases=eval_set,
                                    epochs=epochs, batch_size=batch_size))
     output(result, as_json, report)
 

@@ -1,8 +1,9 @@
-"""What ``expgit train``, ``eval`` and ``train-rollouts`` share: LLM options, progress,
-and printing a run report."""
+"""What ``expgit train``, ``eval`` and ``train-rollouts`` share: LLM options, the
+environment service options, progress, and printing a run report."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -11,8 +12,10 @@ from typing import Any, Literal, TypeVar
 import click
 
 from expgit.cli._common import emit
-from expgit.errors import ExpgitError
-from expgit.train.build import LLMOptions
+from expgit.errors import ExpgitError, UsageError
+from expgit.remote.environment import EnvironmentService
+from expgit.repository import ExperienceRepository
+from expgit.train.build import NO_LLM, CaseSource, LLMOptions
 from expgit.train.pipeline import PhaseMetrics
 from expgit.train.report import RunReport, phase_line, render_text, write_report
 
@@ -34,6 +37,59 @@ def llm_options(func: F) -> F:
     ]):
         func = option(func)
     return func
+
+
+def env_options(func: F) -> F:
+    """``--env-url``, ``--env-token-env``, ``--dataset``, ``--domain``."""
+    for option in reversed([
+        click.option("--env-url", metavar="URL",
+                     help="An environment service (e.g. `expgit env serve`): its cases "
+                     "and its rollouts instead of --cases FILE and in-process rollouts."),
+        click.option("--env-token-env", metavar="VAR",
+                     help="The environment variable holding the service's bearer token "
+                     "(default: [serve] token_env, EXPGIT_TOKEN, used when set)."),
+        click.option("--dataset", help="The service's dataset (default: the service's)."),
+        click.option("--domain", help="The service's domain (default: the service's)."),
+    ]):
+        func = option(func)
+    return func
+
+
+def bearer_token(token_env: str | None, default_env: str) -> str | None:
+    """The token in ``token_env`` (which must then be set), else in ``default_env`` if
+    that is set, else None."""
+    if token_env is not None:
+        token = os.environ.get(token_env)
+        if not token:
+            raise UsageError(f"the environment variable {token_env} is not set",
+                             hint="export it with the service's token")
+        return token
+    return os.environ.get(default_env) or None
+
+
+def environment_service(repo: ExperienceRepository, env_url: str | None,
+                        token_env: str | None, dataset: str | None, domain: str | None
+                        ) -> EnvironmentService | None:
+    if env_url is None:
+        if token_env or dataset or domain:
+            raise UsageError("--env-token-env, --dataset and --domain need --env-url")
+        return None
+    return EnvironmentService(env_url.rstrip("/"), dataset=dataset, domain=domain,
+                              token=bearer_token(token_env, repo.settings.serve.token_env))
+
+
+def case_source(cases: Path | None, service: EnvironmentService | None, split: str | None,
+                *, file_option: str = "--cases", split_option: str = "--split"
+                ) -> CaseSource | None:
+    """The cases file, or the split of the environment service; None if neither (which
+    is an error for the training cases: exactly one of --cases / --env-url)."""
+    if cases is not None and service is not None:
+        raise UsageError(f"give {file_option} FILE or --env-url URL, not both")
+    if service is None:
+        if split is not None:
+            raise UsageError(f"{split_option} needs --env-url")
+        return cases
+    return service.cases(split) if split is not None else None
 
 
 def make_llm_options(llm_choice: str | None, model: str | None, base_url: str | None
@@ -88,5 +144,7 @@ def output(report: RunReport, as_json: bool, report_file: Path | None = None) ->
     emit(as_json, report.model_dump(mode="json"),
          lambda: click.echo(render_text(report), nl=False))
     if report.problems:
-        raise ExpgitError(report.problems[0], hint="check the model endpoint: --llm, "
-                          "--base-url, [llm] in expgit.toml")
+        where = ("the environment service's model (its --llm, --base-url)"
+                 if report.llm == NO_LLM else
+                 "the model endpoint: --llm, --base-url, [llm] in expgit.toml")
+        raise ExpgitError(report.problems[0], hint=f"check {where}")

@@ -8,25 +8,47 @@ from pathlib import Path
 import click
 
 from expgit.cli._common import json_option, open_repo
-from expgit.cli.train_common import Progress, llm_options, make_llm_options, output
+from expgit.cli.train_common import (
+    Progress,
+    case_source,
+    env_options,
+    environment_service,
+    llm_options,
+    make_llm_options,
+    output,
+)
+from expgit.errors import UsageError
 from expgit.train.build import RunOptions, run_eval
 
 
 @click.command("eval")
-@click.option("--cases", type=click.Path(path_type=Path, dir_okay=False), required=True,
-              help="The cases to evaluate (.yaml, .yml, .json or .jsonl).")
+@click.option("--cases", type=click.Path(path_type=Path, dir_okay=False),
+              help="The cases to evaluate (.yaml, .yml, .json or .jsonl); or --env-url.")
+@env_options
+@click.option("--split", help="With --env-url: the split to evaluate.  [default: eval]")
 @click.option("--report", type=click.Path(path_type=Path, dir_okay=False),
               help="Also write the whole run as JSON to FILE.")
 @llm_options
 @json_option
 @click.pass_context
-def eval_cmd(ctx: click.Context, cases: Path, report: Path | None, llm_choice: str | None,
+def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
+             env_token_env: str | None, dataset: str | None, domain: str | None,
+             split: str | None, report: Path | None, llm_choice: str | None,
              model: str | None, base_url: str | None, concurrency: int,
              as_json: bool) -> None:
     """Evaluate the experiences on main with CASES: one rollout per case, scored by its
     rubric (no training, nothing written). Prints accuracy, average reward and the LLM
     cost.
+
+    \b
+    With --env-url URL instead of --cases: the environment service runs and scores the
+    cases of --split (default eval) against main's snapshot; no model starts here.
     """
+    repo = open_repo(ctx)
+    service = environment_service(repo, env_url, env_token_env, dataset, domain)
+    eval_set = case_source(cases, service, split or ("eval" if service else None))
+    if eval_set is None:
+        raise UsageError("give the cases: --cases FILE or --env-url URL")
     options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
                          concurrency=concurrency, progress=Progress)
-    output(asyncio.run(run_eval(open_repo(ctx), cases, options)), as_json, report)
+    output(asyncio.run(run_eval(repo, eval_set, options)), as_json, report)

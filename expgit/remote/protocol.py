@@ -6,6 +6,9 @@ POST /v1/rollouts/execute          RolloutRequest   -> ExecutionStatus (running)
 GET  /v1/rollouts/executions/{id}                   -> ExecutionStatus (+ rollout when completed)
 GET  /health                                        -> Health
 
+Extension (optional, ignored by services without it): ``GET .../executions/{id}?wait=S``
+is a long poll: answered when the execution finishes or after at most S seconds.
+
 Unknown fields are refused on requests (a typo is an error, not a silent default) and
 kept on responses' free-form ``metadata`` only.
 """

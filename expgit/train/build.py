@@ -1,24 +1,26 @@
 """Wiring: the real training components from a repository and an LLM runtime, and the
 three runs the CLI offers (``train``, ``eval``, ``train-rollouts``), each one call.
 
+Cases come from a cases file (a Path) or from an environment service (RemoteCases,
+``--env-url``): then the service runs the rollouts too, its ``/health`` is checked and
+its cases fetched before any model is started, and ``eval`` starts no model at all.
 Cases and rollouts files are read (and refused, exit 5) before any model is started.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from pydantic import ValidationError
-
-from expgit.errors import InvalidInputError, NotFoundError
-from expgit.llm.port import EmbeddingModel
+from expgit.errors import InvalidInputError
+from expgit.jsonl import load_jsonl
+from expgit.llm.port import EmbeddingModel, UsageMeter
 from expgit.llm.structured import StructuredLLM
 from expgit.proposals import find_proposal
+from expgit.remote.environment import NoTrainer, RemoteCases
 from expgit.repository import ExperienceRepository
 from expgit.train.cases import ListCaseLoader, load_cases
 from expgit.train.components.evaluator import RubricRolloutEvaluator
@@ -36,8 +38,9 @@ from expgit.train.components.policy_updater import GitPolicyUpdater
 from expgit.train.components.snapshotter import ContentHashPolicySnapshotter
 from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Rollout
+from expgit.train.domain import Case, Rollout
 from expgit.train.engine import PolicyTrainingEngine
+from expgit.train.interfaces import RolloutExecutor
 from expgit.train.pipeline import (
     BatchRecord,
     OfflinePolicyOptimizationPipeline,
@@ -53,6 +56,8 @@ if TYPE_CHECKING:
 
 Mode = Literal["propose", "apply"]
 ObserverFactory = Callable[[dict[str, int]], PipelineObserver]
+CaseSource = Path | RemoteCases  # a cases file, or a split of an environment service
+NO_LLM = "none here: the environment service runs the rollouts"  # a remote eval's report
 
 
 class LLMHandles(Protocol):
@@ -83,18 +88,34 @@ class RunOptions:
     progress: ObserverFactory | None = None
 
 
+def _ranker(runtime: LLMHandles) -> ExperienceRanker | None:
+    return EmbeddingRanker(runtime.embeddings) if runtime.embeddings is not None else None
+
+
+def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
+                     concurrency: int = 4, top_k: int | None = None
+                     ) -> SingleTurnLLMRolloutExecutor:
+    """The in-process executor of the default chain: single-turn, rubric-evaluated,
+    relevance by embeddings when the runtime has them (also the example environment's)."""
+    evaluator = RubricRolloutEvaluator(runtime.structured, repo=repo)
+    return SingleTurnLLMRolloutExecutor(runtime.structured, evaluator,
+                                        ranker=_ranker(runtime), top_k=top_k,
+                                        concurrency=concurrency, repo=repo)
+
+
 def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurrency: int = 4,
-                   top_k: int | None = None, observer: PipelineObserver | None = None
+                   top_k: int | None = None, observer: PipelineObserver | None = None,
+                   executor: RolloutExecutor | None = None
                    ) -> OfflinePolicyOptimizationPipeline:
     """The RFC's default chain on ``repo``: single-turn executor with the rubric
-    evaluator, trajectory analyzer, gradient estimator, patch-merge optimizer, git
-    updater, batch trainer; relevance by embeddings when the runtime has them."""
+    evaluator (unless another ``executor`` is given, e.g. a remote one), trajectory
+    analyzer, gradient estimator, patch-merge optimizer, git updater, batch trainer;
+    relevance by embeddings when the runtime has them."""
     llm = runtime.structured
-    ranker: ExperienceRanker | None = (EmbeddingRanker(runtime.embeddings)
-                                       if runtime.embeddings is not None else None)
+    ranker = _ranker(runtime)
     evaluator = RubricRolloutEvaluator(llm, repo=repo)
-    executor = SingleTurnLLMRolloutExecutor(llm, evaluator, ranker=ranker, top_k=top_k,
-                                            concurrency=concurrency, repo=repo)
+    if executor is None:
+        executor = rollout_executor(repo, runtime, concurrency=concurrency, top_k=top_k)
     # The embedded model gets tighter output bounds and smaller prompts (its context is
     # 8k tokens and it is slow); API endpoints keep the components' defaults.
     local = bool(getattr(runtime, "is_local", False))
@@ -116,23 +137,7 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
 
 def load_rollouts(path: Path) -> list[Rollout]:
     """Recorded rollouts, one Rollout JSON object per line (each with its case)."""
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise NotFoundError(f"{path}: no such rollouts file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInputError(f"{path}: cannot read the rollouts file: {exc}") from None
-    rollouts: list[Rollout] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rollouts.append(Rollout.model_validate(json.loads(line)))
-        except ValueError as exc:  # JSONDecodeError and pydantic's ValidationError
-            detail = ("; ".join(f"{'.'.join(map(str, e['loc'])) or 'rollout'}: {e['msg']}"
-                                for e in exc.errors()[:5])
-                      if isinstance(exc, ValidationError) else f"not valid JSON: {exc}")
-            raise InvalidInputError(f"{path}: line {number}: {detail}") from None
+    rollouts = load_jsonl(path, Rollout, "rollouts")
     if not rollouts:
         raise InvalidInputError(f"{path}: contains no rollouts")
     return rollouts
@@ -151,12 +156,14 @@ def write_pr_body(repo: ExperienceRepository, proposal_ids: list[str], path: Pat
         raise InvalidInputError(f"{path}: cannot write the PR body: {exc.strerror}") from None
 
 
-def _report(command: str, repo: ExperienceRepository, runtime: LLMRuntime,
+def _report(command: str, repo: ExperienceRepository, runtime: LLMRuntime | None,
             options: RunOptions, phases: list[PhaseMetrics], started: float) -> RunReport:
+    """``runtime`` None: no model was started here (a remote eval)."""
     report = RunReport(command=command, repository=str(repo.git.work_tree or repo.git.git_dir),
-                       llm=runtime.description, phases=phases,
-                       mode=None if command == "eval" else options.mode,
-                       usage=UsageReport.of(runtime.meter))
+                       llm=runtime.description if runtime is not None else NO_LLM,
+                       phases=phases, mode=None if command == "eval" else options.mode,
+                       usage=UsageReport.of(runtime.meter if runtime is not None
+                                            else UsageMeter({})))
     report.proposals = [p for m in phases for p in m.proposals]
     report.applied_commits = [c for m in phases for c in m.applied_commits]
     if options.pr_body is not None and report.proposals:
@@ -178,18 +185,32 @@ def _observer(options: RunOptions, totals: dict[str, int]) -> PipelineObserver |
     return options.progress(totals) if options.progress is not None else None
 
 
-async def run_train(repo: ExperienceRepository, cases: Path, options: RunOptions, *,
-                    eval_cases: Path | None = None, epochs: int = 1,
+async def _cases(source: CaseSource) -> list[Case]:
+    return load_cases(source) if isinstance(source, Path) else await source.load()
+
+
+async def _remote_executor(repo: ExperienceRepository, source: CaseSource,
+                           options: RunOptions) -> RolloutExecutor | None:
+    """The service's executor when the cases are remote (checked first: /health)."""
+    if isinstance(source, Path):
+        return None
+    await source.service.check()
+    return source.service.executor(repo, max_in_flight=options.concurrency)
+
+
+async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunOptions, *,
+                    eval_cases: CaseSource | None = None, epochs: int = 1,
                     batch_size: int | None = None) -> RunReport:
     """Baseline eval (with ``eval_cases``), ``epochs`` training epochs, final eval."""
-    train_set = load_cases(cases)
-    eval_set = load_cases(eval_cases) if eval_cases is not None else None
+    executor = await _remote_executor(repo, cases, options)
+    train_set = await _cases(cases)
+    eval_set = await _cases(eval_cases) if eval_cases is not None else None
     started = time.monotonic()
     totals = {"train_epoch": len(train_set),
               "baseline_eval": len(eval_set or []), "final_eval": len(eval_set or [])}
     async with _llm(repo, options) as runtime:
         pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
-                                  observer=_observer(options, totals))
+                                  observer=_observer(options, totals), executor=executor)
         result = await pipeline.train(
             ListCaseLoader(train_set, batch_size or len(train_set)),
             PipelineContext(max_epochs=epochs, mode=options.mode),
@@ -200,17 +221,26 @@ async def run_train(repo: ExperienceRepository, cases: Path, options: RunOptions
     return report
 
 
-async def run_eval(repo: ExperienceRepository, cases: Path, options: RunOptions, *,
+async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOptions, *,
                    batch_size: int | None = None) -> RunReport:
-    """Run and score the cases against ``main``; writes nothing."""
-    eval_set = load_cases(cases)
+    """Run and score the cases against ``main``; writes nothing. Remote cases: the
+    service runs and scores them, and no model is started here."""
+    executor = await _remote_executor(repo, cases, options)
+    eval_set = await _cases(cases)
     started = time.monotonic()
-    async with _llm(repo, options) as runtime:
-        pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
-                                  observer=_observer(options, {"eval": len(eval_set)}))
-        result = await pipeline.eval(ListCaseLoader(eval_set, batch_size or len(eval_set)),
-                                     PipelineContext(epoch=0))
-        report = _report("eval", repo, runtime, options, [result.metrics], started)
+    loader = ListCaseLoader(eval_set, batch_size or len(eval_set))
+    observer = _observer(options, {"eval": len(eval_set)})
+    if executor is not None:
+        pipeline = OfflinePolicyOptimizationPipeline(
+            repo, ContentHashPolicySnapshotter(), executor, NoTrainer(), observer=observer)
+        result = await pipeline.eval(loader, PipelineContext(epoch=0))
+        report = _report("eval", repo, None, options, [result.metrics], started)
+    else:
+        async with _llm(repo, options) as runtime:
+            pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
+                                      observer=observer)
+            result = await pipeline.eval(loader, PipelineContext(epoch=0))
+            report = _report("eval", repo, runtime, options, [result.metrics], started)
     report.main_before = report.main_after = result.metrics.batches[0].policy_commit
     return report
 

@@ -113,6 +113,21 @@ def apply_results_of(result: RolloutTrainingResult) -> list[PolicyApplyResult]:
     return [result.apply_result]
 
 
+def combined_apply_result(batches: Sequence[PolicyApplyResult]) -> PolicyApplyResult | None:
+    """Several batches' apply results as one (the last batch's policy, every file written
+    or deleted, every error); ``metadata["batches"]`` keeps each, for
+    :func:`apply_results_of`. None for no batch."""
+    if not batches:
+        return None
+    last = batches[-1]
+    return last.model_copy(update={
+        "written": sorted({n for a in batches for n in a.written}),
+        "deleted": sorted({n for a in batches for n in a.deleted}),
+        "errors": [m for a in batches for m in a.errors],
+        "metadata": {**last.metadata,
+                     "batches": [a.model_dump(mode="json") for a in batches]}})
+
+
 def _evaluation(rollout: Rollout, result: RolloutTrainingResult | None
                 ) -> RubricEvaluation | None:
     if rollout.evaluation is not None or result is None:

@@ -1,0 +1,46 @@
+"""The training service's trainer: the default components of ``expgit train`` (trajectory
+analyzer, gradient estimator, patch-merge optimizer, git updater, all on one LLM) in a
+StreamingPolicyTrainer, with analysis and estimation bounded by the service's StageGate.
+Batching (``max_gradients_per_update``, ``max_wait_seconds``) from ``[train]``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from expgit.errors import UsageError
+from expgit.repository import ExperienceRepository
+from expgit.service.stage_gate import GatedAnalyzer, GatedEstimator, StageGate
+from expgit.train.build import LLMHandles, build_pipeline
+from expgit.train.components.policy_trainer import BatchPolicyTrainer
+from expgit.train.components.streaming import StreamingPolicyTrainer
+
+# (repository, the opened LLM or None, the stage gate) -> the service's trainer
+TrainerFactory = Callable[[ExperienceRepository, LLMHandles | None, StageGate],
+                          StreamingPolicyTrainer]
+
+
+def streaming_trainer_factory(*, max_gradients_per_update: int | None = None,
+                              max_wait_seconds: float | None = None,
+                              timer_check_interval_seconds: float = 0.5) -> TrainerFactory:
+    """A factory of the default streaming trainer; None: the repository's ``[train]``."""
+
+    def make(repo: ExperienceRepository, llm: LLMHandles | None, gate: StageGate
+             ) -> StreamingPolicyTrainer:
+        if llm is None:
+            raise UsageError("the default training components need an LLM")
+        # the components of the batch chain, reused as they are (one wiring for both)
+        batch = build_pipeline(repo, llm, concurrency=gate.limit).trainer
+        if not isinstance(batch, BatchPolicyTrainer):
+            raise UsageError("build_pipeline no longer makes a BatchPolicyTrainer")
+        train = repo.settings.train
+        return StreamingPolicyTrainer(
+            GatedAnalyzer(batch.analyzer, gate), GatedEstimator(batch.estimator, gate),
+            batch.engine,
+            max_gradients_per_update=max_gradients_per_update
+            or train.max_gradients_per_update,
+            max_wait_seconds=max_wait_seconds or train.max_wait_seconds,
+            timer_check_interval_seconds=min(timer_check_interval_seconds,
+                                             max_wait_seconds or train.max_wait_seconds),
+            concurrency=gate.limit)
+
+    return make
