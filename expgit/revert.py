@@ -44,8 +44,8 @@ def _merge_text(git: GitRepo, base: bytes, ours: bytes, theirs: bytes) -> bytes 
     return proc.stdout if proc.returncode == 0 else None
 
 
-def _reverted_blob(git: GitRepo, change: FileChange, current: str | None
-                   ) -> tuple[str | None, bool]:
+def reverted_blob(git: GitRepo, change: FileChange, current: str | None
+                  ) -> tuple[str | None, bool]:
     """(blob main should hold after the revert, merged?) for one change of REV."""
     if current == change.new_blob:
         return change.old_blob, False
@@ -82,7 +82,7 @@ def revert(repo: ExperienceRepository, rev: str) -> RevertResult:
         merged, conflicts = [], []
         for change in changes:
             try:
-                blob, was_merged = _reverted_blob(repo.git, change,
+                blob, was_merged = reverted_blob(repo.git, change,
                                                   current.get(f"{change.name}.md"))
             except ConflictError as exc:
                 conflicts.append(exc.message)

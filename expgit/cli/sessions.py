@@ -1,0 +1,126 @@
+"""``expgit sessions ingest|status|run``: the session hub."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Literal, cast
+
+import click
+
+from expgit.cli._common import emit, json_option, open_repo, warn
+from expgit.cli.train_common import llm_options, make_llm_options
+from expgit.sessions.formats import SessionFormat
+from expgit.sessions.ingest import IngestReport, ingest
+from expgit.sessions.run import SessionsRunReport, run_with_llm
+from expgit.sessions.status import SessionsStatus, sessions_status
+
+
+@click.group("sessions")
+def sessions_group() -> None:
+    """Agent sessions (.jsonl) -> task segments -> metrics -> experiences.
+
+    State lives on the [sessions] branch (default expgit/sessions): one manifest per
+    session, identifiers hashed, messages redacted before they are committed."""
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items()) or "none"
+
+
+def _print_ingest(report: IngestReport) -> None:
+    for f in report.files:
+        reason = f" ({f.status_reason})" if f.status_reason else ""
+        segments = f"; {f.segmentation.segments} segments" if f.segmentation else ""
+        click.echo(f"{f.file}: {f.outcome}, {f.messages} messages, {f.status}{reason}"
+                   f"{segments}; redacted: {_counts(f.redactions)}")
+    click.echo(f"commit: {report.commit[:12] if report.commit else 'none (nothing changed)'}"
+               f" on {report.branch}")
+
+
+@sessions_group.command("ingest")
+@click.argument("files", nargs=-1, required=True,
+                type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--agent", help="The id of the agent that wrote these sessions.")
+@click.option("--format", "session_format", default="auto", show_default=True,
+              type=click.Choice(["auto", "openai", "anthropic", "claude_code"]),
+              help="The row format of the files; auto detects it per file.")
+@json_option
+@click.pass_context
+def ingest_cmd(ctx: click.Context, files: tuple[Path, ...], agent: str | None,
+               session_format: str, as_json: bool) -> None:
+    """Record session FILES (.jsonl) on the sessions branch, redacted.
+
+    An unchanged file changes nothing. A session of at most two messages is one segment
+    at once; longer ones are pending until `expgit sessions run` segments them. Blank and
+    invalid lines are counted and reported, never fatal."""
+    report = asyncio.run(ingest(open_repo(ctx), list(files), agent=agent,
+                                session_format=cast(SessionFormat, session_format)))
+    warn([f"{f.file}: {len(f.invalid_lines)} invalid line(s) skipped: "
+          + ", ".join(map(str, f.invalid_lines[:20]))
+          + (" ..." if len(f.invalid_lines) > 20 else "")
+          for f in report.files if f.invalid_lines])
+    emit(as_json, report.model_dump(mode="json"), lambda: _print_ingest(report))
+
+
+def _print_status(status: SessionsStatus) -> None:
+    click.echo(f"sessions: {status.sessions} ({_counts(status.by_status)}) on {status.branch}")
+    click.echo(f"segments: {status.segments} active, {status.superseded} superseded; "
+               f"labelled {status.labelled}, memory-eligible {status.memory_eligible}, "
+               f"SFT-eligible {status.sft_eligible}, trained {status.trained}")
+    for line in status.pending:
+        click.echo(f"pending {line.session}: {line.status_reason or ''}")
+    for pid in status.invalidation_proposals:
+        click.echo(f"invalidation proposal: {pid} (review it with `expgit review {pid}`)")
+
+
+@sessions_group.command("status")
+@json_option
+@click.pass_context
+def status_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Sessions, segments, labelled, memory-eligible, SFT-eligible and trained counts."""
+    status = sessions_status(open_repo(ctx))
+    emit(as_json, status.model_dump(mode="json"), lambda: _print_status(status))
+
+
+def _print_run(report: SessionsRunReport) -> None:
+    click.echo(f"segmented: {len(report.segmented)} sessions; pending: {len(report.pending)}; "
+               f"superseded: {len(report.superseded)} segments")
+    click.echo(f"labelled: {len(report.labelled)}; trained: {len(report.trained)}; "
+               f"gradients: {len(report.gradients)}")
+    for pid in report.proposals:
+        click.echo(f"proposal: {pid} (branch expgit/proposals/{pid})")
+    for pid in report.invalidation_proposals:
+        click.echo(f"invalidation proposal: {pid} (branch expgit/proposals/{pid})")
+    for key, reason in report.pending.items():
+        click.echo(f"pending {key}: {reason}")
+    for line in report.notes:
+        click.echo(f"note: {line}")
+    total = report.usage.total
+    click.echo(f"LLM: {report.llm_description or 'none'}; {total.calls} calls, "
+               f"{total.prompt_tokens + total.completion_tokens} tokens")
+
+
+@sessions_group.command("run")
+@click.option("--batch-size", type=click.IntRange(min=1), default=50, show_default=True,
+              help="At most this many sessions segmented, segments labelled and segments "
+              "trained.")
+@click.option("--mode", type=click.Choice(["propose", "apply"]), default="propose",
+              show_default=True, help="propose: stop at a proposal branch, main untouched; "
+              "apply: apply the proposal to main.")
+@llm_options
+@json_option
+@click.pass_context
+def run_cmd(ctx: click.Context, batch_size: int, mode: str, llm_choice: str | None,
+            model: str | None, base_url: str | None, concurrency: int, as_json: bool
+            ) -> None:
+    """Segment the pending sessions, label their segments with trajectory metrics and
+    train the memory-eligible ones into a proposal. Without an LLM, nothing is done and
+    sessions stay pending."""
+    report = asyncio.run(run_with_llm(
+        open_repo(ctx), make_llm_options(llm_choice, model, base_url),
+        batch_size=batch_size, mode=cast(Literal["propose", "apply"], mode),
+        concurrency=concurrency, progress=lambda line: click.echo(f"expgit: {line}",
+                                                                  err=True)))
+    warn(report.errors)
+    emit(as_json, report.model_dump(mode="json"), lambda: _print_run(report))

@@ -1,0 +1,8 @@
+"""The session hub (issue 5): production agents' ``.jsonl`` conversations turned into
+training data, with state kept in git.
+
+Stateless parts: :mod:`~expgit.sessions.formats` (parsing and normalising the three row
+shapes), :mod:`~expgit.sessions.fingerprint`, :mod:`~expgit.sessions.redact`,
+:mod:`~expgit.sessions.metrics` (the trajectory scorer), :mod:`~expgit.sessions.sft`
+(chat fine-tuning examples) and :mod:`~expgit.sessions.export`.
+"""

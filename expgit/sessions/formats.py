@@ -1,0 +1,141 @@
+"""Parsing ``.jsonl`` agent sessions into the RFC's normalised messages.
+
+Three row shapes are read (one module each, behind :data:`FORMATS`): OpenAI chat rows,
+Anthropic Messages rows and Claude Code transcripts. ``auto`` picks the format per file:
+the first row only one format claims decides; a file of plain ``{"role", "content"}``
+rows (which both OpenAI and Anthropic write) is read as ``openai``, which gives the same
+messages. Then every row is read with that format.
+
+Normalisation (:class:`~expgit.train.domain.Message` of TextPart / ToolPart):
+
+* a tool call and its later result (``tool_call_id`` / ``tool_use_id``) are ONE ToolPart
+  in the message that made the call (status ``pending`` until the result is seen, then
+  ``completed`` or ``error``); a result whose call is unknown is a ``tool`` message;
+* reasoning (OpenAI ``reasoning_content``, Anthropic ``thinking`` blocks) is DROPPED and
+  counted in ``reasoning_dropped``: it is the model's scratchpad, not something the
+  conversation showed or that chat fine-tuning trains on, some providers only return it
+  redacted or signed, and leaving it out keeps fingerprints independent of it;
+* images, audio and files become placeholders such as ``[image omitted]``;
+* rows that give no part (e.g. only reasoning) add no message
+  (``skipped_rows["empty"]``);
+* ``_type: metadata`` rows are skipped (``skipped_metadata``); blank lines are counted;
+  a line that is not JSON, not an object or not of the file's shape is listed in
+  ``invalid_lines`` (1-based) - never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from expgit.errors import InvalidInputError, NotFoundError
+from expgit.sessions.formats_anthropic import AnthropicFormat
+from expgit.sessions.formats_base import Row, RowFormat
+from expgit.sessions.formats_claude_code import ClaudeCodeFormat, session_id_of
+from expgit.sessions.formats_openai import OpenAIFormat
+from expgit.sessions.transcript_builder import TranscriptBuilder
+from expgit.train.domain import Message
+
+SessionFormat = Literal["auto", "openai", "anthropic", "claude_code"]
+DetectedFormat = Literal["openai", "anthropic", "claude_code"]
+
+FORMATS: dict[DetectedFormat, RowFormat] = {
+    "claude_code": ClaudeCodeFormat(),
+    "anthropic": AnthropicFormat(),
+    "openai": OpenAIFormat(),
+}
+
+
+class ParsedSession(BaseModel):
+    """One session file, parsed. ``message_lines[i]``: the 1-based source line at which
+    ``messages[i]`` starts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: DetectedFormat
+    messages: list[Message] = Field(default_factory=list)
+    message_lines: list[int] = Field(default_factory=list)
+    session_id: str | None = None
+    line_count: int = 0
+    blank_lines: int = 0
+    invalid_lines: list[int] = Field(default_factory=list)
+    skipped_metadata: int = 0
+    skipped_rows: dict[str, int] = Field(default_factory=dict)
+    reasoning_dropped: int = 0
+
+
+def detect_format(rows: Iterable[Row]) -> DetectedFormat:
+    """The format of a file's rows: the first row exactly one format claims with
+    ``yes`` decides; ``openai`` when none does."""
+    for row in rows:
+        sure = [name for name, fmt in FORMATS.items() if fmt.claims(row) == "yes"]
+        if len(sure) == 1:
+            return sure[0]
+    return "openai"
+
+
+def _decode(raw: str | bytes) -> str | None:
+    if isinstance(raw, bytes):
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return raw
+
+
+def parse_session_lines(lines: Iterable[str | bytes],
+                        session_format: SessionFormat = "auto") -> ParsedSession:
+    """Parse the lines of one session (bad lines are reported, never raised)."""
+    if session_format != "auto" and session_format not in FORMATS:
+        raise InvalidInputError(f"unknown session format {session_format!r}",
+                                hint="use auto, openai, anthropic or claude_code")
+    rows: list[tuple[int, Row]] = []
+    line_count = blank = metadata = 0
+    invalid: list[int] = []
+    session_id: str | None = None
+    for number, raw in enumerate(lines, start=1):
+        line_count = number
+        text = _decode(raw)
+        if text is not None and not text.strip():
+            blank += 1
+            continue
+        try:
+            row = json.loads(text) if text is not None else None
+        except ValueError:
+            row = None
+        if not isinstance(row, dict):
+            invalid.append(number)
+            continue
+        session_id = session_id or session_id_of(row)
+        if row.get("_type") == "metadata":
+            metadata += 1
+            continue
+        rows.append((number, row))
+    name: DetectedFormat = (detect_format(r for _, r in rows) if session_format == "auto"
+                            else session_format)
+    fmt = FORMATS[name]
+    builder = TranscriptBuilder()
+    for number, row in rows:
+        if not fmt.add_row(row, number, builder):
+            invalid.append(number)
+    messages, starts = builder.messages()
+    return ParsedSession(
+        format=name, messages=messages, message_lines=starts, session_id=session_id,
+        line_count=line_count, blank_lines=blank, invalid_lines=sorted(invalid),
+        skipped_metadata=metadata, skipped_rows=dict(sorted(builder.skipped.items())),
+        reasoning_dropped=builder.reasoning_dropped)
+
+
+def parse_session_file(path: Path, session_format: SessionFormat = "auto") -> ParsedSession:
+    """Parse one ``.jsonl`` session file (see the module docstring)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise NotFoundError(f"session file {path} does not exist") from None
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read session file {path}: {exc.strerror}") from None
+    return parse_session_lines(data.splitlines(), session_format)

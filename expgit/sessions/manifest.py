@@ -1,0 +1,105 @@
+"""The session manifest: what expgit knows about one ingested session, as pydantic models.
+
+One manifest per session, ``sessions/<session key>.json`` on the sessions branch. No
+identifier is stored in the clear: the session key, the source path and the session id
+are SHA-256 hashes (16 hex digits). Segments are message index ranges (0-based, ``end``
+exclusive) with the fingerprint of their (redacted) messages; a superseded segment stays
+in the manifest, for the audit trail and its invalidation.
+
+Session status:
+
+* ``pending``: some messages still need segmentation (``resume_from`` says from where;
+  ``status_reason`` why it has not happened yet: no LLM, an invalid reply, ...);
+* ``segmented``: every message is in an active segment, some are not labelled yet;
+* ``labelled``: every active segment has its trajectory metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from expgit.sessions.metrics import SegmentMetrics
+
+SessionStatus = Literal["pending", "segmented", "labelled"]
+SegmentStatus = Literal["active", "superseded"]
+MANIFEST_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class InvalidationRecord(_Model):
+    """What superseding a trained segment did: the invalidation proposal (reverting the
+    edits its gradients made on main), and the gradients it could not handle."""
+
+    proposal_id: str | None = None
+    reverted_gradient_ids: list[str] = Field(default_factory=list)
+    open_gradient_ids: list[str] = Field(default_factory=list)  # not on main: reject them
+    notes: list[str] = Field(default_factory=list)
+
+
+class SegmentRecord(_Model):
+    """One task segment of a session: messages ``start`` .. ``end - 1`` (0-based)."""
+
+    start: int = Field(ge=0)
+    end: int = Field(ge=1)
+    fingerprint: str
+    topic: str
+    status: SegmentStatus = "active"
+    metrics: SegmentMetrics | None = None
+    memory_eligible: bool = False
+    sft_eligible: bool = False
+    trained: bool = False
+    trajectory_uri: str | None = None  # the evidence its gradients cite
+    gradient_ids: list[str] = Field(default_factory=list)
+    proposal_ids: list[str] = Field(default_factory=list)
+    last_error: str | None = None
+    invalidation: InvalidationRecord | None = None
+
+    @property
+    def labelled(self) -> bool:
+        return self.metrics is not None
+
+    @property
+    def messages(self) -> int:
+        return self.end - self.start
+
+
+class SessionManifest(_Model):
+    version: int = MANIFEST_VERSION
+    session_key: str  # hash of the session id, else of the source path
+    source_hash: str  # hash of the source file's absolute path
+    session_id_hash: str | None = None
+    agent: str | None = None
+    format: str
+    message_count: int = Field(ge=0)
+    content_hash: str  # fingerprint of all the (redacted) messages
+    status: SessionStatus = "pending"
+    status_reason: str | None = None
+    resume_from: int | None = Field(default=None, ge=0)  # pending: segmentation from here
+    invalid_lines: int = 0  # of the last ingest
+    redactions: dict[str, int] = Field(default_factory=dict)  # of the last ingest
+    segments: list[SegmentRecord] = Field(default_factory=list)
+
+    def active(self) -> list[SegmentRecord]:
+        return sorted((s for s in self.segments if s.status == "active"),
+                      key=lambda s: s.start)
+
+    def settled(self) -> list[SegmentRecord]:
+        """The active segments that no pending re-segmentation can still replace."""
+        limit = self.resume_from
+        return [s for s in self.active() if limit is None or s.end <= limit]
+
+    def refresh_status(self) -> None:
+        """``status`` from ``resume_from`` and the segments' labels."""
+        if self.resume_from is not None and self.resume_from < self.message_count:
+            self.status = "pending"
+            return
+        self.resume_from = None
+        self.status_reason = None
+        active = self.active()
+        self.status = "labelled" if active and all(s.labelled for s in active) \
+            else "segmented"

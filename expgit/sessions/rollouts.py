@@ -1,0 +1,85 @@
+"""A labelled session segment as a Rollout for ``train_from_rollouts``.
+
+* case: ``session-<fingerprint>``, task signature ``session:<task_type>``, input the
+  topic and the first user turn; its rubric names the trajectory metrics (weighted as in
+  the overall score);
+* messages: the segment's redacted messages;
+* evaluation from the metrics: passed = overall score >= ``[sessions] memory_threshold``,
+  score = the overall score, one criterion result per metric (with its reason);
+* metadata: ``source: session``, the segment fingerprint, the session key, the agent.
+
+The rollout is a pure function of the segment record and its messages, so its
+trajectory id (the content address on the trajectories branch) and thus the evidence
+URI its gradients cite are too (:func:`evidence_uri`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from expgit.repository import ExperienceRepository
+from expgit.sessions.manifest import SegmentRecord, SessionManifest
+from expgit.sessions.metrics import WEIGHTS, SegmentMetrics
+from expgit.train.domain import (
+    Case,
+    CriterionResult,
+    Message,
+    Rollout,
+    Rubric,
+    RubricCriterion,
+    RubricEvaluation,
+)
+from expgit.train.trajectory_store import TrajectoryStore, rollout_id
+
+REQUEST_CHARS = 2000
+
+
+def case_name(fingerprint: str) -> str:
+    return f"session-{fingerprint}"
+
+
+def first_user_turn(messages: Sequence[Message]) -> str:
+    text = next((m.plain_text for m in messages if m.role == "user" and m.plain_text.strip()),
+                "")
+    return text if len(text) <= REQUEST_CHARS else text[:REQUEST_CHARS - 1] + "…"
+
+
+def evaluation_of(metrics: SegmentMetrics, threshold: float) -> RubricEvaluation:
+    return RubricEvaluation(
+        passed=metrics.overall_score >= threshold, score=metrics.overall_score,
+        criterion_results=[
+            CriterionResult(criterion_name=name, passed=m.score >= threshold, score=m.score,
+                            feedback=[m.reason] if m.reason else [])
+            for name, m in metrics.metrics.items()],
+        feedback=[f"trajectory metrics of a recorded session: overall "
+                  f"{metrics.overall_score:.2f} (task type {metrics.task_type}; "
+                  f"memory threshold {threshold:.2f})"],
+        metadata={"source": "session-metrics"})
+
+
+def segment_rollout(manifest: SessionManifest, segment: SegmentRecord,
+                    messages: Sequence[Message], threshold: float) -> Rollout:
+    """The rollout of a labelled segment (ValueError if it has no metrics)."""
+    metrics = segment.metrics
+    if metrics is None:
+        raise ValueError(f"segment {segment.fingerprint} has no metrics yet")
+    rubric = Rubric(
+        name="session-trajectory-metrics",
+        description="Trajectory metrics of a task segment of a recorded agent session",
+        criteria=[RubricCriterion(name=name, required=False, weight=WEIGHTS.get(name, 1.0))
+                  for name in metrics.metrics])
+    case = Case(name=case_name(segment.fingerprint),
+                task_signature=f"session:{metrics.task_type}",
+                input={"topic": segment.topic, "request": first_user_turn(messages)},
+                rubric=rubric)
+    return Rollout(
+        case=case, messages=list(messages),
+        policy_snapshot_id=f"session:{manifest.agent or 'unknown-agent'}",
+        evaluation=evaluation_of(metrics, threshold),
+        metadata={"source": "session", "segment_fingerprint": segment.fingerprint,
+                  "session": manifest.session_key, "agent": manifest.agent})
+
+
+def evidence_uri(repo: ExperienceRepository, rollout: Rollout) -> str:
+    """The trajectory URI the gradients estimated from ``rollout`` cite as evidence."""
+    return TrajectoryStore(repo).uri_of(rollout_id(rollout))
