@@ -70,6 +70,10 @@ def executor(model: Any, **kwargs: Any) -> tuple[SingleTurnLLMRolloutExecutor, U
     return SingleTurnLLMRolloutExecutor(llm, RubricRolloutEvaluator(llm), **kwargs), meter
 
 
+def used_names(rollout: Rollout) -> list[str]:
+    return [u["name"] for u in rollout.metadata["experiences_used"]]
+
+
 def run(ex: RolloutExecutor, cases: list[Case], snap: Snapshot,
         ctx: ExecutionContext = CTX) -> list[Rollout]:
     return asyncio.run(ex.execute(cases, snap, ctx))
@@ -93,7 +97,9 @@ def test_all_active_experiences_in_the_system_prompt(seeded_repo: ExperienceRepo
         assert body in system["content"]
         assert snap.entries[name].experience.front_matter.summary in system["content"]
     assert "compensation-certificates" not in system["content"]  # a draft
-    assert rollout.metadata["experiences_used"] == ACTIVE
+    assert used_names(rollout) == ACTIVE
+    assert rollout.metadata["experiences_used"][0] == {
+        "name": ACTIVE[0], "blob": snap.entries[ACTIVE[0]].blob}  # the version shown
     assert rollout.metadata["snapshot_id"] == snap.id
     assert rollout.metadata["snapshot_commit"] == snap.commit
     assert rollout.policy_snapshot_id == "policy-123"
@@ -112,16 +118,16 @@ def test_top_k_most_relevant(seeded_repo: ExperienceRepository) -> None:
         case("bags", "How many checked bags are free for a gold member?"),
         case("cancel", "Can I cancel my basic economy ticket booked 3 days ago?")], snap)
     model.assert_done()
-    assert bags.metadata["experiences_used"][0] == "checked-baggage-allowance"
-    assert cancel.metadata["experiences_used"][0] == "cancellation-eligibility-rules"
+    assert used_names(bags)[0] == "checked-baggage-allowance"
+    assert used_names(cancel)[0] == "cancellation-eligibility-rules"
     for rollout in (bags, cancel):
-        used = rollout.metadata["experiences_used"]
+        used = used_names(rollout)
         assert len(used) == 2 and set(used) <= set(ACTIVE)
     prompts = {m[-1]["content"]: m[0]["content"] for _, m, _ in model.calls}
     bag_prompt = prompts["How many checked bags are free for a gold member?"]
     assert bag_prompt.count("<experience name=") == 2
     assert bag_prompt.index('<experience name="checked-baggage-allowance">') < bag_prompt.index(
-        f'<experience name="{bags.metadata["experiences_used"][1]}">')
+        f'<experience name="{used_names(bags)[1]}">')
 
 
 def test_top_k_never_shows_drafts_and_zero_shows_none(seeded_repo: ExperienceRepository
@@ -131,8 +137,8 @@ def test_top_k_never_shows_drafts_and_zero_shows_none(seeded_repo: ExperienceRep
     model = ScriptedChatModel([Step("rollout", "no"), Step("rollout", "no")])
     ex, _ = executor(model, top_k=1)
     [r] = run(ex, [case("c", query)], snap)
-    assert r.metadata["experiences_used"] != ["compensation-certificates"]
-    assert len(r.metadata["experiences_used"]) == 1
+    assert used_names(r) != ["compensation-certificates"]
+    assert len(used_names(r)) == 1
     ex0, _ = executor(model, top_k=0)
     [r0] = run(ex0, [case("c", query)], snap)
     model.assert_done()

@@ -7,28 +7,56 @@ import click
 
 from expgit.cli._common import emit, json_option, open_repo, short
 from expgit.cli._views import gradient_view
-from expgit.history import PolicyUpdate, list_experiences, policy_log, show_experience
+from expgit.history import (
+    ExperienceRow,
+    PolicyUpdate,
+    list_experiences,
+    policy_log,
+    show_experience,
+)
+from expgit.outcomes.stats import ExperienceStats, experience_stats
 
 
 @click.command("list")
 @click.option("--at", "rev", metavar="REV", help="List the experiences at this revision.")
+@click.option("--stats", "with_stats", is_flag=True,
+              help="Add usage statistics: runs that had each experience in context, "
+                   "passed/failed, helpful/harmful outcome reports, mean score, last use "
+                   "(from the trajectories and outcomes branches).")
 @json_option
 @click.pass_context
-def list_cmd(ctx: click.Context, rev: str | None, as_json: bool) -> None:
+def list_cmd(ctx: click.Context, rev: str | None, with_stats: bool, as_json: bool) -> None:
     """List the experiences on main (or at REV) with status, version and summary."""
     repo = open_repo(ctx)
     snapshot = repo.snapshot(rev)
     rows = list_experiences(snapshot)
+    stats = experience_stats(repo) if with_stats else {}
 
     def human() -> None:
+        if with_stats:
+            click.echo(f"{'NAME':<44} {'STATUS':<10} {'VER':<5} {'USED':>5} {'PASS':>5} "
+                       f"{'FAIL':>5} {'HELP':>5} {'HARM':>5} {'MEAN':>5}  LAST USED")
         for r in rows:
-            click.echo(f"{r.name:<44} {r.status:<10} v{r.version:<4} "
-                       f"{r.problem or r.summary[:70]}")
+            line = f"{r.name:<44} {r.status:<10} v{r.version:<4}"
+            if with_stats:
+                s = stats.get(r.name) or ExperienceStats(r.name)
+                mean = "-" if s.mean_score is None else f"{s.mean_score:.2f}"
+                last = f"{s.last_used:%Y-%m-%d %H:%M}" if s.last_used else "-"
+                click.echo(f"{line} {s.times_used:>5} {s.passed:>5} {s.failed:>5} "
+                           f"{s.helpful:>5} {s.harmful:>5} {mean:>5}  {last}")
+            else:
+                click.echo(f"{line} {r.problem or r.summary[:70]}")
         click.echo(f"{len(rows)} experiences at {short(snapshot.commit)} "
                    f"(snapshot {short(snapshot.id)})", err=True)
 
+    def view(r: ExperienceRow) -> dict[str, object]:
+        data = dataclasses.asdict(r)
+        if with_stats:
+            data["stats"] = (stats.get(r.name) or ExperienceStats(r.name)).as_dict()
+        return data
+
     emit(as_json, {"commit": snapshot.commit, "snapshot_id": snapshot.id,
-                   "experiences": [dataclasses.asdict(r) for r in rows]}, human)
+                   "experiences": [view(r) for r in rows]}, human)
 
 
 @click.command("show")

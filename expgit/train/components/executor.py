@@ -14,6 +14,8 @@ from expgit.templates import render_prompt
 from expgit.train.components.evaluator import failed_evaluation, user_turn
 from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.domain import Case, Message, Rollout
+from expgit.train.experience_usage import KEY as USAGE_KEY
+from expgit.train.experience_usage import UsedExperience, usage_records
 from expgit.train.interfaces import RolloutEvaluator
 from expgit.train.relevance import ExperienceRanker, LexicalRanker
 
@@ -25,6 +27,7 @@ class PromptExperience:
     name: str
     summary: str
     body: str
+    blob: str  # the file's blob id: the version shown
 
 
 def _prompt_experience(entry: ExperienceEntry) -> PromptExperience | None:
@@ -35,7 +38,7 @@ def _prompt_experience(entry: ExperienceEntry) -> PromptExperience | None:
         return None
     if exp.status != "active":
         return None
-    return PromptExperience(entry.name, exp.front_matter.summary, exp.body)
+    return PromptExperience(entry.name, exp.front_matter.summary, exp.body, entry.blob)
 
 
 class SingleTurnLLMRolloutExecutor:
@@ -45,7 +48,8 @@ class SingleTurnLLMRolloutExecutor:
     them by name, or, with ``top_k``, the ``top_k`` most relevant to the user turn by
     ``ranker`` (lexical by default), best first; drafts, deprecated and invalid files are
     never shown. User turn: the case's ``user_query``, else its input as JSON. Messages
-    recorded: [user, assistant]; metadata: ``experiences_used`` (names), ``snapshot_id``
+    recorded: [user, assistant]; metadata: ``experiences_used`` (``[{"name", "blob"}]``,
+    the experiences shown, in prompt order; the blob pins the version), ``snapshot_id``
     and ``snapshot_commit`` of the policy set. At most ``concurrency`` cases run at once.
     A case whose call or evaluation fails (ExpgitError, e.g. LLMError; or a timeout)
     becomes a Rollout with ``error`` and a failed evaluation. Reads only; never writes.
@@ -99,7 +103,8 @@ class SingleTurnLLMRolloutExecutor:
         try:
             experiences = everything if everything is not None else \
                 await self._relevant(query, policy_set, self.top_k or 0)
-            metadata["experiences_used"] = [p.name for p in experiences]
+            metadata[USAGE_KEY] = usage_records(
+                [UsedExperience(name=p.name, blob=p.blob) for p in experiences])
             system, user = render_prompt("rollout", self.repo, experiences=experiences,
                                          user_input=query, case=case)
             messages.append(Message.text("user", user))

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 
-from expgit.errors import InvalidInputError
+from expgit.errors import ExpgitError, InvalidInputError
 from expgit.experience import NAME_MAX
 from expgit.gradients import Gradient, GradientRequest, propose
 from expgit.llm.structured import StructuredLLM
+from expgit.outcomes.stats import ExperienceStats, experience_stats, track_record
 from expgit.repository import ExperienceRepository
 from expgit.snapshot import ExperienceEntry, Snapshot
 from expgit.templates import render_prompt
@@ -36,10 +37,17 @@ __all__ = ["EstimateOutput", "ExperienceGradientEstimator", "estimate_output", "
            "to_semantic"]
 
 
-def shown(entry: ExperienceEntry) -> dict[str, object]:
+def shown(entry: ExperienceEntry, stats: ExperienceStats | None = None) -> dict[str, object]:
     text = entry.text
     return {"name": entry.name, "path": entry.path, "version": entry.version,
-            "text": text if text.endswith("\n") else text + "\n", "fence": fence(text)}
+            "text": text if text.endswith("\n") else text + "\n", "fence": fence(text),
+            "track_record": track_record(stats)}
+
+
+def without_front_matter(text: str) -> str:
+    """A stored document's text after its YAML front matter (all of it if it has none)."""
+    end = text.find("\n---\n", 4) if text.startswith("---\n") else -1
+    return text[end + 5:] if end > 0 else text
 
 
 def to_semantic(gradient: Gradient, trajectory_uri: str) -> SemanticGradient:
@@ -69,13 +77,20 @@ class ExperienceGradientEstimator:
 
     ``relevant_experiences`` overrides ``[train] relevant_experiences``; ``limits`` bound
     the reply (the body is further capped to fit the repository's token budget);
-    ``prompt_tokens``: drop the least relevant experiences until the prompt fits."""
+    ``prompt_tokens``: drop the least relevant experiences until the prompt fits.
+
+    With ``usage_stats`` (the default), each shown experience carries its track record
+    (:func:`expgit.outcomes.stats.track_record`, one bounded line: runs that used it,
+    passed/failed, mean score, helpful/harmful outcome reports), read from git with no
+    LLM call; unreadable statistics are left out and noted in
+    ``analysis.metadata["stats_error"]``."""
 
     def __init__(self, repo: ExperienceRepository, llm: StructuredLLM,
                  ranker: ExperienceRanker | None = None, *,
                  relevant_experiences: int | None = None, limits: EditLimits | None = None,
-                 prompt_tokens: int | None = None) -> None:
+                 prompt_tokens: int | None = None, usage_stats: bool = True) -> None:
         self.repo = repo
+        self.usage_stats = usage_stats
         self.llm = llm
         self.ranker: ExperienceRanker = ranker or LexicalRanker()
         self.relevant_experiences = relevant_experiences
@@ -92,9 +107,12 @@ class ExperienceGradientEstimator:
         settings = self.repo.settings
         k = (self.relevant_experiences if self.relevant_experiences is not None
              else settings.train.relevant_experiences)
+        # ranked by the document's text, not its front matter (which lists every
+        # experience the run had in context, and would pull them all up alike)
         query = (f"{trajectory.retrieval_anchor}\n{analysis.rollout.case.task_signature}\n"
-                 f"{trajectory.content}")
+                 f"{without_front_matter(trajectory.content)}")
         relevant = await self.ranker.rank(query, experience_set, k) if k else []
+        stats = await self._stats(analysis) if relevant else {}
         limits = self.limits.for_budget(settings.token_budget)
         output = estimate_output(limits)
         rules = {"root": settings.experiences_root, "token_budget": settings.token_budget,
@@ -107,7 +125,7 @@ class ExperienceGradientEstimator:
             system, user = render_prompt(
                 "estimate", self.repo, trajectory=trajectory,
                 trajectory_fence=fence(trajectory.content),
-                experiences=[shown(e) for e in relevant], rules=rules)
+                experiences=[shown(e, stats.get(e.name)) for e in relevant], rules=rules)
             if not relevant or fits(self.prompt_tokens, output, system, user):
                 break
             relevant = relevant[:-1]
@@ -125,6 +143,15 @@ class ExperienceGradientEstimator:
             seen.add(gradient.target)
             gradients.append(to_semantic(gradient, trajectory.uri))
         return gradients
+
+    async def _stats(self, analysis: RolloutAnalysis) -> dict[str, ExperienceStats]:
+        if not self.usage_stats:
+            return {}
+        try:
+            return await asyncio.to_thread(experience_stats, self.repo)
+        except ExpgitError as exc:
+            analysis.metadata["stats_error"] = exc.message
+            return {}
 
     def _request(self, edit: EstimatedEdit, uri: str, snapshot: Snapshot,
                  visible: set[str], seen: set[str]) -> GradientRequest:

@@ -3,7 +3,10 @@ branch (RFC 6.4), with at most one LLM call.
 
 The stored document (``templates/trajectory.md.j2``) starts with YAML front matter that
 expgit reads back: ``outcome``, ``retrieval_anchor``, ``title`` and the ``evaluation`` it
-was written with, so a second analysis of the same rollout reuses it without any call.
+was written with, so a second analysis of the same rollout reuses it without any call;
+``experiences_used`` (``[{name, blob}]``, from the rollout's metadata) and
+``analyzed_at`` (UTC, ISO 8601) feed the per-experience statistics
+(:mod:`expgit.outcomes.stats`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import yaml
@@ -31,6 +35,7 @@ from expgit.train.domain import (
     TextPart,
     Trajectory,
 )
+from expgit.train.experience_usage import read_usage, usage_records
 from expgit.train.interfaces import RolloutEvaluator
 from expgit.train.trajectory_store import TrajectoryStore, rollout_id
 
@@ -188,12 +193,15 @@ class TrajectoryRolloutAnalyzer:
 
     def _document(self, rollout: Rollout, tid: str, out: AnalyzeOutput,
                   evaluation: RubricEvaluation, source: str) -> str:
+        used = read_usage(rollout.metadata)
         front = {
             "name": tid, "kind": "trajectory", "title": out.title, "outcome": out.outcome,
             "retrieval_anchor": out.retrieval_anchor, "case": rollout.case.name,
             "task_signature": rollout.case.task_signature,
             "policy_snapshot_id": rollout.policy_snapshot_id,
             "evaluation_source": source, "evaluation": evaluation.model_dump(mode="json"),
+            "experiences_used": usage_records(used),
+            "analyzed_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         front_matter = yaml.safe_dump(front, sort_keys=False, allow_unicode=True, width=1000)
         return render("trajectory.md.j2", self.repo, front_matter=front_matter, analysis=out,

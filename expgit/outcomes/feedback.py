@@ -1,0 +1,209 @@
+"""FeedbackOutcomeEvaluator: production signals (thumbs, ratings, re-asks, silence) turned
+into one outcome label per response, and into a RubricEvaluation the pipeline can use.
+
+Signals ride on the rollout (:mod:`expgit.outcomes.signals`): ``metadata.message_stamps``
+(times; ``response_id`` marks an assistant message as a response) and
+``metadata.feedback_events``. For each response, over its own feedback events, the first
+rule that holds gives the label:
+
+1. a ``thumb_down`` or a ``rating`` < 0 -> ``negative_feedback``;
+2. a ``thumb_up`` or a ``rating`` > 0 -> ``positive_feedback``;
+3. a **re-ask**: a user turn after the response and before the next response whose time
+   is at most ``[outcomes] reask_window_seconds`` (600 s) after the response's -> ``reasked``
+   (inclusive: exactly 10 minutes is still a re-ask, one instant more is not; a user turn
+   stamped before the response counts as 0 s; an unstamped user turn is never a re-ask);
+4. no user turn after the response at all -> ``resolved``;
+5. a later user turn and no feedback event at all -> ``follow_up_without_feedback``;
+6. otherwise ``follow_up``: a later user turn, outside the window, and only neutral
+   feedback (``rating`` == 0).
+
+So explicit feedback always wins over a re-ask, and a thumb_down wins over a thumb_up.
+Record fields: ``reask_within_10m`` is the fact of rule 3 whatever the label;
+``clarification_turns`` counts the user turns of rule 3 (re-asks within the window);
+``follow_up_without_feedback`` is true iff that is the label; ``resolved_in_one_turn`` is
+true iff there was no re-ask and the label is not ``negative_feedback``.
+
+Label -> RubricEvaluation (:data:`LABEL_SCORES`): positive_feedback 1.0 passed, resolved
+0.8 passed, follow_up 0.5 passed, follow_up_without_feedback 0.4 failed, reasked 0.2
+failed, negative_feedback 0.0 failed. A rollout's evaluation has one CriterionResult per
+response (``response <id>``, in message order) instead of one per rubric criterion:
+passed = every response passed, score = their mean; ``metadata["response_outcomes"]``
+holds each :class:`ResponseOutcome`. Feedback naming no response is listed in the
+evaluation's feedback and ignored. A rollout without any response id goes to the
+``fallback`` evaluator, or is an InvalidInputError without one. Never writes anything;
+no LLM call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from expgit.errors import InvalidInputError
+from expgit.outcomes.signals import STAMPS_KEY, FeedbackEvent, SessionSignals, session_signals
+from expgit.repository import ExperienceRepository
+from expgit.train.context import PipelineContext
+from expgit.train.domain import CriterionResult, Message, Rollout, RubricEvaluation
+from expgit.train.interfaces import RolloutEvaluator
+
+OutcomeLabel = Literal["positive_feedback", "negative_feedback", "reasked", "resolved",
+                       "follow_up_without_feedback", "follow_up"]
+
+LABEL_SCORES: dict[OutcomeLabel, tuple[bool, float]] = {
+    "positive_feedback": (True, 1.0),
+    "resolved": (True, 0.8),
+    "follow_up": (True, 0.5),
+    "follow_up_without_feedback": (False, 0.4),
+    "reasked": (False, 0.2),
+    "negative_feedback": (False, 0.0),
+}
+EVALUATOR_NAME = "feedback_outcome"
+
+
+class ResponseOutcome(BaseModel):
+    """The outcome of one response (the seed's ``response_outcomes[<id>]``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    response_id: str
+    resolved_in_one_turn: bool
+    reask_within_10m: bool
+    clarification_turns: int = Field(ge=0)
+    follow_up_without_feedback: bool
+    outcome_label: OutcomeLabel
+    evaluated_at: datetime
+    evidence: list[str] = Field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return LABEL_SCORES[self.outcome_label][0]
+
+    @property
+    def score(self) -> float:
+        return LABEL_SCORES[self.outcome_label][1]
+
+
+def _seconds(delta: timedelta) -> str:
+    return f"{delta.total_seconds():g}s"
+
+
+def evaluate_responses(messages: list[Message], signals: SessionSignals, *,
+                       reask_window_seconds: float, now: datetime) -> list[ResponseOutcome]:
+    """The outcome of every response in ``messages``, in message order (pure rules)."""
+    window = timedelta(seconds=reask_window_seconds)
+    stamps = signals.stamp_of()
+    responses = sorted((s for s in signals.message_stamps if s.response_id is not None),
+                       key=lambda s: s.index)
+    outcomes: list[ResponseOutcome] = []
+    for n, response in enumerate(responses):
+        assert response.response_id is not None
+        following = responses[n + 1].index if n + 1 < len(responses) else len(messages)
+        later_users = [i for i in range(response.index + 1, len(messages))
+                       if messages[i].role == "user"]
+        evidence: list[str] = []
+        reasks = 0
+        for i in later_users:
+            if i >= following:
+                break
+            stamp = stamps.get(i)
+            if stamp is None:
+                evidence.append(f"user turn #{i} has no time: not counted as a re-ask")
+                continue
+            delta = max(stamp.at - response.at, timedelta(0))
+            within = delta <= window
+            reasks += within
+            evidence.append(f"user turn #{i} {_seconds(delta)} after the response "
+                            f"({'within' if within else 'outside'} the "
+                            f"{_seconds(window)} re-ask window)")
+        events = [e for e in signals.feedback_events if e.response_id == response.response_id]
+        evidence += [_describe(e) for e in events]
+        label = _label(events, reasked=reasks > 0, later_turn=bool(later_users))
+        if not later_users:
+            evidence.append("no user turn after the response")
+        outcomes.append(ResponseOutcome(
+            response_id=response.response_id,
+            resolved_in_one_turn=reasks == 0 and label != "negative_feedback",
+            reask_within_10m=reasks > 0, clarification_turns=reasks,
+            follow_up_without_feedback=label == "follow_up_without_feedback",
+            outcome_label=label, evaluated_at=now, evidence=evidence))
+    return outcomes
+
+
+def _label(events: list[FeedbackEvent], *, reasked: bool, later_turn: bool) -> OutcomeLabel:
+    if any(e.negative for e in events):
+        return "negative_feedback"
+    if any(e.positive for e in events):
+        return "positive_feedback"
+    if reasked:
+        return "reasked"
+    if not later_turn:
+        return "resolved"
+    if not events:
+        return "follow_up_without_feedback"
+    return "follow_up"
+
+
+def _describe(event: FeedbackEvent) -> str:
+    what = event.kind if event.kind != "rating" else f"rating {event.rating:g}"
+    when = f" at {event.at.isoformat()}" if event.at else ""
+    text = f": {event.text[:200]}" if event.text else ""
+    return f"feedback {what}{when}{text}"
+
+
+def outcome_evaluation(outcomes: list[ResponseOutcome],
+                       unmatched: Sequence[FeedbackEvent] = ()) -> RubricEvaluation:
+    """One CriterionResult per response; passed = all passed; score = mean."""
+    results = [CriterionResult(
+        criterion_name=f"response {o.response_id}", passed=o.passed, score=o.score,
+        feedback=[] if o.passed else [o.outcome_label], evidence=list(o.evidence),
+        metadata={"outcome_label": o.outcome_label}) for o in outcomes]
+    feedback = [f"response {o.response_id}: {o.outcome_label}" for o in outcomes
+                if not o.passed]
+    feedback += [f"feedback on unknown response {e.response_id!r} ignored" for e in unmatched]
+    return RubricEvaluation(
+        passed=all(o.passed for o in outcomes),
+        score=sum(o.score for o in outcomes) / len(outcomes) if outcomes else 0.0,
+        criterion_results=results, feedback=feedback,
+        metadata={"evaluator": EVALUATOR_NAME,
+                  "response_outcomes": {o.response_id: o.model_dump(mode="json")
+                                        for o in outcomes}})
+
+
+class FeedbackOutcomeEvaluator:
+    """RolloutEvaluator for sessions with feedback: the rules of this module, per response.
+
+    Rollouts with no response id in ``metadata.message_stamps`` go to ``fallback`` (for
+    instance the rubric evaluator); without a fallback they are an InvalidInputError."""
+
+    def __init__(self, *, reask_window_seconds: float = 600.0,
+                 fallback: RolloutEvaluator | None = None,
+                 clock: Callable[[], datetime] | None = None) -> None:
+        if reask_window_seconds <= 0:
+            raise InvalidInputError("reask_window_seconds must be positive")
+        self.reask_window_seconds = reask_window_seconds
+        self.fallback = fallback
+        self.clock = clock or (lambda: datetime.now(UTC))
+
+    @classmethod
+    def for_repo(cls, repo: ExperienceRepository, *,
+                 fallback: RolloutEvaluator | None = None) -> FeedbackOutcomeEvaluator:
+        """With the repository's ``[outcomes] reask_window_seconds``."""
+        return cls(reask_window_seconds=repo.settings.outcomes.reask_window_seconds,
+                   fallback=fallback)
+
+    async def evaluate(self, rollout: Rollout, context: PipelineContext) -> RubricEvaluation:
+        signals = session_signals(rollout)
+        if not any(s.response_id for s in signals.message_stamps):
+            if self.fallback is not None:
+                return await self.fallback.evaluate(rollout, context)
+            raise InvalidInputError(
+                f"rollout of case {rollout.case.name!r} has no response to evaluate",
+                hint=f"mark assistant messages with a response_id in metadata.{STAMPS_KEY}")
+        outcomes = evaluate_responses(rollout.messages, signals, now=self.clock(),
+                                      reask_window_seconds=self.reask_window_seconds)
+        known = {o.response_id for o in outcomes}
+        unmatched = [e for e in signals.feedback_events if e.response_id not in known]
+        return outcome_evaluation(outcomes, unmatched)
