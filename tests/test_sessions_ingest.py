@@ -50,8 +50,9 @@ def write(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def reply(*tasks: tuple[int, int, str]) -> str:
-    return json.dumps({"tasks": [{"start": s, "end": e, "topic": t} for s, e, t in tasks]})
+def reply(*tasks: tuple[int, str]) -> str:
+    """A segment reply: where each task starts, and its topic."""
+    return json.dumps({"tasks": [{"start": s, "topic": t} for s, t in tasks]})
 
 
 def llm(*steps: Step) -> tuple[ScriptedChatModel, StructuredLLM]:
@@ -110,8 +111,8 @@ def test_without_an_llm_a_long_session_stays_pending_and_reingest_changes_nothin
 def test_reingesting_an_unchanged_file_makes_no_call_and_no_commit(
         seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path = write(tmp_path / "day.jsonl", DAY1)
-    chat, structured = llm(Step("segment", reply((1, 2, "csv"), (3, 4, "compose"),
-                                                  (5, 6, "deploy"))))
+    chat, structured = llm(Step("segment", reply((1, "csv"), (3, "compose"),
+                                                  (5, "deploy"))))
     first = do_ingest(seeded_repo, [path], structured)
     chat.assert_done()
     assert first.files[0].segmentation is not None
@@ -126,15 +127,15 @@ def test_reingesting_an_unchanged_file_makes_no_call_and_no_commit(
 def test_day1_day2_append_resegments_from_the_last_segment(
         seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path = write(tmp_path / "file.jsonl", DAY1)
-    chat, structured = llm(Step("segment", reply((1, 2, "csv"), (3, 4, "compose"),
-                                                  (5, 6, "deploy, partial"))))
+    chat, structured = llm(Step("segment", reply((1, "csv"), (3, "compose"),
+                                                  (5, "deploy, partial"))))
     do_ingest(seeded_repo, [path], structured)
     day1 = only_manifest(seeded_repo)
     a, b, c_partial = day1.segments
     assert [(s.start, s.end) for s in day1.segments] == [(0, 2), (2, 4), (4, 6)]
 
     write(path, DAY1 + DAY2_TAIL)  # the file grew: task C went on
-    chat, structured = llm(Step("segment", reply((1, 3, "deploy compose to staging"))))
+    chat, structured = llm(Step("segment", reply((1, "deploy compose to staging"))))
     report = do_ingest(seeded_repo, [path], structured)
     chat.assert_done()
     # only C was shown again, numbered from 1 (messages 5..7 of the session)
@@ -157,8 +158,8 @@ def test_day1_day2_append_resegments_from_the_last_segment(
 def test_an_append_without_llm_waits_then_run_later_resegments(
         seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path = write(tmp_path / "file.jsonl", DAY1)
-    _, structured = llm(Step("segment", reply((1, 2, "csv"), (3, 4, "compose"),
-                                              (5, 6, "deploy"))))
+    _, structured = llm(Step("segment", reply((1, "csv"), (3, "compose"),
+                                              (5, "deploy"))))
     do_ingest(seeded_repo, [path], structured)
     old_c = only_manifest(seeded_repo).segments[2]
     write(path, DAY1 + DAY2_TAIL)
@@ -170,7 +171,7 @@ def test_an_append_without_llm_waits_then_run_later_resegments(
 
     low = json.dumps({"task_type": "qa", **{n: {"score": 0.2, "reason": "meh"}
                                              for n in METRIC_NAMES}})
-    chat = ScriptedChatModel([Step("segment", reply((1, 3, "deploy, complete"))),
+    chat = ScriptedChatModel([Step("segment", reply((1, "deploy, complete"))),
                               *(Step("score", low) for _ in range(3))])
     report = asyncio.run(run(seeded_repo, llm=LLMRuntime.fixed(chat)))
     chat.assert_done()
@@ -184,8 +185,8 @@ def test_an_append_without_llm_waits_then_run_later_resegments(
 def test_superseding_a_trained_segment_proposes_reverting_its_edits(
         seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path = write(tmp_path / "file.jsonl", DAY1)
-    _, structured = llm(Step("segment", reply((1, 2, "csv"), (3, 4, "compose"),
-                                              (5, 6, "deploy"))))
+    _, structured = llm(Step("segment", reply((1, "csv"), (3, "compose"),
+                                              (5, "deploy"))))
     do_ingest(seeded_repo, [path], structured)
     manifest = only_manifest(seeded_repo)
     c_partial = manifest.segments[2]
@@ -212,7 +213,7 @@ def test_superseding_a_trained_segment_proposes_reverting_its_edits(
     main_before = seeded_repo.main_commit()
 
     write(path, DAY1 + DAY2_TAIL)
-    _, structured = llm(Step("segment", reply((1, 3, "deploy, complete"))))
+    _, structured = llm(Step("segment", reply((1, "deploy, complete"))))
     report = do_ingest(seeded_repo, [path], structured)
 
     assert seeded_repo.main_commit() == main_before  # never a silent change of main
@@ -241,7 +242,7 @@ def test_no_secret_of_the_corpus_reaches_git(seeded_repo: ExperienceRepository,
         rows += [{"role": "user", "content": item["text"]},
                  {"role": "assistant", "content": f"Noted: {item['text']}"}]
     path = write(tmp_path / "leaky-session-name.jsonl", rows)
-    _, structured = llm(Step("segment", reply((1, len(rows), "credentials"))))
+    _, structured = llm(Step("segment", reply((1, "credentials"))))
     report = do_ingest(seeded_repo, [path], structured)
     assert sum(report.redactions.values()) >= len(corpus)
     assert report.files[0].redactions == report.redactions

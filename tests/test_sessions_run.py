@@ -133,9 +133,9 @@ def test_run_segments_pending_sessions_and_keeps_invalid_ones_pending(
     rows = GOLD + PETS
     ingest_files(seeded_repo, write(tmp_path / "two-tasks.jsonl", rows),
                  write(tmp_path / "other.jsonl", PETS + GOLD))
-    bad = json.dumps({"tasks": [{"start": 1, "end": 2, "topic": "gold"}]})  # misses 3..4
-    good = json.dumps({"tasks": [{"start": 1, "end": 2, "topic": "cat in cabin"},
-                                 {"start": 3, "end": 4, "topic": "gold bags"}]})
+    bad = json.dumps({"tasks": [{"start": 2, "topic": "gold"}]})  # does not start at 1
+    good = json.dumps({"tasks": [{"start": 1, "end": 2, "topic": "cat in cabin"},  # an end
+                                 {"start": 3, "topic": "gold bags"}]})  # is ignored
 
     def segment(messages: ChatMessages) -> str:  # the first session gets bad replies
         return bad if messages[1]["content"].index("gold member") < \

@@ -28,8 +28,9 @@ def conversation(count: int) -> list[Message]:
     return [msg(n) for n in range(1, count + 1)]
 
 
-def reply(*tasks: tuple[int, int, str]) -> str:
-    return json.dumps({"tasks": [{"start": s, "end": e, "topic": t} for s, e, t in tasks]})
+def reply(*tasks: tuple[int, str]) -> str:
+    """A segment reply: where each task starts, and its topic."""
+    return json.dumps({"tasks": [{"start": s, "topic": t} for s, t in tasks]})
 
 
 def window_of(messages: ChatMessages) -> list[str]:
@@ -61,9 +62,9 @@ def test_several_windows_overlap_and_the_last_task_is_replaced() -> None:
     # The seed's example: window 1 = 1..6 -> A=1..3, B=4..6; window 2 starts at B (4..9)
     # -> B'=4..7, C=8..9; window 3 starts at C (8..10), the end -> C'=8..10.
     chat = ScriptedChatModel([
-        Step("segment", expecting(1, 6, reply((1, 3, "A"), (4, 6, "B")))),
-        Step("segment", expecting(4, 9, reply((1, 4, "B longer"), (5, 6, "C")))),
-        Step("segment", expecting(8, 10, reply((1, 3, "C whole")))),
+        Step("segment", expecting(1, 6, reply((1, "A"), (4, "B")))),
+        Step("segment", expecting(4, 9, reply((1, "B longer"), (5, "C")))),
+        Step("segment", expecting(8, 10, reply((1, "C whole")))),
     ])
     result = run(chat, conversation(10))
     chat.assert_done()
@@ -74,8 +75,8 @@ def test_several_windows_overlap_and_the_last_task_is_replaced() -> None:
 
 def test_one_task_filling_the_window_moves_on_without_overlap() -> None:
     chat = ScriptedChatModel([
-        Step("segment", expecting(1, 6, reply((1, 6, "one long task")))),
-        Step("segment", expecting(7, 8, reply((1, 1, "short"), (2, 2, "other")))),
+        Step("segment", expecting(1, 6, reply((1, "one long task")))),
+        Step("segment", expecting(7, 8, reply((1, "short"), (2, "other")))),
     ])
     result = run(chat, conversation(8))
     chat.assert_done()
@@ -84,28 +85,39 @@ def test_one_task_filling_the_window_moves_on_without_overlap() -> None:
 
 def test_an_invalid_reply_is_reprompted_once_with_the_problem() -> None:
     chat = ScriptedChatModel([
-        Step("segment", reply((1, 2, "a"), (4, 5, "gap"))),  # 3 is missing, 6 too
-        Step("segment", reply((1, 2, "a"), (3, 5, "b"))),
+        Step("segment", reply((1, "a"), (3, "b"), (2, "c"))),  # out of order
+        Step("segment", reply((1, "a"), (3, "b"))),
     ])
     result = run(chat, conversation(5))
     chat.assert_done()
-    assert spans(result) == [(0, 2), (2, 5)]
+    assert spans(result) == [(0, 2), (2, 5)]  # a task runs until the next one starts
     second = chat.calls[1][1][1]["content"]
-    assert "Problem: task 2 starts at message 4, but it must start at message 3" in second
-    assert '"start":4' in second  # the previous reply is shown back
+    assert "Problem: task 3 starts at message 2, not after task 2 (message 3)" in second
+    assert '"topic":"c"' in second  # the previous reply is shown back
     assert "Problem:" not in chat.calls[0][1][1]["content"]
+
+
+def test_an_end_the_model_adds_is_ignored() -> None:
+    """Ends are implied by the next start: a reply cannot leave a gap or an overlap."""
+    answer = json.dumps({"tasks": [{"start": 1, "end": 1, "topic": "a"},
+                                   {"start": 4, "end": 9, "topic": "b"}]})
+    chat = ScriptedChatModel([Step("segment", answer)])
+    result = run(chat, conversation(5))
+    chat.assert_done()
+    assert spans(result) == [(0, 3), (3, 5)]
 
 
 def test_an_invalid_reply_twice_leaves_the_rest_pending() -> None:
     chat = ScriptedChatModel([
-        Step("segment", reply((1, 3, "A"), (4, 6, "B"))),
-        Step("segment", reply((1, 2, "B"))),  # window 4..9: does not reach 6
-        Step("segment", reply((2, 6, "B"))),  # does not start at 1
+        Step("segment", reply((1, "A"), (4, "B"))),
+        Step("segment", reply((1, "B"), (7, "C"))),  # window 4..9 has 6 messages
+        Step("segment", reply((2, "B"))),  # does not start at 1
     ])
     result = run(chat, conversation(10))
     chat.assert_done()
     assert spans(result) == [(0, 3)]  # A is final; B waits for the retry
     assert result.resume == 3
+    assert "the window has only 6 messages" in chat.calls[2][1][1]["content"]
     assert result.reason is not None and "invalid twice" in result.reason
     assert "messages 4..9" in result.reason and "must start at message 1" in result.reason
 
@@ -119,14 +131,16 @@ def test_unusable_json_twice_leaves_the_session_pending() -> None:
 
 
 def test_a_reply_that_would_not_advance_is_invalid() -> None:
+    """Two tasks both at message 1: the next window would start where this one did."""
     chat = ScriptedChatModel([
-        Step("segment", reply((1, 6, "all"), (1, 6, "all again"))),
-        Step("segment", reply((1, 2, "a"), (3, 6, "b"))),
-        Step("segment", expecting(3, 7, reply((1, 5, "b")))),
+        Step("segment", reply((1, "all"), (1, "all again"))),
+        Step("segment", reply((1, "a"), (3, "b"))),
+        Step("segment", expecting(3, 7, reply((1, "b")))),
     ])
     result = run(chat, conversation(7))
     chat.assert_done()
-    assert "would start where this one did and never advance" in chat.calls[1][1][1]["content"]
+    assert "task 2 starts at message 1, not after task 1 (message 1)" in \
+        chat.calls[1][1][1]["content"]
     assert spans(result) == [(0, 2), (2, 7)]
 
 
@@ -135,8 +149,8 @@ def test_an_over_budget_message_is_a_window_of_its_own_without_a_call() -> None:
     huge = "H" * (BUDGET * 4 * 3)
     messages[2] = Message.text("assistant", huge)  # message 3
     chat = ScriptedChatModel([
-        Step("segment", expecting(1, 2, reply((1, 2, "first")))),
-        Step("segment", expecting(4, 6, reply((1, 3, "last")))),
+        Step("segment", expecting(1, 2, reply((1, "first")))),
+        Step("segment", expecting(4, 6, reply((1, "last")))),
     ])
     result = run(chat, messages)
     chat.assert_done()
@@ -157,7 +171,7 @@ def test_short_sessions_and_single_message_windows_make_no_call() -> None:
 
 
 def test_resume_from_the_middle_numbers_the_window_from_one() -> None:
-    chat = ScriptedChatModel([Step("segment", expecting(5, 8, reply((1, 4, "tail"))))])
+    chat = ScriptedChatModel([Step("segment", expecting(5, 8, reply((1, "tail"))))])
     result = run(chat, conversation(8), start=4)
     chat.assert_done()
     assert spans(result) == [(4, 8)]

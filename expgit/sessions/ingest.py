@@ -44,7 +44,7 @@ from expgit.sessions.segmenter import (
 from expgit.sessions.store import SessionChanges, SessionStore
 from expgit.train.domain import Message
 
-NO_LLM = "not segmented yet: no LLM configured; `expgit sessions run` segments it"
+NO_LLM = "not segmented yet: `expgit sessions run` segments it (with an LLM)"
 
 
 class SegmentOutcome(BaseModel):

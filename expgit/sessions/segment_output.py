@@ -1,9 +1,14 @@
 """The reply of the ``segment`` stage: the window's messages split into contiguous tasks.
 
+The model names where each task *starts*; a task runs until the next one starts, the last
+one to the end of the window. So a reply cannot leave a gap or an overlap (small models
+got start/end pairs wrong more often than not), and "contiguous 1..L" comes down to:
+the first task starts at message 1 and every next one later, within the window. That is
+checked by :func:`cover_problem`, not by the schema: a reply that breaks it gets one
+re-prompt stating the problem. An ``end`` the model adds anyway is ignored.
+
 Bounded like the training stages' outputs (:mod:`expgit.train.components.llm_fields`):
-a topic is clipped, the number of tasks is capped in the schema. Whether the tasks cover
-the window exactly (1..L, contiguous, in order) is checked by :func:`cover_problem`, not
-by the schema: a reply that breaks it gets one re-prompt stating the problem.
+a topic is clipped, the number of tasks is capped in the schema.
 """
 
 from __future__ import annotations
@@ -33,12 +38,11 @@ MessageNumber = Annotated[int, Field(ge=1, le=MAX_NUMBER)]
 
 
 class SegmentTask(BaseModel):
-    """One task: messages ``start``..``end`` of the window (1-based, inclusive)."""
+    """One task, starting at message ``start`` of the window (1-based)."""
 
-    model_config = ConfigDict(json_schema_extra=strip_titles)
+    model_config = ConfigDict(json_schema_extra=strip_titles, extra="ignore")
 
     start: MessageNumber
-    end: MessageNumber
     topic: Topic
 
 
@@ -50,24 +54,31 @@ class SegmentOutput(BaseModel):
     tasks: list[SegmentTask] = Field(min_length=1, max_length=MAX_TASKS)
 
 
-def cover_problem(tasks: Sequence[SegmentTask], length: int, *, final: bool) -> str | None:
+def cover_problem(tasks: Sequence[SegmentTask], length: int) -> str | None:
     """What is wrong with ``tasks`` as a split of a window of ``length`` messages, or None.
 
-    Valid: contiguous tasks covering 1..``length`` in order. A window that is not the last
-    one (``final`` False) must also let the next window start later than this one did,
-    which contiguity implies; it is checked first, for a clear message."""
-    if not final and len(tasks) > 1 and tasks[-1].start <= 1:
-        return ("the last task starts at message 1, so the next window would start where "
-                "this one did and never advance")
-    expected = 1
+    Valid: the first task starts at message 1, each next one later than the one before,
+    none after message ``length``. Then the tasks cover 1..``length`` contiguously, and a
+    window with several tasks lets the next window start later than this one did."""
+    previous = 0
     for number, task in enumerate(tasks, start=1):
-        if task.start != expected:
-            return (f"task {number} starts at message {task.start}, but it must start at "
-                    f"message {expected}: tasks must be contiguous, in order, from 1")
-        if task.end < task.start:
-            return f"task {number} ends (message {task.end}) before it starts ({task.start})"
-        expected = task.end + 1
-    if expected != length + 1:
-        return (f"the tasks end at message {expected - 1}, but the window has {length} "
-                f"messages: cover every message from 1 to {length}")
+        if number == 1 and task.start != 1:
+            return (f"task 1 starts at message {task.start}: the first task must start at "
+                    f"message 1")
+        if task.start <= previous:
+            return (f"task {number} starts at message {task.start}, not after task "
+                    f"{number - 1} (message {previous}): list the tasks in order, each "
+                    f"starting later than the one before")
+        if task.start > length:
+            return (f"task {number} starts at message {task.start}, but the window has "
+                    f"only {length} messages")
+        previous = task.start
     return None
+
+
+def task_ranges(tasks: Sequence[SegmentTask], length: int) -> list[tuple[int, int, str]]:
+    """(first, last, topic) of each task of a valid reply, 1-based and inclusive: a task
+    ends where the next one starts, the last one at message ``length``."""
+    starts = [t.start for t in tasks]
+    ends = [s - 1 for s in starts[1:]] + [length]
+    return [(t.start, end, t.topic) for t, end in zip(tasks, ends, strict=True)]

@@ -31,8 +31,8 @@ from expgit.sessions.segment_output import (
     MAX_TASKS,
     TOPIC_CHARS,
     SegmentOutput,
-    SegmentTask,
     cover_problem,
+    task_ranges,
 )
 from expgit.templates import render_prompt
 from expgit.train.domain import Message, TextPart
@@ -190,13 +190,10 @@ class LLMTaskSegmenter:
                 raise SegmentationFailed(
                     f"segmentation of messages {start + 1}..{end} failed: "
                     f"{exc.message}") from None
-            problem = cover_problem(reply.tasks, len(window), final=final)
+            problem = cover_problem(reply.tasks, len(window))
             if problem is None:
-                return [self._span(start, task) for task in reply.tasks]
+                return [Span(start + first - 1, start + last, topic)
+                        for first, last, topic in task_ranges(reply.tasks, len(window))]
             previous = reply.model_dump_json()
         raise SegmentationFailed(f"the segment reply for messages {start + 1}..{end} was "
                                  f"invalid twice: {problem}")
-
-    @staticmethod
-    def _span(offset: int, task: SegmentTask) -> Span:
-        return Span(offset + task.start - 1, offset + task.end, task.topic)
