@@ -4,6 +4,7 @@ Run by hand (this is not a test)::
 
     python benchmarks/bench_train.py [--rollouts 1000] [--producers 8] [--latency 0.2]
                                      [--mode apply|propose] [--skip-streaming]
+                                     [--dir PATH] [--git-threads N]
 
 1. **LLM calls and tokens** on ``example_repo`` (``cases/train.yaml``, ``cases/eval.yaml``)
    with an in-process fake LLM that answers every stage validly: baseline eval, one
@@ -20,6 +21,9 @@ Run by hand (this is not a test)::
    must be cited by a proposal, applied in ``--mode apply`` (then its experience must be
    on ``main``): "lost updates" counts those that are not (target 0). Last, ``git fsck
    --strict`` of the repository must find it clean.
+
+``--dir PATH`` makes the repositories there (default: the system's temporary folder), e.g.
+``--dir /dev/shm`` (tmpfs) to tell the file system's cost from expgit's own.
 """
 
 from __future__ import annotations
@@ -149,11 +153,11 @@ def _fresh_repo(where: Path) -> ExperienceRepository:
 
 
 # -------------------------------------------------------------------- part 1: calls
-async def bench_calls(batch_size: int) -> None:
+async def bench_calls(batch_size: int, where: str | None) -> None:
     train, held_out = (load_cases(EXAMPLE / "cases" / f) for f in ("train.yaml", "eval.yaml"))
     judged = sum(1 for c in train for k in c.rubric.criteria
                  if k.check is not None and k.check.type == "llm_judge")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=where) as tmp:
         repo = _fresh_repo(Path(tmp) / "repo.git")
         meter = UsageMeter()
         runtime = LLMRuntime.fixed(FakeChat(), meter=meter)
@@ -255,10 +259,11 @@ def _rollout(i: int) -> Rollout:
         evaluation=RubricEvaluation(passed=i % 3 != 0, score=0.5))
 
 
-async def bench_streaming(rollouts: int, producers: int, latency: float, mode: str) -> None:
+async def bench_streaming(rollouts: int, producers: int, latency: float, mode: str,
+                          where: str | None, git_threads: int = 1) -> None:
     clock = GitClock()
     clock.install()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=where) as tmp:
         repo = _fresh_repo(Path(tmp) / "repo.git")
         meter = UsageMeter()
         runtime = LLMRuntime.fixed(FakeChat(latency), meter=meter)
@@ -268,7 +273,8 @@ async def bench_streaming(rollouts: int, producers: int, latency: float, mode: s
         trainer = StreamingPolicyTrainer(TrajectoryRolloutAnalyzer(repo, llm),
                                          ExperienceGradientEstimator(repo, llm), engine,
                                          max_gradients_per_update=8, max_wait_seconds=2.0,
-                                         timer_check_interval_seconds=0.1)
+                                         timer_check_interval_seconds=0.1,
+                                         git_threads=git_threads)
         context = PipelineContext(mode="apply" if mode == "apply" else "propose")
         results: list[RolloutTrainingResult] = []
         queue = list(range(rollouts))
@@ -282,6 +288,8 @@ async def bench_streaming(rollouts: int, producers: int, latency: float, mode: s
         await trainer.close()
         wall = time.perf_counter() - started
         union, summed = clock.totals(started)
+        print(f"\n(repository in {tmp}; {git_threads} git thread"
+              f"{'s' if git_threads > 1 else ''})")
         _verify(repo, results, wall, union, summed, trainer, meter, mode, latency, producers)
         top = sorted(clock.by_method.items(), key=lambda kv: -kv[1][1])[:8]
         print("git time by GitRepo method (outermost calls): " + ", ".join(
@@ -299,7 +307,7 @@ def _verify(repo: ExperienceRepository, results: list[RolloutTrainingResult], wa
     lost = [sha for sha, name in gradients.items()
             if sha not in cited or (mode == "apply" and name not in main)]
     errors = [e for r in results for e in r.errors]
-    print(f"\n== Streaming: {len(results)} rollouts, {producers} producers, "
+    print(f"== Streaming: {len(results)} rollouts, {producers} producers, "
           f"{latency * 1000:.0f} ms fake LLM, mode {mode} ==")
     print(f"wall time: {wall:.1f} s; batches applied: {trainer.batches_applied}; "
           f"gradients: {len(gradients)}; errors: {len(errors)}"
@@ -325,10 +333,16 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--mode", choices=("apply", "propose"), default="apply")
     parser.add_argument("--skip-streaming", action="store_true")
+    parser.add_argument("--dir", default=None, metavar="PATH",
+                        help="make the repositories in PATH (e.g. /dev/shm: tmpfs) instead "
+                             "of the system's temporary folder")
+    parser.add_argument("--git-threads", type=int, default=1,
+                        help="threads of the streaming trainer's git executor")
     args = parser.parse_args()
-    asyncio.run(bench_calls(args.batch_size))
+    asyncio.run(bench_calls(args.batch_size, args.dir))
     if not args.skip_streaming:
-        asyncio.run(bench_streaming(args.rollouts, args.producers, args.latency, args.mode))
+        asyncio.run(bench_streaming(args.rollouts, args.producers, args.latency, args.mode,
+                                    args.dir, args.git_threads))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import weakref
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -27,6 +29,23 @@ from expgit.llm.port import ChatMessages, ChatModel, LLMOutputError, UsageMeter
 T = TypeVar("T", bound=BaseModel)
 Mode = Literal["json_schema", "json_object", "prompt"]
 _FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.S)
+_SCHEMAS: weakref.WeakKeyDictionary[type[BaseModel], tuple[dict[str, Any], str]] = \
+    weakref.WeakKeyDictionary()
+_SCHEMAS_LOCK = threading.Lock()
+
+
+def output_schema(output: type[BaseModel]) -> tuple[dict[str, Any], str]:
+    """(JSON Schema, its compact JSON text) of an output model, computed once per model
+    class (pydantic rebuilds it on every ``model_json_schema()`` call: milliseconds). A
+    model class does not change once defined; the schema is shared, never to be mutated."""
+    with _SCHEMAS_LOCK:
+        cached = _SCHEMAS.get(output)
+    if cached is None:
+        schema = output.model_json_schema()
+        cached = (schema, json.dumps(schema, separators=(",", ":")))
+        with _SCHEMAS_LOCK:
+            _SCHEMAS[output] = cached
+    return cached
 
 
 def parse_json_reply(text: str, output: type[T]) -> T:
@@ -58,7 +77,7 @@ class StructuredLLM:
         self.schema_in_prompt = schema_in_prompt
 
     def _format(self, output: type[BaseModel]) -> dict[str, Any] | None:
-        schema = output.model_json_schema()
+        schema = output_schema(output)[0]
         if self.mode == "json_schema":
             return {"type": "json_schema",
                     "json_schema": {"name": output.__name__, "schema": schema}}
@@ -70,7 +89,7 @@ class StructuredLLM:
         if not self.schema_in_prompt:
             return "\n\nReply with exactly one JSON object, no other text."
         return ("\n\nReply with exactly one JSON object, no other text, matching this JSON "
-                f"Schema:\n{json.dumps(output.model_json_schema(), separators=(',', ':'))}")
+                f"Schema:\n{output_schema(output)[1]}")
 
     async def _call(self, messages: ChatMessages, stage: str, fmt: dict[str, Any] | None
                     ) -> str:

@@ -15,19 +15,25 @@ Two sources, both read from git (no side database):
 
 :func:`experience_stats` is cached in memory by the tips of the two branches (and each
 trajectory's parsed front matter by its blob id), so a repeated call with no new record
-reads nothing but two refs.
+reads nothing but two refs; and kept incrementally: when the trajectories branch has only
+grown since the last tip seen (the usual case: trajectories are only added), one diff of
+the two folder trees finds the new files and only they are read and tallied. Anything
+else (a file removed or changed, another history) reads the folder whole. The answer is
+always the roll-up of what the branches hold at their tips: no staleness.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import yaml
 
+from expgit.gitrepo import TreeEntry
 from expgit.outcomes.records import OutcomeRecord, polarity
 from expgit.outcomes.store import OutcomeStore
 from expgit.repository import ExperienceRepository
@@ -93,7 +99,7 @@ class _Tally:
         self.harmful += sign < 0
 
     def stats(self) -> ExperienceStats:
-        mean = sum(self.scores) / len(self.scores) if self.scores else None
+        mean = math.fsum(self.scores) / len(self.scores) if self.scores else None
         return ExperienceStats(self.name, self.used, self.passed, self.failed, self.helpful,
                                self.harmful, self.outcomes, mean, self.last)
 
@@ -177,38 +183,128 @@ def trajectory_row(tid: str, text: str) -> UsageRow | None:
                     parse_time(front.get("analyzed_at")))
 
 
+class _Rows:
+    """The usage rows of one trajectories folder tree (by file name), the tallies of
+    their uses and those tallies' statistics, extended in place as trajectories are
+    added (the branch only grows; anything else rebuilds it)."""
+
+    def __init__(self, folder: str | None) -> None:
+        self.folder = folder
+        self.rows: dict[str, UsageRow] = {}
+        self.tallies: dict[str, _Tally] = {}
+        self.stats: dict[str, ExperienceStats] = {}
+        self.sorted: dict[str, ExperienceStats] | None = None
+
+    def add(self, name: str, row: UsageRow | None) -> None:
+        if row is None:
+            return
+        self.rows[name] = row
+        for used in row.experiences:
+            tally = self.tallies.setdefault(used, _Tally(used))
+            tally.use(row)
+            self.stats[used] = tally.stats()
+        self.sorted = None
+
+    def by_name(self) -> dict[str, ExperienceStats]:
+        if self.sorted is None:
+            self.sorted = {name: self.stats[name] for name in sorted(self.stats)}
+        return self.sorted
+
+
 class _Cache:
     lock: ClassVar[threading.Lock] = threading.Lock()
     rows: ClassVar[dict[str, UsageRow | None]] = {}  # blob id -> parsed row
     results: ClassVar[dict[tuple[str, ...], dict[str, ExperienceStats]]] = {}
+    folders: ClassVar[dict[tuple[str, str], _Rows]] = {}  # (common dir, ref) -> rows
+    update: ClassVar[threading.Lock] = threading.Lock()  # of ``folders``' entries
+    outcomes: ClassVar[dict[tuple[str, str], tuple[str, list[OutcomeRecord]]]] = {}
 
 
-def _trajectory_rows(repo: ExperienceRepository, tip: str | None) -> list[UsageRow]:
-    if tip is None:
-        return []
-    git = repo.git
-    folder = git.path_entry(git.read_commit(tip).tree, FOLDER)
-    if folder is None or not folder.is_tree:
-        return []
-    entries = [e for e in git.read_tree(folder.sha)
-               if not e.is_tree and e.name.endswith(".md")]
+def _parsed(repo: ExperienceRepository, entries: list[TreeEntry]) -> list[UsageRow | None]:
+    """The usage rows of trajectory files (cached by blob id)."""
     with _Cache.lock:
         missing = [e for e in entries if e.sha not in _Cache.rows]
-    blobs = git.read_blobs(e.sha for e in missing)
+    blobs = repo.git.read_blobs(e.sha for e in missing)
     parsed = {e.sha: trajectory_row(e.name[:-3], blobs[e.sha].decode("utf-8", "replace"))
               for e in missing}
     with _Cache.lock:
         if len(_Cache.rows) + len(parsed) > _ROWS_CACHED:
             _Cache.rows.clear()
         _Cache.rows.update(parsed)
-        rows = [parsed[e.sha] if e.sha in parsed else _Cache.rows.get(e.sha)
+        return [parsed[e.sha] if e.sha in parsed else _Cache.rows.get(e.sha)
                 for e in entries]
-    return [row for row in rows if row is not None]
+
+
+def _is_trajectory(entry: TreeEntry | None) -> bool:
+    return entry is not None and not entry.is_tree and entry.name.endswith(".md")
+
+
+def _folder_rows(repo: ExperienceRepository, ref: str, tip: str | None) -> _Rows:
+    """The rows of the trajectories folder at ``tip``: the cached rows of the last tip
+    seen, extended by the files added since (one tree diff), else read whole. Call with
+    ``_Cache.update`` held."""
+    git = repo.git
+    entry = git.path_entry(git.read_commit(tip).tree, FOLDER) if tip else None
+    folder = entry.sha if entry is not None and entry.is_tree else None
+    key = (str(git.common_dir), ref)
+    state = _Cache.folders.get(key)
+    if state is not None and state.folder == folder:
+        return state
+    pairs = git.diff_trees(state.folder, folder) if state is not None and folder else None
+    if state is None or pairs is None or any(old is not None for old, _ in pairs):
+        state, added = _Rows(folder), [e for e in git.read_tree(folder)
+                                       if _is_trajectory(e)] if folder else []
+    else:  # only additions
+        added = [new for _, new in pairs if new is not None and _is_trajectory(new)]
+    rows = _parsed(repo, added)  # may fail: the state is changed only after
+    state.folder = folder
+    for new, row in zip(added, rows, strict=True):
+        state.add(new.name, row)
+    _Cache.folders[key] = state
+    return state
+
+
+def _outcome_records(store: OutcomeStore, tip: str | None) -> list[OutcomeRecord]:
+    """Every outcome record at ``tip`` of the outcomes branch (the last tip's kept)."""
+    if tip is None:
+        return []
+    key = (str(store.repo.git.common_dir), store.branch.ref)
+    cached = _Cache.outcomes.get(key)
+    if cached is not None and cached[0] == tip:
+        return cached[1]
+    records = store.all()
+    _Cache.outcomes[key] = (tip, records)
+    return records
+
+
+def with_outcomes(rows: _Rows, outcomes: list[OutcomeRecord]) -> dict[str, ExperienceStats]:
+    """The statistics of ``rows`` with ``outcomes`` counted in, as :func:`roll_up` of
+    the same rows and records makes them."""
+    if not outcomes:
+        return rows.by_name()
+    used_by = {row.rollout_id: row.experiences for row in rows.rows.values()}
+    tallies: dict[str, _Tally] = {}
+    for record in outcomes:
+        if record.target_kind == "experience":
+            names: tuple[str, ...] = (record.target_id,)
+        else:
+            names = used_by.get(outcome_run_id(record) or "", ())
+        for name in names:
+            tallies.setdefault(name, _Tally(name)).outcome(record)
+    result = dict(rows.stats)
+    for name, tally in tallies.items():
+        base = result.get(name, ExperienceStats(name))
+        result[name] = replace(base, helpful=tally.helpful, harmful=tally.harmful,
+                               outcomes=tally.outcomes)
+    return {name: result[name] for name in sorted(result)}
 
 
 def experience_stats(repo: ExperienceRepository) -> dict[str, ExperienceStats]:
     """Per-experience statistics from the trajectories and outcomes branches, by name
-    (experiences never used nor judged are absent). Reads only."""
+    (experiences never used nor judged are absent). Reads only.
+
+    Incremental: the trajectories seen at the last tip are kept with their tallies, and
+    a new tip adds only the files added since (a diff of two folder trees)."""
     trajectories = TrajectoryStore(repo)
     outcomes = OutcomeStore(repo)
     trajectories_tip = repo.git.ref(trajectories.ref)
@@ -219,8 +315,9 @@ def experience_stats(repo: ExperienceRepository) -> dict[str, ExperienceStats]:
         cached = _Cache.results.get(key)
     if cached is not None:
         return dict(cached)
-    rows = _trajectory_rows(repo, trajectories_tip)
-    result = roll_up(rows, outcomes.all() if outcomes_tip else [])
+    with _Cache.update:
+        rows = _folder_rows(repo, trajectories.ref, trajectories_tip)
+        result = with_outcomes(rows, _outcome_records(outcomes, outcomes_tip))
     with _Cache.lock:
         if len(_Cache.results) >= _RESULTS_CACHED:
             _Cache.results.clear()

@@ -4,7 +4,9 @@
 applies, and releases the lock, so concurrent trainers (batch, streaming, other
 processes) each plan on the ``main`` the previous one left. Analysis and estimation
 happen before, outside the lock. The lock waits ``lock_wait_seconds`` (expgit.toml) and
-then raises LockHeldError.
+then raises LockHeldError. Git work runs through :func:`expgit.gitexec.run_git` (the
+caller's git executor, if any); waiting for the lock never does (it could hold up every
+git call behind it).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from expgit.gitexec import run_git
 from expgit.lock import RepoLock
 from expgit.repository import ExperienceRepository
 from expgit.train.components.policy_updater import set_ref
@@ -34,12 +37,12 @@ class PolicyTrainingEngine:
                              ) -> tuple[PolicyUpdatePlan, PolicyApplyResult]:
         """No gradients: an empty plan and no change, without the lock or any call."""
         if not gradients:
-            snapshot = await asyncio.to_thread(self.repo.snapshot)
+            snapshot = await run_git(self.repo.snapshot)
             return PolicyUpdatePlan(), PolicyApplyResult(updated_policy_set=set_ref(snapshot))
         lock = self.repo.lock(f"expgit train: update from {len(gradients)} gradients")
         await _acquire(lock)
         try:
-            latest = await asyncio.to_thread(self.repo.snapshot)
+            latest = await run_git(self.repo.snapshot)
             plan = await self.optimizer.plan(gradients, latest, context)
             result = await self.updater.apply(plan, latest, context)
         finally:

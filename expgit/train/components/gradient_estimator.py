@@ -12,10 +12,9 @@ validation is dropped and its reason recorded, never committed.
 
 from __future__ import annotations
 
-import asyncio
-
 from expgit.errors import ExpgitError, InvalidInputError
 from expgit.experience import NAME_MAX
+from expgit.gitexec import run_git
 from expgit.gradients import Gradient, GradientRequest, propose
 from expgit.llm.structured import StructuredLLM
 from expgit.outcomes.stats import ExperienceStats, experience_stats, track_record
@@ -136,7 +135,7 @@ class ExperienceGradientEstimator:
         for edit in out.edits:
             try:
                 request = self._request(edit, trajectory.uri, experience_set, visible, seen)
-                gradient = await asyncio.to_thread(propose, self.repo, request)
+                gradient = await run_git(propose, self.repo, request)
             except InvalidInputError as exc:
                 rejected.append(f"{edit.action} {edit.name!r}: {exc.message}")
                 continue
@@ -148,7 +147,7 @@ class ExperienceGradientEstimator:
         if not self.usage_stats:
             return {}
         try:
-            return await asyncio.to_thread(experience_stats, self.repo)
+            return await run_git(experience_stats, self.repo)
         except ExpgitError as exc:
             analysis.metadata["stats_error"] = exc.message
             return {}

@@ -9,11 +9,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from expgit import apply as core_apply
 from expgit.errors import ConflictError, InvalidInputError
+from expgit.gitexec import run_git
 from expgit.gradients import Gradient, find_gradient
 from expgit.proposals import MergePlan, PlanItem, Proposal, commit_plan
 from expgit.repository import ExperienceRepository
@@ -70,7 +70,7 @@ class GitPolicyUpdater:
         written, deleted = _names(plan)
         if not plan.items:
             return PolicyApplyResult(updated_policy_set=set_ref(policy_set))
-        proposal = await asyncio.to_thread(self._propose, plan, policy_set)
+        proposal = await run_git(self._propose, plan, policy_set)
         result = PolicyApplyResult(
             updated_policy_set=set_ref(policy_set), proposal_id=proposal.id,
             written=written, deleted=deleted,
@@ -79,12 +79,11 @@ class GitPolicyUpdater:
         if context.mode != "apply":
             return result
         try:
-            applied = await asyncio.to_thread(core_apply.apply_proposal_locked, self.repo,
-                                              proposal.id)
+            applied = await run_git(core_apply.apply_proposal_locked, self.repo, proposal.id)
         except ConflictError as exc:
             result.errors.append(f"proposal {proposal.id} was not applied: {exc.message}")
             return result
-        snapshot = await asyncio.to_thread(self.repo.snapshot, applied.commit)
+        snapshot = await run_git(self.repo.snapshot, applied.commit)
         result.applied_commit = applied.commit
         result.updated_policy_set = set_ref(snapshot)
         result.metadata.update(rebased=applied.rebased, warnings=list(applied.warnings))

@@ -6,6 +6,11 @@ a batch when ``max_gradients_per_update`` gradients are pending, when the oldest
 gradient has waited ``max_wait_seconds`` (checked every ``timer_check_interval_seconds``),
 or on :meth:`flush` / :meth:`close`. Batches go through the engine one at a time. A
 rollout's gradients are never split across batches.
+
+The git work of submissions and batches (trajectory and gradient commits, snapshots,
+proposals, applies) runs on the trainer's own :class:`~expgit.gitexec.GitExecutor`
+(``git_threads`` threads, default 1), not the loop's default pool: one git call at a
+time, none waiting behind the GIL for the others; the event loop never waits for git.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from expgit.errors import UsageError
+from expgit.gitexec import GitExecutor, run_git
 from expgit.train.components.policy_trainer import (
     Prepared,
     TrainingEngine,
@@ -75,11 +81,11 @@ class StreamingPolicyTrainer:
     def __init__(self, analyzer: RolloutAnalyzer, estimator: GradientEstimator,
                  engine: TrainingEngine, *, max_gradients_per_update: int = 8,
                  max_wait_seconds: float = 10.0, timer_check_interval_seconds: float = 1.0,
-                 concurrency: int = 4) -> None:
+                 concurrency: int = 4, git_threads: int = 1) -> None:
         if max_gradients_per_update < 1 or max_wait_seconds <= 0 \
-                or timer_check_interval_seconds <= 0 or concurrency < 1:
-            raise UsageError("streaming trainer: max_gradients_per_update and concurrency "
-                             "must be >= 1, the waits > 0")
+                or timer_check_interval_seconds <= 0 or concurrency < 1 or git_threads < 1:
+            raise UsageError("streaming trainer: max_gradients_per_update, concurrency and "
+                             "git_threads must be >= 1, the waits > 0")
         self.analyzer = analyzer
         self.estimator = estimator
         self.engine = engine
@@ -88,6 +94,7 @@ class StreamingPolicyTrainer:
         self.timer_check_interval_seconds = timer_check_interval_seconds
         self.concurrency = concurrency  # of analysis/estimation in train_rollouts
         self.batches_applied = 0
+        self.git_executor = GitExecutor(git_threads, name="expgit-streaming-git")
         self._pending: list[_Entry] = []
         self._seq = 0
         self._force_upto = -1
@@ -104,7 +111,8 @@ class StreamingPolicyTrainer:
         """Analyse and estimate ``rollout`` (against ``policy_set``, default: the current
         ``main``), then wait until its gradients are planned and applied."""
         self._check_open()
-        prepared = await self._prepare(rollout, context, policy_set, analysis)
+        with self.git_executor.current():
+            prepared = await self._prepare(rollout, context, policy_set, analysis)
         if prepared.error is not None or not prepared.gradients:
             return scoped(prepared, _Outcome(error=prepared.error))
         return scoped(prepared, await asyncio.shield(self._enqueue(prepared, context)))
@@ -121,7 +129,8 @@ class StreamingPolicyTrainer:
 
         async def one(rollout: Rollout, analysis: RolloutAnalysis | None) -> Prepared:
             async with gate:
-                return await self._prepare(rollout, context, policy_set, analysis)
+                with self.git_executor.current():
+                    return await self._prepare(rollout, context, policy_set, analysis)
 
         prepared = await asyncio.gather(*(one(r, a) for r, a in zip(rollouts, given,
                                                                     strict=True)))
@@ -146,6 +155,7 @@ class StreamingPolicyTrainer:
         self._poke()
         if self._worker is not None and not self._worker.done():
             await asyncio.shield(self._worker)
+        self.git_executor.close()  # git calls still running finish on the default pool
 
     # ------------------------------------------------------------------- internals
     def _check_open(self) -> None:
@@ -157,7 +167,7 @@ class StreamingPolicyTrainer:
                        analysis: RolloutAnalysis | None) -> Prepared:
         if policy_set is None:
             try:
-                policy_set = await asyncio.to_thread(self._current_main)
+                policy_set = await run_git(self._current_main)
             except Exception as exc:
                 return Prepared(rollout, analysis, error=f"case {rollout.case.name}: "
                                 f"cannot read the policy: {describe(exc)}")
@@ -218,6 +228,10 @@ class StreamingPolicyTrainer:
         return batch
 
     async def _run(self) -> None:
+        with self.git_executor.current():  # this task's context: its batches' git work
+            await self._loop()
+
+    async def _loop(self) -> None:
         assert self._wake is not None
         loop = asyncio.get_running_loop()
         while True:

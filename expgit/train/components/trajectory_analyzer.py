@@ -11,7 +11,6 @@ was written with, so a second analysis of the same rollout reuses it without any
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -21,6 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from expgit.errors import InvalidInputError
+from expgit.gitexec import run_git
 from expgit.llm.structured import StructuredLLM
 from expgit.repository import ExperienceRepository
 from expgit.templates import render, render_prompt
@@ -132,7 +132,7 @@ class TrajectoryRolloutAnalyzer:
 
     async def analyze(self, rollout: Rollout, context: PipelineContext) -> RolloutAnalysis:
         tid = rollout_id(rollout)
-        stored = await asyncio.to_thread(self.store.find, tid)
+        stored = await run_git(self.store.find, tid)
         if stored is not None:
             return self._reuse(rollout, tid, stored)
         evaluation, source = await self._evaluate(rollout, context)
@@ -151,10 +151,10 @@ class TrajectoryRolloutAnalyzer:
         else:  # the evaluation is the ground truth: the outcome follows from it
             out = out.model_copy(update={"outcome": outcome_of(evaluation)})
         document = self._document(rollout, tid, out, evaluation, source)
-        uri, created = await asyncio.to_thread(
+        uri, created = await run_git(
             self.store.store, tid, document, f"trajectory: {out.title}")
         if not created:  # another analyzer stored this rollout meanwhile: theirs wins
-            return self._reuse(rollout, tid, await asyncio.to_thread(self.store.read, uri))
+            return self._reuse(rollout, tid, await run_git(self.store.read, uri))
         trajectory = Trajectory(
             name=tid, uri=uri, content=document, outcome=out.outcome,
             retrieval_anchor=out.retrieval_anchor,
