@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -185,3 +186,23 @@ def driver(run_cli, seeded_repo: ExperienceRepository, tmp_path: Path  # type: i
            ) -> Driver:
     """The CLI driving the seeded (non-bare) repository at ``tmp_path / "repo"``."""
     return Driver(run_cli, tmp_path / "repo", tmp_path / "scratch")
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    """Start local OpenAI-compatible servers answering from strict scripts:
+    ``serve([Step(...), ...]) -> ScriptServer`` (its ``url``, ``chat``, ``unexpected``);
+    all are stopped after the test."""
+    from script_server import ScriptServer
+
+    from expgit.llm.scripted import ScriptedChatModel
+
+    servers: list[ScriptServer] = []
+
+    def start(steps: list[Any]) -> ScriptServer:
+        servers.append(ScriptServer(ScriptedChatModel(steps)))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import ROOT, fsck, git, repo_state
-from test_cli_train import ScriptServer, agent, cases_file
+from test_cli_train import agent, cases_file
 from test_pipeline import BAGGAGE_CASE, PETS_CASE, analyze, estimate_for, lesson_bodies, merge_of
 
 from expgit.llm.factory import LLMRuntime
@@ -57,17 +57,6 @@ def env_service(tmp_path: Path) -> Iterator[Any]:
         server.stop()
 
 
-@pytest.fixture
-def trainer_llm() -> Iterator[Any]:
-    servers: list[ScriptServer] = []
-
-    def start(steps: list[Step]) -> ScriptServer:
-        servers.append(ScriptServer(ScriptedChatModel(steps)))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
 
 
 def training_steps(repo: ExperienceRepository) -> list[Step]:
@@ -84,13 +73,13 @@ def free_port() -> int:
 
 
 def test_train_propose_through_the_environment_service(
-        run_cli: Any, env_service: Any, trainer_llm: Any, seeded_repo: ExperienceRepository,
+        run_cli: Any, env_service: Any, serve: Any, seeded_repo: ExperienceRepository,
         tmp_path: Path) -> None:
     path = tmp_path / "repo"
     main = seeded_repo.main_commit()
     snapshot_id = seeded_repo.snapshot().id
     service = env_service(rollouts=4)  # baseline 1, train 2, final 1
-    trainer = trainer_llm(training_steps(seeded_repo))
+    trainer = serve(training_steps(seeded_repo))
     result = run_cli("-C", path, "train", "--env-url", service.url, "--eval-split", "eval",
                      "--mode", "propose", "--llm", "openai", "--base-url", trainer.url,
                      "--json")
@@ -166,11 +155,11 @@ def test_rollouts_failing_in_the_service_fail_the_eval_with_its_error(
 @pytest.mark.parametrize("command", [
     ["train", "--eval-split", "eval", "--mode", "propose"], ["eval"]])
 def test_a_down_service_is_a_clear_error_before_any_model_and_nothing_is_written(
-        run_cli: Any, trainer_llm: Any, seeded_repo: ExperienceRepository, tmp_path: Path,
+        run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path,
         command: list[str]) -> None:
     path = tmp_path / "repo"
     before = repo_state(path)
-    trainer = trainer_llm([])
+    trainer = serve([])
     url = f"http://127.0.0.1:{free_port()}"
     result = run_cli("-C", path, *command, "--env-url", url, "--llm", "openai",
                      "--base-url", trainer.url)
@@ -213,11 +202,11 @@ def test_wrong_token_unknown_split_and_bad_flags(
 
 
 def test_env_serve_command_serves_until_sigterm(
-        run_cli: Any, trainer_llm: Any, seeded_repo: ExperienceRepository,
+        run_cli: Any, serve: Any, seeded_repo: ExperienceRepository,
         tmp_path: Path) -> None:
     """The real command in its own process: URL on stdout when ready, cases and
     rollouts over HTTP (its LLM: --base-url), a clean exit on SIGTERM."""
-    env_llm = trainer_llm([Step("rollout", agent), Step("rollout", agent)])
+    env_llm = serve([Step("rollout", agent), Step("rollout", agent)])
     train = cases_file(tmp_path / "train.yaml", BAGGAGE_CASE, PETS_CASE)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("EXPGIT_TOKEN", None)

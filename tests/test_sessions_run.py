@@ -9,9 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
 from conftest import fsck, git, repo_state
-from test_cli_train import STAGES
 from test_pipeline import analyze, estimate_for, lesson_bodies, merge_of
 
 from expgit.llm.factory import LLMRuntime
@@ -161,25 +159,10 @@ def test_run_segments_pending_sessions_and_keeps_invalid_ones_pending(
     assert report.segmented == [manifests["labelled"].session_key]
 
 
-@pytest.fixture
-def scripted_server(monkeypatch: pytest.MonkeyPatch) -> Any:
-    from test_cli_train import ScriptServer
-
-    monkeypatch.setitem(STAGES, "SegmentOutput", "segment")
-    monkeypatch.setitem(STAGES, "ScoreOutput", "score")
-    servers: list[ScriptServer] = []
-
-    def start(steps: list[Step]) -> ScriptServer:
-        servers.append(ScriptServer(ScriptedChatModel(steps)))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
 
 
 def test_cli_ingest_status_run(run_cli: Any, seeded_repo: ExperienceRepository,
-                               tmp_path: Path, scripted_server: Any) -> None:
+                               tmp_path: Path, serve: Any) -> None:
     repo_dir = tmp_path / "repo"
     broken = tmp_path / "gold.jsonl"
     broken.write_text(json.dumps(GOLD[0]) + "\nnot json\n\n" + json.dumps(GOLD[1]) + "\n")
@@ -193,7 +176,7 @@ def test_cli_ingest_status_run(run_cli: Any, seeded_repo: ExperienceRepository,
     status = json.loads(run_cli("-C", repo_dir, "sessions", "status", "--json").out)
     assert (status["sessions"], status["segments"], status["labelled"]) == (2, 2, 0)
 
-    server = scripted_server(training_script(seeded_repo).steps)
+    server = serve(training_script(seeded_repo).steps)
     out = run_cli("-C", repo_dir, "sessions", "run", "--base-url", server.url, "--json")
     assert out.code == 0, out.err
     assert server.unexpected == [] and server.requests == 5
