@@ -13,6 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from expgit import yamldump
 from expgit.errors import InvalidInputError
 from expgit.yamlload import UniqueKeyLoader
 
@@ -106,7 +107,7 @@ class Experience(BaseModel):
         fm = self.raw_front_matter
         if fm is None:
             data = self.front_matter.model_dump()
-            fm = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000)
+            fm = yamldump.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000)
         closing = "\n" if self.closing_newline or self.body else ""
         return f"{_FENCE}\n{fm}{_FENCE}{closing}{self.body}"
 

@@ -22,12 +22,14 @@ import asyncio
 import itertools
 import math
 import re
+import threading
 from collections import Counter
 from typing import Any, Protocol
 
 from expgit.errors import InvalidInputError
 from expgit.llm.port import EmbeddingModel, LLMError
 from expgit.snapshot import ExperienceEntry, Snapshot
+from expgit.train.lexical_index import LexicalIndex
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 _STOP_WORDS = (
@@ -39,8 +41,6 @@ _STOP_WORDS = (
 _STOP = frozenset(_STOP_WORDS.split())
 _SUFFIXES = ("ations", "ation", "ings", "ing", "able", "ed", "es", "s", "e")
 _CACHE_LIMIT = 4096  # blobs per cache; the oldest are dropped first
-_K1 = 1.5
-_B = 0.75
 
 
 class ExperienceRanker(Protocol):
@@ -70,18 +70,18 @@ def tokenize(text: str) -> list[str]:
     return [stem(t) for t in _TOKEN.findall(text.lower()) if t not in _STOP]
 
 
+def usable(entry: ExperienceEntry) -> bool:
+    """Whether the entry has valid front matter and a status other than deprecated."""
+    try:
+        return entry.experience.status != "deprecated"
+    except InvalidInputError:
+        return False
+
+
 def eligible(snapshot: Snapshot) -> list[ExperienceEntry]:
     """Entries with valid front matter and a status other than deprecated, by name."""
-    result = []
-    for name in snapshot.names():
-        entry = snapshot.entries[name]
-        try:
-            status = entry.experience.status
-        except InvalidInputError:
-            continue
-        if status != "deprecated":
-            result.append(entry)
-    return result
+    return [snapshot.entries[name] for name in snapshot.names()
+            if usable(snapshot.entries[name])]
 
 
 def document_text(entry: ExperienceEntry) -> str:
@@ -99,43 +99,51 @@ def _document_tokens(entry: ExperienceEntry) -> list[str]:
 
 
 class LexicalRanker:
-    """BM25 ranking over name, summary, tags and body; token lists cached by blob sha."""
+    """BM25 ranking over name, summary, tags and body.
+
+    Keeps a :class:`LexicalIndex` of the last snapshot ranked (token counts, lengths, an
+    inverted index): a new snapshot is indexed from it by the entries whose blob changed,
+    so a snapshot with one more experience costs one document, and a query scores only
+    the documents that contain one of its terms. Token counts are cached by blob sha.
+    Thread safe; the ranking is the same as scoring every document."""
 
     def __init__(self) -> None:
         self._tokens: dict[str, Counter[str]] = {}
+        self._index: LexicalIndex | None = None
+        self._snapshot: Snapshot | None = None  # the snapshot _index is of, and its size
+        self._size = 0
+        self._lock = threading.Lock()
 
     def _counts(self, entry: ExperienceEntry) -> Counter[str]:
-        counts = self._tokens.get(entry.blob)
+        with self._lock:
+            counts = self._tokens.get(entry.blob)
         if counts is None:
-            _trim(self._tokens, _CACHE_LIMIT - 1)
-            counts = self._tokens[entry.blob] = Counter(_document_tokens(entry))
+            counts = Counter(_document_tokens(entry))
+            with self._lock:
+                _trim(self._tokens, _CACHE_LIMIT - 1)
+                self._tokens[entry.blob] = counts
         return counts
+
+    def index(self, snapshot: Snapshot) -> LexicalIndex:
+        """The index of ``snapshot``'s eligible entries (updated from the last one)."""
+        with self._lock:
+            previous, last, size = self._index, self._snapshot, self._size
+        if previous is not None and last is snapshot and size == len(snapshot.entries):
+            return previous  # the same snapshot again (a snapshot is not changed in place)
+        index = LexicalIndex.build(snapshot, self._counts, usable, previous)
+        with self._lock:
+            self._index, self._snapshot, self._size = index, snapshot, len(snapshot.entries)
+        return index
 
     def scores(self, query: str, snapshot: Snapshot) -> list[tuple[float, ExperienceEntry]]:
         """(BM25 score, entry) of every eligible entry, best first, ties by name."""
-        entries = eligible(snapshot)
-        if not entries:
-            return []
-        docs = [self._counts(e) for e in entries]
-        lengths = [sum(d.values()) for d in docs]
-        avg = sum(lengths) / len(lengths) or 1.0
-        terms = set(tokenize(query))
-        df = {t: sum(1 for d in docs if t in d) for t in terms}
-        n = len(docs)
-        scored = []
-        for entry, doc, length in zip(entries, docs, lengths, strict=True):
-            score = 0.0
-            for term in terms:
-                tf = doc.get(term, 0)
-                if tf:
-                    idf = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
-                    score += idf * tf * (_K1 + 1) / (tf + _K1 * (1 - _B + _B * length / avg))
-            scored.append((score, entry))
-        scored.sort(key=lambda item: (-item[0], item[1].name))
-        return scored
+        return self.index(snapshot).scores(set(tokenize(query)), snapshot)
 
     async def rank(self, query: str, snapshot: Snapshot, k: int) -> list[ExperienceEntry]:
-        return [entry for _, entry in self.scores(query, snapshot)[:max(k, 0)]]
+        if k <= 0:
+            return []
+        terms = set(tokenize(query))
+        return [entry for _, entry in self.index(snapshot).scores(terms, snapshot, k)]
 
 
 def _trim(cache: dict[str, Any], size: int) -> None:

@@ -38,6 +38,7 @@ from expgit.train.domain import (
 from expgit.train.experience_usage import read_usage, usage_records
 from expgit.train.interfaces import RolloutEvaluator
 from expgit.train.trajectory_store import TrajectoryStore, rollout_id
+from expgit.yamldump import safe_dump
 
 __all__ = ["AnalyzeOutput", "TrajectoryRolloutAnalyzer", "read_front_matter", "truncate"]
 
@@ -203,7 +204,7 @@ class TrajectoryRolloutAnalyzer:
             "experiences_used": usage_records(used),
             "analyzed_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
-        front_matter = yaml.safe_dump(front, sort_keys=False, allow_unicode=True, width=1000)
+        front_matter = safe_dump(front, sort_keys=False, allow_unicode=True, width=1000)
         return render("trajectory.md.j2", self.repo, front_matter=front_matter, analysis=out,
                       case=rollout.case, evaluation=evaluation, evaluation_source=source,
                       rollout_error=rollout.error)
