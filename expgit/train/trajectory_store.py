@@ -63,13 +63,9 @@ class TrajectoryStore:
 
     # ------------------------------------------------------------------ reads
     def _read_at(self, ref: str, path: str) -> str | None:
-        tip = self.repo.git.ref(ref)
-        if tip is None:
-            return None
-        entry = self.repo.git.path_entry(self.repo.git.read_commit(tip).tree, path)
-        if entry is None or entry.is_tree:
-            return None
-        return self.repo.git.read_blob(entry.sha).decode("utf-8", "replace")
+        tip = self.repo.git.ref(ref)  # a URI may name another branch than this store's
+        data = self.side.read(path, tip=tip) if tip is not None else None
+        return None if data is None else data.decode("utf-8", "replace")
 
     def find(self, tid: str) -> str | None:
         """The stored document of trajectory ``tid``, None if it is not stored."""

@@ -39,6 +39,7 @@ from expgit.train.domain import (
     RolloutTrainingResult,
 )
 from expgit.train.interfaces import ExperienceSet, GradientEstimator, RolloutAnalyzer
+from expgit.train.pipeline import combined_apply_result
 
 
 @dataclass
@@ -270,15 +271,8 @@ def merge_results(prepared: Sequence[Prepared], outcomes: dict[int, _Outcome]
     if plans:
         result.plan = PolicyUpdatePlan(items=[i for p in plans for i in p.items],
                                        metadata={"batches": len(plans)})
-    applied = [o.apply_result for o in batches if o.apply_result is not None]
-    if applied:
-        last = applied[-1]
-        result.apply_result = last.model_copy(update={
-            "written": sorted({n for a in applied for n in a.written}),
-            "deleted": sorted({n for a in applied for n in a.deleted}),
-            "errors": [m for a in applied for m in a.errors],
-            "metadata": {**last.metadata,
-                         "batches": [a.model_dump(mode="json") for a in applied]}})
+    result.apply_result = combined_apply_result(
+        [o.apply_result for o in batches if o.apply_result is not None])
     for outcome in batches:
         result.errors.extend([outcome.error] if outcome.error
                              else update_errors(outcome.apply_result))
