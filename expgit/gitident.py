@@ -62,7 +62,14 @@ class Identities:
 
     def line(self, kind: str, now: float | None = None) -> str:
         """``Name <email> <seconds> <+hhmm>`` for ``kind`` (AUTHOR or COMMITTER), as
-        ``git commit-tree`` would record it now."""
+        ``git commit-tree`` would record it now (:func:`fallback_ident` when git has
+        none)."""
+        when = time.time() if now is None else now
+        return self.known_line(kind, when) or fallback_ident(when)
+
+    def known_line(self, kind: str, now: float | None = None) -> str | None:
+        """As :meth:`line`, None when git has no identity of ``kind`` (then git's own
+        non-strict fallback, in a reflog, is git's to choose)."""
         key = repository_key()
         with self._lock:
             if key != self._key:
@@ -77,11 +84,10 @@ class Identities:
                     text = text.rsplit(" ", 2)[0]
                 self._known[kind] = (text, fixed) if text else None
             known = self._known[kind]
-        when = time.time() if now is None else now
         if known is None:
-            return fallback_ident(when)
+            return None
         text, fixed = known
-        return text if fixed else f"{text} {git_date(when)}"
+        return text if fixed else f"{text} {git_date(time.time() if now is None else now)}"
 
 
 class WriterSettings:

@@ -41,6 +41,24 @@ def read_loose(objects_dir: str, sha: str) -> tuple[bytes, bytes] | None:
     return kind, content
 
 
+def loose_kind(objects_dir: str, sha: str) -> bytes | None:
+    """The kind (``b"commit"``, ...) of the loose object ``sha`` from the head of its
+    file, None when it is not stored loose (or its head is not an object header)."""
+    try:
+        with open(os.path.join(objects_dir, sha[:2], sha[2:]), "rb") as handle:
+            start = handle.read(512)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    try:
+        head = zlib.decompressobj().decompress(start, 32)
+    except zlib.error:
+        return None
+    kind, space, size = head.partition(b"\0")[0].partition(b" ")
+    if not space or not size.isdigit() or kind not in (b"commit", b"tree", b"blob", b"tag"):
+        return None
+    return kind
+
+
 def message_needs_git(message: str) -> bool:
     """Whether git would refuse or rewrite this commit message (then git writes it)."""
     return _GIT_REWRITES.search(message) is not None

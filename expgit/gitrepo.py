@@ -2,7 +2,7 @@
 
 Everything expgit knows is read from git objects and refs, and everything it writes is
 built in the object database (blobs, trees, commits) and published by moving refs with
-compare-and-swap (``git update-ref --stdin``, one atomic transaction). Nothing here ever
+compare-and-swap (one atomic transaction under git's ref locks). Nothing here ever
 builds a commit through the user's index or working tree, so bare repositories work.
 
 A process costs milliseconds, so the hot paths avoid them where git's formats make that
@@ -10,8 +10,9 @@ exact and cheap; :class:`GitRepo` wires together the parts that start none:
 :mod:`expgit.gitobjects` (object formats, loose object writing), :mod:`expgit.gitloose`
 (loose object reading, commits as ``git commit-tree`` writes them), :mod:`expgit.gitident`
 (identities and writer settings, asked of git once), :mod:`expgit.gitrefs` (loose refs,
-``packed-refs``), :mod:`expgit.gitreftx` (ref transactions through one long-lived ``git
-update-ref --stdin``, unless they write a reflog), :mod:`expgit.idcache` and
+``packed-refs``), :mod:`expgit.gitreftx` and :mod:`expgit.gitrefwrite` (ref
+transactions under git's lock files, reflogs included; ``git update-ref --stdin`` for the
+rest), :mod:`expgit.idcache` and
 :mod:`expgit.gitenv` (the environment of git processes: always this repository, whatever
 the shell exported). Other objects are read through GitPython's persistent ``cat-file``
 (one request at a time: threads may share a GitRepo), or by one ``cat-file --batch``.
@@ -38,7 +39,8 @@ from expgit.gitident import Identities, WriterSettings
 from expgit.gitloose import message_needs_git, read_loose, serialise_commit
 from expgit.gitobjects import EMPTY_TREE, TREE_MODE, ZERO_SHA, CommitInfo, Pair, Tree, TreeEntry
 from expgit.gitrefs import FilesRefs, RefMovedError, RefUpdate
-from expgit.gitreftx import RefWriter, UpdateRefProcess
+from expgit.gitreftx import RefWriter
+from expgit.gitrefwrite import FilesRefWriter
 from expgit.idcache import IdCache
 
 __all__ = ["EMPTY_TREE", "ZERO_SHA", "CommitInfo", "GitRepo", "RefMovedError", "RefUpdate",
@@ -106,11 +108,11 @@ class GitRepo:
         self._objects_dir = str(self.common_dir / "objects")
         self._settings = WriterSettings(self.is_bare, self.run)
         self._identities = Identities(self.run)
-        self._transactions = UpdateRefProcess(self._home)
         self._ref_writer = RefWriter(
-            self.common_dir, self.git_dir, self._refs, self._transactions, self.run,
-            self._env.process, self._env.git_writes_objects, lambda: self._settings.get()[1],
-            self.refs_named)
+            FilesRefWriter(self._refs, self.git_dir, self._objects_dir,
+                           lambda sha: self._commits.get(sha) is not None), self.run,
+            self._writes_here, lambda: self._settings.get()[1],
+            lambda: self._identities.known_line("COMMITTER"))
 
     # ----------------------------------------------------------------- opening
     @classmethod
@@ -134,7 +136,6 @@ class GitRepo:
         return cls(git.Repo(path))
 
     def close(self) -> None:
-        self._transactions.close()
         with self._odb_lock:
             self._repo.close()
 
@@ -325,10 +326,15 @@ class GitRepo:
         git writes it (``hash-object -w``) when the repository asks for more (shared
         permissions, fsync, SHA-256, a push quarantine). Trees and commits are new."""
         level = self._settings.get()[0]
-        if level is None or self._env.git_writes_objects():
+        if level is None or not self._writes_here():
             return self.out("hash-object", "-t", kind.decode(), "-w", "--stdin", "--literally",
                             input=data).strip()
         return objects.write_loose(self._objects_dir, kind, data, level, fresh=kind != b"blob")
+
+    def _writes_here(self) -> bool:
+        """Whether this process may write objects and refs itself (else git does: shared
+        permissions, fsync, SHA-256, a push quarantine)."""
+        return self._settings.get()[0] is not None and not self._env.git_writes_objects()
 
     def write_blob(self, data: bytes) -> str:
         sha = self._store(b"blob", data)

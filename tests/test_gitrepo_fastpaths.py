@@ -1,24 +1,21 @@
 """The process-free paths of GitRepo checked against git itself: objects written in
 process (byte-identical ids to ``hash-object``/``mktree``/``commit-tree``), identities,
-loose objects read from their files, and ref transactions through the long-lived
-``update-ref --stdin`` (compare-and-swap, atomicity, a killed process, reflogs)."""
+loose objects read from their files, threads racing by compare-and-swap (the ref
+transactions themselves: test_gitrefwrite.py)."""
 
 from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import threading
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE, fsck, git
+from conftest import EXAMPLE, fsck
 
 from expgit.errors import GitError
-from expgit.gitrefs import FilesRefs
-from expgit.gitreftx import LOST, Outcome, RefWriter, UpdateRefProcess
-from expgit.gitrepo import EMPTY_TREE, GitRepo, RefMovedError, RefUpdate, TreeEntry
+from expgit.gitrepo import EMPTY_TREE, GitRepo, RefMovedError, RefUpdate
 from expgit.init import init_repository
 
 DATES = {"GIT_AUTHOR_DATE": "1700000000 +0130", "GIT_COMMITTER_DATE": "1700000100 -0700"}
@@ -35,11 +32,6 @@ def git_in(path: Path, *args: str, input: bytes | None = None,
                           env={**os.environ, **(env or {})})
     assert proc.returncode == 0, proc.stderr.decode()
     return proc.stdout.decode().strip()
-
-
-def update_ref_pids(repo: GitRepo) -> list[int]:
-    process = repo._transactions._process  # the running update-ref, if any
-    return [process.proc.pid] if process is not None else []
 
 
 # ----------------------------------------------------------------- objects
@@ -134,96 +126,6 @@ def commits(repo: GitRepo, count: int) -> list[str]:
     return made
 
 
-def test_compare_and_swap_is_atomic_and_the_process_recovers(tmp_path: Path) -> None:
-    path, repo = bare(tmp_path)
-    a, b, c = commits(repo, 3)
-    repo.update_refs([RefUpdate("refs/heads/x", a, None), RefUpdate("refs/heads/y", a, None)],
-                     "create")
-    pid = update_ref_pids(repo)
-    assert pid  # the long-lived process did it
-    with pytest.raises(RefMovedError, match="refs/heads/y"):  # y is not at b: nothing moves
-        repo.update_refs([RefUpdate("refs/heads/x", b, a), RefUpdate("refs/heads/y", c, b)],
-                         "half")
-    assert git_in(path, "rev-parse", "x", "y").split() == [a, a]
-    with pytest.raises(RefMovedError):  # must not exist yet
-        repo.update_refs([RefUpdate("refs/heads/x", b, None)], "exists")
-    repo.update_refs([RefUpdate("refs/heads/x", b, a), RefUpdate("refs/heads/y", None, a)],
-                     "move and delete")  # a new process after the failures
-    assert git_in(path, "for-each-ref", "--format=%(refname) %(objectname)") == \
-        f"refs/heads/x {b}"
-    assert update_ref_pids(repo) != pid
-    repo.close()
-    assert update_ref_pids(repo) == []
-
-
-def test_a_killed_update_ref_process_is_replaced(tmp_path: Path) -> None:
-    path, repo = bare(tmp_path)
-    a, b = commits(repo, 2)
-    repo.update_refs([RefUpdate("refs/heads/x", a, None)], "create")
-    (pid,) = update_ref_pids(repo)
-    os.kill(pid, signal.SIGKILL)
-    repo.update_refs([RefUpdate("refs/heads/x", b, a)], "after the kill")
-    assert git_in(path, "rev-parse", "x") == b
-    assert update_ref_pids(repo) != [pid]
-    with pytest.raises(RefMovedError):
-        repo.update_refs([RefUpdate("refs/heads/x", a, a)], "stale")
-    repo.close()
-
-
-class _LostProcess(UpdateRefProcess):
-    """Reports every transaction lost (the process died without a word), after applying
-    it or not."""
-
-    def __init__(self, cwd: Path, apply_first: bool) -> None:
-        super().__init__(cwd)
-        self.apply_first = apply_first
-
-    def transact(self, lines: object, env: object) -> Outcome:
-        if self.apply_first:
-            subprocess.run(["git", "update-ref", "--stdin"], cwd=self._cwd, check=False,
-                           input="".join(f"{line}\n" for line in lines).encode())  # type: ignore[attr-defined]
-        return LOST
-
-
-@pytest.mark.parametrize("applied", [False, True])
-def test_a_transaction_lost_with_its_process_is_decided_by_git(tmp_path: Path,
-                                                               applied: bool) -> None:
-    path, repo = bare(tmp_path)
-    a, b = commits(repo, 2)
-    repo.update_refs([RefUpdate("refs/heads/x", a, None)], "create")
-    writer = RefWriter(path, path, FilesRefs(path), _LostProcess(path, applied), repo.run,
-                       repo._env.process, lambda: False, lambda: "false", repo.refs_named)
-    writer.apply([RefUpdate("refs/heads/x", b, a)], "lost")
-    assert git_in(path, "rev-parse", "x") == b
-    with pytest.raises(RefMovedError):  # and a real conflict is still one
-        writer.apply([RefUpdate("refs/heads/x", a, a)], "stale")
-    assert git_in(path, "rev-parse", "x") == b
-
-
-def test_reflog_messages_are_kept(tmp_path: Path) -> None:
-    """A transaction that writes a reflog goes through ``update-ref -m MESSAGE``."""
-    work = tmp_path / "work"
-    init_repository(work, seed=EXAMPLE)
-    repo = GitRepo.discover(work)
-    main = repo.ref("refs/heads/main")
-    assert main is not None
-    (new,) = commits(repo, 1)
-    repo.update_refs([RefUpdate("refs/heads/side", new, None),
-                      RefUpdate("refs/expgit/other", new, None)], "expgit side")
-    assert git(work, "reflog", "show", "--format=%gs", "refs/heads/side").strip() == \
-        "expgit side"
-    path, bare_repo = bare(tmp_path)
-    (first,) = commits(bare_repo, 1)
-    bare_repo.update_refs([RefUpdate("refs/heads/main", first, None)], "unlogged")
-    assert not (path / "logs").exists()
-    git_in(path, "config", "core.logAllRefUpdates", "always")
-    logged = GitRepo.discover(path)  # configuration is read when a repository is opened
-    logged.update_refs([RefUpdate("refs/expgit/x", first, None)], "always logged")
-    assert git_in(path, "reflog", "show", "--format=%gs", "refs/expgit/x") == "always logged"
-    for r in (repo, bare_repo, logged):
-        r.close()
-
-
 def test_threads_race_by_compare_and_swap(tmp_path: Path) -> None:
     """Eight threads increment one ref by CAS: every increment lands exactly once."""
     path, repo = bare(tmp_path)
@@ -254,55 +156,6 @@ def test_threads_race_by_compare_and_swap(tmp_path: Path) -> None:
     assert not errors
     assert int(git_in(path, "rev-list", "--count", "n")) == 81
     fsck(path)
-    repo.close()
-
-
-def test_a_push_quarantine_moves_no_ref_through_the_process(tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch
-                                                            ) -> None:
-    path, repo = bare(tmp_path)
-    (first,) = commits(repo, 1)
-    monkeypatch.setenv("GIT_QUARANTINE_PATH", str(path / "objects"))
-    with pytest.raises(RefMovedError, match="quarantine"):  # git's own refusal
-        repo.update_refs([RefUpdate("refs/heads/main", first, None)], "in a hook")
-    assert update_ref_pids(repo) == []
-    assert TreeEntry("100644", "f", repo.write_blob(b"f\n")) in repo.read_tree(
-        repo.read_commit(first).tree)
-
-
-def test_queued_transactions_are_sent_together_and_keep_their_own_outcomes(
-        tmp_path: Path) -> None:
-    path, repo = bare(tmp_path)
-    a, b = commits(repo, 2)
-    repo.update_refs([RefUpdate("refs/expgit/taken", a, None)], "create")
-    outcomes: dict[str, BaseException | None] = {}
-
-    def move(name: str, updates: list[RefUpdate]) -> None:
-        try:
-            repo.update_refs(updates, name)
-            outcomes[name] = None
-        except BaseException as exc:
-            outcomes[name] = exc
-
-    calls = {
-        "one": [RefUpdate("refs/expgit/one", a, None)],
-        "two": [RefUpdate("refs/expgit/two", a, None), RefUpdate("refs/expgit/three", b, None)],
-        "stale": [RefUpdate("refs/expgit/taken", b, b), RefUpdate("refs/expgit/four", a, None)],
-    }
-    process = repo._transactions
-    with process._lock:  # a transaction in flight: the others queue up behind it
-        threads = [threading.Thread(target=move, args=item) for item in calls.items()]
-        for thread in threads:
-            thread.start()
-        while len(process._queue) < len(calls):
-            threading.Event().wait(0.01)
-    for thread in threads:
-        thread.join(30)
-    assert outcomes["one"] is None and outcomes["two"] is None
-    assert isinstance(outcomes["stale"], RefMovedError)
-    assert git_in(path, "for-each-ref", "--format=%(refname) %(objectname)").splitlines() == [
-        f"refs/expgit/one {a}", f"refs/expgit/taken {a}", f"refs/expgit/three {b}",
-        f"refs/expgit/two {a}"]
     repo.close()
 
 
