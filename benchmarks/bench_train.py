@@ -294,6 +294,43 @@ async def bench_streaming(rollouts: int, producers: int, latency: float, mode: s
         top = sorted(clock.by_method.items(), key=lambda kv: -kv[1][1])[:8]
         print("git time by GitRepo method (outermost calls): " + ", ".join(
             f"{name} {int(n)}x {t:.2f}s" for name, (n, t) in top))
+        raw = raw_git_per_rollout(repo, samples=40)
+        mine = union / max(len(results), 1)
+        print(f"git time per rollout: expgit {mine * 1000:.2f} ms; the same writes through raw "
+              f"git plumbing {raw * 1000:.2f} ms (ratio {mine / raw:.2f}x)")
+
+
+def raw_git_per_rollout(repo: ExperienceRepository, samples: int) -> float:
+    """Seconds per rollout for what the streaming path writes per rollout (a trajectory
+    commit on the trajectories branch, a gradient commit of one experience on top of
+    ``main``: one blob, two trees, one commit and one ref move each) done with git
+    plumbing (``hash-object -w``, ``ls-tree``, ``mktree``, ``commit-tree``,
+    ``update-ref``) in the same repository, one process per step."""
+    where = repo.git.git_dir
+
+    def git(*args: str, data: str | None = None) -> str:
+        proc = subprocess.run(["git", *args], cwd=where, input=data, text=True,
+                              capture_output=True)
+        if proc.returncode:
+            raise RuntimeError(f"git {' '.join(args)}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    tips = {"trajectories": git("rev-parse", "refs/heads/expgit/trajectories").strip(),
+            "experiences": git("rev-parse", "refs/heads/main").strip()}
+    started = time.perf_counter()
+    for i in range(samples):
+        for folder, tip in tips.items():
+            blob = git("hash-object", "-w", "--stdin",
+                       data=f"raw document {i} {folder}\n").strip()
+            sub = git("mktree", data=git("ls-tree", f"{tip}:{folder}")
+                      + f"100644 blob {blob}\traw-{i}.md\n").strip()
+            root = git("mktree", data="".join(
+                (line if not line.endswith(f"\t{folder}") else f"040000 tree {sub}\t{folder}")
+                + "\n" for line in git("ls-tree", tip).splitlines())).strip()
+            commit = git("commit-tree", root, "-p", tip, "-m", f"raw {i}").strip()
+            ref = f"refs/heads/raw/{folder}" if folder == "trajectories" else f"refs/raw/{i}"
+            git("update-ref", "-m", "raw", ref, commit)
+    return (time.perf_counter() - started) / samples
 
 
 def _verify(repo: ExperienceRepository, results: list[RolloutTrainingResult], wall: float,

@@ -1,5 +1,5 @@
-"""Loose objects read without a process, and commits serialised as ``git commit-tree``
-writes them.
+"""Loose objects read and written without a process, and commits serialised as ``git
+commit-tree`` writes them.
 
 A loose object is the zlib stream of ``<kind> <size>\\0<content>`` in
 ``objects/<2 hex>/<rest>``; git replaces it atomically (a finished file is linked or
@@ -9,8 +9,12 @@ quarantine or alternate directory) are not found here: :mod:`expgit.gitrepo` the
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import os
 import re
+import secrets
 import zlib
 from collections.abc import Sequence
 
@@ -71,3 +75,106 @@ def serialise_commit(tree: str, parents: Sequence[str], author: str, committer: 
     lines = [f"tree {tree}", *(f"parent {p}" for p in parents), f"author {author}",
              f"committer {committer}"]
     return ("\n".join(lines) + "\n\n" + message).encode()
+
+
+def write_loose(objects_dir: str, kind: bytes, data: bytes, level: int, *,
+                fresh: bool = False) -> str:
+    """Write one SHA-1 object as git's ``write_object_file`` does; its id.
+
+    The id is the SHA-1 of ``<kind> <size>\\0<data>``. An object already stored loose is
+    only freshened (its mtime, which ``git gc`` reads); otherwise its zlib stream is
+    written to a file that has no name yet (``O_TMPFILE``), which is then linked under
+    its final name: a reader never sees a partial object, and the folder changes once.
+    Where the file system or the kernel has no unnamed files (or ``/proc`` is missing),
+    it is written to a ``tmp_obj_*`` file (mode 0444 less the umask) next to its final
+    name and renamed into place, as git does (``core.createObject=rename``). ``fresh``:
+    the object is almost surely new (a tree or commit just built), so it is written
+    without looking for it first; a copy that was there is kept and freshened. Safe
+    against concurrent writers of the same object: same id, same content."""
+    header = b"%s %d\0" % (kind, len(data))
+    digest = hashlib.sha1(header)
+    digest.update(data)
+    sha = digest.hexdigest()
+    folder = os.path.join(objects_dir, sha[:2])
+    final = os.path.join(folder, sha[2:])
+    if not fresh:
+        try:
+            os.utime(final)
+            return sha
+        except OSError:
+            pass  # not there (or not ours to touch): write it
+    compressor = zlib.compressobj(level)
+    payload = memoryview(compressor.compress(header) + compressor.compress(data)
+                         + compressor.flush())
+    if not (_UNNAMED_FILES and _write_unnamed(folder, final, payload)):
+        _write_renamed(folder, final, payload)
+    return sha
+
+
+_O_TMPFILE: int = getattr(os, "O_TMPFILE", 0)
+_UNNAMED_FILES = bool(_O_TMPFILE) and os.path.isdir("/proc/self/fd")
+_NO_UNNAMED_FILES = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT, errno.EXDEV,
+                     errno.EPERM, errno.EACCES)
+
+
+def _write_unnamed(folder: str, final: str, payload: memoryview) -> bool:
+    """Write ``payload`` to an unnamed file in ``folder`` and link it as ``final``; False
+    (nothing written) where unnamed files are not available, which is then remembered."""
+    global _UNNAMED_FILES
+    try:
+        fd = _open_unnamed(folder)
+    except OSError as exc:
+        if exc.errno in _NO_UNNAMED_FILES:
+            _UNNAMED_FILES = False
+            return False
+        raise
+    try:
+        _write_all(fd, payload)
+        try:
+            # the link that names it: through /proc, following the magic link (not
+            # AT_EMPTY_PATH, which needs a privilege); a dir fd makes Python use linkat
+            os.link(f"/proc/self/fd/{fd}", final, src_dir_fd=fd, follow_symlinks=True)
+        except FileExistsError:  # another writer stored it meanwhile: same content
+            with contextlib.suppress(OSError):
+                os.utime(final)
+        except OSError as exc:
+            if exc.errno in _NO_UNNAMED_FILES:
+                _UNNAMED_FILES = False
+                return False
+            raise
+    finally:
+        os.close(fd)
+    return True
+
+
+def _open_unnamed(folder: str) -> int:
+    flags = _O_TMPFILE | os.O_WRONLY
+    try:
+        return os.open(folder, flags, 0o444)
+    except FileNotFoundError:  # the first object of this folder
+        os.makedirs(folder, exist_ok=True)
+        return os.open(folder, flags, 0o444)
+
+
+def _write_renamed(folder: str, final: str, payload: memoryview) -> None:
+    tmp = os.path.join(folder, f"tmp_obj_{secrets.token_hex(8)}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    except FileNotFoundError:  # the first object of this folder
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    try:
+        try:
+            _write_all(fd, payload)
+        finally:
+            os.close(fd)
+        os.rename(tmp, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _write_all(fd: int, payload: memoryview) -> None:
+    while payload:
+        payload = payload[os.write(fd, payload):]

@@ -9,18 +9,12 @@ No process and no GitPython here; :mod:`expgit.gitrepo` wires these to a reposit
   comparison with it.
 * :func:`diff_entries` pairs the differing entries of two trees, one level deep.
 * :func:`parse_commit` reads the header fields expgit uses.
-* :func:`write_loose` writes one object exactly as git's ``write_object_file`` does.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import os
 import re
-import secrets
 import time
-import zlib
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
@@ -349,50 +343,3 @@ def loose_level(config_z: bytes) -> int | None:
     if found.get("extensions.objectformat", "sha1").lower() == "sha1":
         found.pop("extensions.objectformat", None)
     return None if found else level
-
-
-def write_loose(objects_dir: str, kind: bytes, data: bytes, level: int, *,
-                fresh: bool = False) -> str:
-    """Write one SHA-1 object as git's ``write_object_file`` does; its id.
-
-    The id is the SHA-1 of ``<kind> <size>\\0<data>``. An object already stored loose is
-    only freshened (its mtime, which ``git gc`` reads); otherwise the zlib stream is
-    written to a ``tmp_obj_*`` file (mode 0444 less the umask) next to its final name and
-    renamed into place (git's ``core.createObject=rename``), so a reader never sees a
-    partial object. ``fresh``: the object is almost surely new (a tree or commit just
-    built), so it is written without looking for it first; a copy that was there is
-    replaced by the same content (which freshens it as well). Safe against concurrent
-    writers of the same object: same id, same content."""
-    header = b"%s %d\0" % (kind, len(data))
-    digest = hashlib.sha1(header)
-    digest.update(data)
-    sha = digest.hexdigest()
-    folder = os.path.join(objects_dir, sha[:2])
-    final = os.path.join(folder, sha[2:])
-    if not fresh:
-        try:
-            os.utime(final)
-            return sha
-        except OSError:
-            pass  # not there (or not ours to touch): write it
-    compressor = zlib.compressobj(level)
-    payload = memoryview(compressor.compress(header) + compressor.compress(data)
-                         + compressor.flush())
-    tmp = os.path.join(folder, f"tmp_obj_{secrets.token_hex(8)}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-    except FileNotFoundError:  # the first object of this folder
-        os.makedirs(folder, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-    try:
-        try:
-            while payload:
-                payload = payload[os.write(fd, payload):]
-        finally:
-            os.close(fd)
-        os.rename(tmp, final)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return sha

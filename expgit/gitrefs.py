@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,16 +56,29 @@ class FilesRefs:
         self._common = str(common_dir)
         self.enabled = ((common_dir / "refs" / "heads").is_dir()
                         and not (common_dir / "reftable").exists())
+        self._packed: tuple[tuple[int, int, int], dict[str, str]] | None = None
 
     def readable(self, name: str) -> bool:
         """Whether ``name`` is a shared ref this class can read."""
         return (self.enabled and name.startswith("refs/")
                 and not name.startswith(PER_WORKTREE_REFS) and plain_ref_name(name))
 
-    def packed(self) -> dict[str, str]:
-        """``{ref: object}`` of ``packed-refs`` (peeled lines and comments skipped)."""
+    def packed(self) -> Mapping[str, str]:
+        """``{ref: object}`` of ``packed-refs`` (peeled lines and comments skipped). Kept
+        while the file's inode, size and modification time stay the same, as git keeps it
+        (git replaces the file by a rename: a rewrite is a new inode)."""
+        path = os.path.join(self._common, "packed-refs")
         try:
-            text = (self.common_dir / "packed-refs").read_text("utf-8", "surrogateescape")
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = self._packed
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        try:
+            with open(path, encoding="utf-8", errors="surrogateescape") as handle:
+                text = handle.read()
         except (FileNotFoundError, NotADirectoryError):
             return {}
         found = {}
@@ -73,6 +86,7 @@ class FilesRefs:
             if line and line[0] not in "#^":
                 sha, _, name = line.partition(" ")
                 found[name] = sha
+        self._packed = (key, found)
         return found
 
     def loose(self, name: str) -> str | None:
@@ -109,7 +123,7 @@ class FilesRefs:
             raise LookupError(name)
         raise LookupError(name)
 
-    def read(self, name: str, packed: dict[str, str] | None = None) -> str | None:
+    def read(self, name: str, packed: Mapping[str, str] | None = None) -> str | None:
         """The object ``name`` points to, None if there is no such ref; LookupError when
         this cannot tell (a symbolic ref out of the shared refs, a malformed file).
         ``packed``: ``packed-refs`` read after the loose files, for many reads in a row."""
@@ -180,7 +194,7 @@ class FilesRefs:
         raise LookupError("HEAD")
 
 
-def _packed_value(name: str, packed: dict[str, str]) -> str | None:
+def _packed_value(name: str, packed: Mapping[str, str]) -> str | None:
     value = packed.get(name)
     if value is None or is_sha(value):
         return value

@@ -149,7 +149,7 @@ class FilesRefWriter:
                 raise GitMustWrite(f"{u.new} is not a loose object this ref may hold")
 
     def _read_current(self, locks: list[_Lock], deleting: bool) -> None:
-        packed: dict[str, str] | None = None
+        packed: Mapping[str, str] | None = None
         for item in locks:
             assert item.update is not None
             item.current = _read_loose(item.path)

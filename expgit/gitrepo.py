@@ -7,8 +7,8 @@ builds a commit through the user's index or working tree, so bare repositories w
 
 A process costs milliseconds, so the hot paths avoid them where git's formats make that
 exact and cheap; :class:`GitRepo` wires together the parts that start none:
-:mod:`expgit.gitobjects` (object formats, loose object writing), :mod:`expgit.gitloose`
-(loose object reading, commits as ``git commit-tree`` writes them), :mod:`expgit.gitident`
+:mod:`expgit.gitobjects` (object formats), :mod:`expgit.gitloose` (loose objects read
+and written, commits as ``git commit-tree`` writes them), :mod:`expgit.gitident`
 (identities and writer settings, asked of git once), :mod:`expgit.gitrefs` (loose refs,
 ``packed-refs``), :mod:`expgit.gitreftx` and :mod:`expgit.gitrefwrite` (ref
 transactions under git's lock files, reflogs included; ``git update-ref --stdin`` for the
@@ -36,7 +36,7 @@ from expgit import gitobjects as objects
 from expgit.errors import GitError, UsageError
 from expgit.gitenv import RepoEnv, inherited_repository, without_repository
 from expgit.gitident import Identities, WriterSettings
-from expgit.gitloose import message_needs_git, read_loose, serialise_commit
+from expgit.gitloose import message_needs_git, read_loose, serialise_commit, write_loose
 from expgit.gitobjects import EMPTY_TREE, TREE_MODE, ZERO_SHA, CommitInfo, Pair, Tree, TreeEntry
 from expgit.gitrefs import FilesRefs, RefMovedError, RefUpdate
 from expgit.gitreftx import RefWriter
@@ -322,14 +322,14 @@ class GitRepo:
 
     # ------------------------------------------------------------ writing objects
     def _store(self, kind: bytes, data: bytes) -> str:
-        """Write one object without a process (:func:`expgit.gitobjects.write_loose`);
+        """Write one object without a process (:func:`expgit.gitloose.write_loose`);
         git writes it (``hash-object -w``) when the repository asks for more (shared
         permissions, fsync, SHA-256, a push quarantine). Trees and commits are new."""
         level = self._settings.get()[0]
         if level is None or not self._writes_here():
             return self.out("hash-object", "-t", kind.decode(), "-w", "--stdin", "--literally",
                             input=data).strip()
-        return objects.write_loose(self._objects_dir, kind, data, level, fresh=kind != b"blob")
+        return write_loose(self._objects_dir, kind, data, level, fresh=kind != b"blob")
 
     def _writes_here(self) -> bool:
         """Whether this process may write objects and refs itself (else git does: shared

@@ -341,3 +341,21 @@ def test_a_repository_logs_as_its_settings_say(tmp_path: Path) -> None:
     assert git_in(path, "reflog", "show", "--format=%gs", "refs/expgit/x") == "always logged"
     for r in (repo, bare_repo, logged):
         r.close()
+
+
+def test_packed_refs_are_read_again_when_git_rewrites_them(bare: tuple[Path, GitRepo]
+                                                           ) -> None:
+    path, repo = bare
+    a, b = commits(repo, 2)
+    refs = FilesRefs(path)
+    assert refs.packed() == {}
+    git_in(path, "update-ref", "refs/heads/one", a)
+    git_in(path, "pack-refs", "--all")
+    assert refs.packed() == {"refs/heads/one": a}
+    assert refs.packed() is refs.packed()  # kept while the file is the same
+    git_in(path, "update-ref", "refs/heads/two", b)
+    git_in(path, "pack-refs", "--all")  # a new file (renamed into place)
+    assert refs.packed() == {"refs/heads/one": a, "refs/heads/two": b}
+    assert refs.read("refs/heads/two") == b and refs.read("refs/heads/none") is None
+    git_in(path, "update-ref", "-d", "refs/heads/one")
+    assert refs.packed() == {"refs/heads/two": b}

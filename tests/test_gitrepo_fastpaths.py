@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLE, fsck
 
+import expgit.gitloose as gitloose
 from expgit.errors import GitError
 from expgit.gitrepo import EMPTY_TREE, GitRepo, RefMovedError, RefUpdate
 from expgit.init import init_repository
@@ -62,6 +63,39 @@ def test_objects_written_in_process_have_gits_ids(tmp_path: Path, message: str,
     assert info.author == "Test Author <author@example.com>"
     repo.update_refs([RefUpdate("refs/heads/main", second, None)], "test")
     fsck(path)
+
+
+@pytest.mark.parametrize("unnamed", [True, False])
+def test_loose_objects_are_whole_files_named_once(tmp_path: Path, unnamed: bool,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Objects are written unnamed and then linked (O_TMPFILE), or where that is missing
+    to a tmp_obj_* file renamed into place; either way git reads the same objects, an
+    object written twice stays one file, and no temporary file is left."""
+    if unnamed and not gitloose._UNNAMED_FILES:
+        pytest.skip("no O_TMPFILE here")
+    monkeypatch.setattr(gitloose, "_UNNAMED_FILES", unnamed)
+    path, repo = bare(tmp_path)
+    data = os.urandom(3000)
+    blob = repo.write_blob(data)
+    assert repo.write_blob(data) == blob  # again: freshened, not rewritten
+    tree = repo.edit_tree(None, {"a": blob, "d/b": repo.write_blob(b"b\n")})
+    assert repo.write_tree(repo.read_tree(tree)) == tree  # a tree written again (fresh)
+    commit = repo.write_commit(tree, [], "m\n")
+    repo.update_refs([RefUpdate("refs/heads/main", commit, None)], "test")
+    assert subprocess.run(["git", "cat-file", "blob", blob], cwd=path, capture_output=True,
+                          check=True).stdout == data
+    assert git_in(path, "ls-tree", "-r", "--name-only", "main").split() == ["a", "d/b"]
+    files = [p for p in (path / "objects").rglob("*") if p.is_file()]
+    assert not [p for p in files if p.name.startswith("tmp_")]
+    assert all(oct(p.stat().st_mode & 0o777) == oct(0o444 & ~_umask()) for p in files)
+    assert gitloose._UNNAMED_FILES is unnamed  # it worked as chosen (not fallen back)
+    fsck(path)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_identity_and_time_are_gits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
