@@ -17,6 +17,14 @@ import re
 import secrets
 import zlib
 from collections.abc import Sequence
+from types import ModuleType
+
+try:  # zlib-ng deflates 2-3x faster than zlib at the same level; any zlib stream reads alike
+    from zlib_ng import zlib_ng as _zlib_ng
+
+    _DEFLATE: ModuleType = _zlib_ng
+except ImportError:  # pragma: no cover - a dependency; plain zlib writes the same objects
+    _DEFLATE = zlib
 
 # what git's verify_utf8 rewrites in a commit message (NUL, which git refuses, and the
 # non-characters U+FDD0..U+FDEF and U+xxFFFE/U+xxFFFF): such messages are left to git
@@ -103,7 +111,7 @@ def write_loose(objects_dir: str, kind: bytes, data: bytes, level: int, *,
             return sha
         except OSError:
             pass  # not there (or not ours to touch): write it
-    compressor = zlib.compressobj(level)
+    compressor = _DEFLATE.compressobj(level)
     payload = memoryview(compressor.compress(header) + compressor.compress(data)
                          + compressor.flush())
     if not (_UNNAMED_FILES and _write_unnamed(folder, final, payload)):
