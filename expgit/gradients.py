@@ -122,6 +122,12 @@ def propose(repo: ExperienceRepository, req: GradientRequest,
     commit = git.write_commit(tree, [main], message.render())
     gid = commit[:ID_LEN]
     ref = GRADIENTS + gid
+    closed = git.refs_named(GRADIENT_STATES[s] + gid for s in ("applied", "rejected"))
+    if commit in closed.values():  # the same edit, the same second, already reviewed
+        state = "applied" if GRADIENT_STATES["applied"] + gid in closed else "rejected"
+        raise InvalidInputError(
+            f"gradient {gid} ({req.name}) is this very edit, already {state}; it is not "
+            "opened again", hint="change the edit, or propose it again a second later")
     try:  # a new ref; the same commit there already (the same edit, the same second): done
         git.update_refs([RefUpdate(ref, commit, None)], f"expgit propose {req.name}")
     except RefMovedError:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -346,6 +349,18 @@ def test_reject_gradient(driver: Driver) -> None:
     before = driver.state()
     assert "already rejected" in driver.fails(3, "merge", gid).err
     assert "already rejected" in driver.fails(3, "reject", gid, "--reason", "x").err
+    assert driver.state() == before
+    # the very same edit again (the same commit, as within one second): not reopened
+    with_date = dict(os.environ, GIT_AUTHOR_DATE=driver.git("log", "-1", "--format=%ad",
+                                                            "--date=raw", commit).strip(),
+                     GIT_COMMITTER_DATE=driver.git("log", "-1", "--format=%cd",
+                                                   "--date=raw", commit).strip())
+    again = subprocess.run([sys.executable, "-m", "expgit", "-C", str(driver.path), "propose",
+                            BAGS, "--rationale", "it helps", "--content-file",
+                            str(driver.file(demo(BAGS)))],
+                           capture_output=True, text=True, env=with_date)
+    assert again.returncode == 5, again.stdout + again.stderr
+    assert f"gradient {gid} (" in again.stderr and "already rejected" in again.stderr
     assert driver.state() == before
 
 
