@@ -126,3 +126,19 @@ def test_export_with_no_sessions_writes_an_empty_file(seeded_repo: ExperienceRep
     out = tmp_path / "empty.jsonl"
     report = export_sft(seeded_repo, out=out)
     assert report.written == 0 and report.candidates == 0 and out.read_text() == ""
+
+
+def test_segments_a_pending_resegmentation_may_replace_are_not_exported(
+        seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
+    code = parse_session_file(FIXTURES / "claude_code.jsonl").messages
+    plain = parse_session_file(FIXTURES / "plain_two_tasks.jsonl").messages
+    waiting = manifest("w", [segment(code, 0, 0.9, "debugging"), segment(plain, 7, 0.95)])
+    waiting.resume_from = 7  # messages from 7 on wait for the model: the second may change
+    changes = SessionChanges(segments={fingerprint(m): m for m in (code, plain)})
+    changes.put(waiting, None)
+    SessionStore(seeded_repo).save(changes, "sessions: pending fixture")
+    out = tmp_path / "sft.jsonl"
+    report = export_sft(seeded_repo, out=out)
+    assert (report.written, report.candidates) == (1, 2)
+    assert report.skipped == {"pending_resegmentation": 1}
+    assert from_sft_example(read(out)[0])[0] == code[0]

@@ -1,6 +1,7 @@
 """``expgit export-sft``: the labelled task segments as chat fine-tuning JSONL.
 
-Selection: active (not superseded) segments with metrics; with no ``min_score``, the
+Selection: active (not superseded) segments with metrics, except those a pending
+re-segmentation of their session may still replace; with no ``min_score``, the
 ones the hub marked ``sft_eligible`` (``overall_score`` at least ``[sessions]
 sft_threshold``); with ``min_score``, those whose ``overall_score`` reaches it. An
 optional ``task_type`` must match. Best score first (ties: session, position), each
@@ -67,11 +68,13 @@ def export_sft(repo: ExperienceRepository, *, task_type: str | None = None,
     seen: set[str] = set()
     candidates = 0
     for manifest in store.manifests():
+        settled = {id(s) for s in manifest.settled()}
         for segment in manifest.segments:
             if segment.status != "active" or segment.metrics is None:
                 continue
             candidates += 1
-            reason = _selected(segment, min_score, wanted_type)
+            reason = (_selected(segment, min_score, wanted_type) if id(segment) in settled
+                      else "pending_resegmentation")
             if reason is None and segment.fingerprint in seen:
                 reason = "duplicate"
             if reason is not None:
