@@ -70,6 +70,22 @@ class OutcomeSettings(BaseModel):
     reask_window_seconds: float = Field(default=600.0, gt=0)
 
 
+class LearnSettings(BaseModel):
+    """``[learn]``: the thresholds of ``expgit learn`` (see
+    :class:`expgit.learn.options.LearnOptions` for what each means)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_uses: int = Field(default=3, ge=1)
+    failure_margin: float = Field(default=0.25, ge=0, le=1)
+    min_failure_rate: float = Field(default=0.5, ge=0, le=1)
+    relevance_threshold: float = Field(default=0.5, ge=0, le=1)
+    duplicate_threshold: float = Field(default=0.8, ge=0, le=1)
+    min_outcome_coverage: float = Field(default=0.2, ge=0, le=1)
+    seed_min_score: float = Field(default=0.8, ge=0, le=1)
+    max_evidence: int = Field(default=10, ge=1)
+
+
 class ServeSettings(BaseModel):
     """``[serve]``: the HTTP services (``expgit serve``, ``expgit env serve``). The bearer
     token is read from the environment variable ``token_env``, never from the file."""
@@ -94,6 +110,7 @@ class Settings(BaseModel):
     train: TrainSettings = Field(default_factory=TrainSettings)
     sessions: SessionSettings = Field(default_factory=SessionSettings)
     outcomes: OutcomeSettings = Field(default_factory=OutcomeSettings)
+    learn: LearnSettings = Field(default_factory=LearnSettings)
     serve: ServeSettings = Field(default_factory=ServeSettings)
 
     @field_validator("experiences_root")

@@ -183,3 +183,25 @@ def test_a_failed_proposal_leaves_no_gradient_behind(
                      propose=True)
     assert driver.git("for-each-ref") == refs  # both gradients were deleted again
     assert (tmp_path / "out" / "findings.json").exists()  # the report itself was written
+
+
+def test_thresholds_come_from_the_learn_section_and_flags_override_them(
+        driver: Driver, tmp_path: Path) -> None:
+    settings = driver.path / "expgit.toml"
+    settings.write_text(settings.read_text() + "\n[learn]\nmax_evidence = 3\n"
+                        "min_outcome_coverage = 0.05\n")
+    driver.git("commit", "-q", "-am", "learn thresholds")
+    learn(driver, tmp_path / "set")
+    findings = {f["type"]: f for f in read(tmp_path / "set", "findings.json")["findings"]}
+    assert "low_outcome_coverage" not in findings  # 2/18 runs covered: over 0.05
+    assert all(len(f["evidence"]) <= 3 for f in findings.values())
+    assert len(findings["experience_correlated_with_failures"]["evidence"]) == 3
+    learn(driver, tmp_path / "flags", "--max-evidence", "1", "--min-outcome-coverage", "0.5")
+    flagged = {f["type"]: f for f in read(tmp_path / "flags", "findings.json")["findings"]}
+    assert len(flagged["low_outcome_coverage"]["evidence"]) == 1
+    assert all(len(f["evidence"]) == 1 for f in flagged.values())
+    before = driver.state()
+    bad = driver.fails(2, "learn", "--rollouts", ROLLOUTS, "-o", tmp_path / "bad",
+                       "--failure-margin", "1.5")
+    assert "--failure-margin" in bad.err and not (tmp_path / "bad").exists()
+    assert driver.state() == before

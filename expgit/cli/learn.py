@@ -2,12 +2,43 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from expgit.cli._common import emit, json_option, open_repo, progress
+from expgit.learn.options import LearnOptions
 from expgit.learn.report import learn_report
+
+_SHARE = click.FloatRange(0, 1)
+# (flag, type, help): each overrides the [learn] setting of the same name
+_THRESHOLDS = (
+    ("min-uses", click.IntRange(min=1),
+     "Judged runs an experience needs before its failure rate is judged [3]."),
+    ("failure-margin", _SHARE,
+     "Flag an experience whose runs fail this much more often than all runs [0.25]."),
+    ("min-failure-rate", _SHARE, "... and at least this often [0.5]."),
+    ("relevance-threshold", _SHARE,
+     "Lexical relevance at which a used experience covers a run's task [0.5]."),
+    ("duplicate-threshold", _SHARE, "Similarity at which two experiences are near-"
+     "duplicates [0.8]."),
+    ("min-outcome-coverage", _SHARE,
+     "Below this share of runs with an outcome record, a finding says so [0.2]."),
+    ("seed-min-score", _SHARE, "Score from which a passed run may seed an experience [0.8]."),
+    ("max-evidence", click.IntRange(min=1), "Evidence examples kept per finding [10]."),
+)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _threshold_options(command: F) -> F:
+    for flag, kind, text in reversed(_THRESHOLDS):
+        command = click.option(f"--{flag}", type=kind, default=None, metavar="N",
+                               help=text)(command)
+    return command
 
 
 @click.command("learn")
@@ -24,17 +55,22 @@ from expgit.learn.report import learn_report
 @click.option("--propose", is_flag=True,
               help="Also turn the seed pack and the findings into gradients and one "
                    "proposal for review (main is not touched).")
+@_threshold_options
 @json_option
 @click.pass_context
-def learn_cmd(ctx: click.Context, rollouts_file: Path, outcomes_file: Path | None,
-              output_dir: Path, propose: bool, as_json: bool) -> None:
+def learn_cmd(ctx: click.Context, /, rollouts_file: Path, outcomes_file: Path | None,
+              output_dir: Path, propose: bool, as_json: bool,
+              **thresholds: float | int | None) -> None:
     """Learn offline from recorded rollouts: accuracy per task signature, outcome
     coverage and per-experience statistics (metrics.json), findings with stable ids
     (findings.json) and candidate experiences from well-rated runs
     (experience_seed_pack.json). No LLM call. Report-only (no git write) unless
-    --propose."""
-    result = learn_report(open_repo(ctx), rollouts_file, output_dir,
-                          outcomes_file=outcomes_file, propose=propose, progress=progress)
+    --propose. The thresholds come from the [learn] section of expgit.toml (defaults in
+    brackets); each flag overrides one."""
+    repo = open_repo(ctx)
+    options = LearnOptions.from_settings(repo.settings.learn, thresholds)
+    result = learn_report(repo, rollouts_file, output_dir, outcomes_file=outcomes_file,
+                          propose=propose, options=options, progress=progress)
 
     def human() -> None:
         accuracy = "-" if result.accuracy is None else f"{result.accuracy:.0%}"

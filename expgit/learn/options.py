@@ -1,10 +1,14 @@
-"""The thresholds of the offline learning report (``expgit learn``)."""
+"""The thresholds of the offline learning report (``expgit learn``): the ``[learn]``
+section of ``expgit.toml``, each overridable by a flag of the same name."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 from expgit.errors import UsageError
+from expgit.settings import LearnSettings
 
 
 @dataclass(frozen=True)
@@ -42,3 +46,15 @@ class LearnOptions:
                   self.duplicate_threshold, self.min_outcome_coverage, self.seed_min_score)
         if any(not 0 <= s <= 1 for s in shares):
             raise UsageError("the learning report's thresholds are shares between 0 and 1")
+
+    @classmethod
+    def from_settings(cls, settings: LearnSettings,
+                      overrides: Mapping[str, float | int | None] | None = None
+                      ) -> LearnOptions:
+        """The ``[learn]`` section, with each override that is not None in its place."""
+        values: dict[str, Any] = {f.name: getattr(settings, f.name) for f in fields(cls)}
+        given = {k: v for k, v in (overrides or {}).items() if v is not None}
+        unknown = set(given) - set(values)
+        if unknown:
+            raise UsageError(f"unknown learn threshold(s): {', '.join(sorted(unknown))}")
+        return cls(**(values | given))

@@ -99,7 +99,7 @@ def learn_report(repo: ExperienceRepository, rollouts_file: Path, out_dir: Path,
     """Read the recorded rollouts (and outcomes), write ``metrics.json``,
     ``findings.json`` and ``experience_seed_pack.json`` to ``out_dir``; with
     ``propose``, also commit the seeds and findings as gradients and one proposal."""
-    options = options or LearnOptions()
+    options = options or LearnOptions.from_settings(repo.settings.learn)
     say = progress or (lambda _message: None)
     rollouts = load_rollouts(rollouts_file)
     outcomes = load_outcomes(outcomes_file) if outcomes_file is not None else []
