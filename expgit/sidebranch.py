@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from expgit import trailers as tr
 from expgit.errors import ConflictError, UsageError
-from expgit.gitrepo import RefMovedError, RefUpdate
+from expgit.gitrepo import RefMovedError, RefUpdate, TreeEntry
 from expgit.repository import ExperienceRepository
 
 ATTEMPTS = 10
@@ -81,16 +81,27 @@ class SideBranch:
             return None
         return self.repo.git.read_blob(entry.sha)
 
-    def list(self, folder: str, *, suffix: str = "") -> list[str]:
-        """The names of the files directly in ``folder`` ending with ``suffix``, sorted."""
-        tree = self.tree()
-        if tree is None:
-            return []
-        entry = self.repo.git.path_entry(tree, folder)
+    def entries(self, folder: str, *, suffix: str = "", tip: str | None = None
+                ) -> list[TreeEntry]:
+        """The files directly in ``folder`` ending with ``suffix`` (or at commit ``tip``),
+        by name."""
+        tree = self.tree(tip)
+        entry = self.repo.git.path_entry(tree, folder) if tree is not None else None
         if entry is None or not entry.is_tree:
             return []
-        return sorted(e.name for e in self.repo.git.read_tree(entry.sha)
-                      if not e.is_tree and e.name.endswith(suffix))
+        return sorted((e for e in self.repo.git.read_tree(entry.sha)
+                       if not e.is_tree and e.name.endswith(suffix)), key=lambda e: e.name)
+
+    def list(self, folder: str, *, suffix: str = "") -> list[str]:
+        """The names of the files directly in ``folder`` ending with ``suffix``, sorted."""
+        return [e.name for e in self.entries(folder, suffix=suffix)]
+
+    def files(self, folder: str, *, suffix: str = "", tip: str | None = None
+              ) -> dict[str, bytes]:
+        """``{name: content}`` of :meth:`entries`, read in one batch, by name."""
+        found = self.entries(folder, suffix=suffix, tip=tip)
+        blobs = self.repo.git.read_blobs(e.sha for e in found)
+        return {e.name: blobs[e.sha] for e in found}
 
     # ----------------------------------------------------------------- writes
     def write(self, changes: Changes | Callable[[str | None], Changes], subject: str, *,

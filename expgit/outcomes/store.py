@@ -55,15 +55,8 @@ class OutcomeStore:
 
     def all(self) -> list[OutcomeRecord]:
         """Every record, oldest first (then by id)."""
-        git = self.repo.git
-        tree = self.branch.tree()
-        folder = git.path_entry(tree, FOLDER) if tree else None
-        if folder is None or not folder.is_tree:
-            return []
-        entries = [e for e in git.read_tree(folder.sha)
-                   if not e.is_tree and e.name.endswith(".json")]
-        blobs = git.read_blobs(e.sha for e in entries)
-        records = [_parse(blobs[e.sha], f"{FOLDER}/{e.name}") for e in entries]
+        records = [_parse(data, f"{FOLDER}/{name}")
+                   for name, data in self.branch.files(FOLDER, suffix=".json").items()]
         return sorted(records, key=lambda r: (r.created_at, r.id))
 
     def for_target(self, kind: TargetKind, target_id: str) -> list[OutcomeRecord]:

@@ -71,14 +71,7 @@ class SessionStore:
     # ------------------------------------------------------------------ reads
     def _folder(self, folder: str) -> dict[str, bytes]:
         """``{file name: content}`` of the files directly in ``folder`` at the tip."""
-        tree = self.branch.tree()
-        git = self.repo.git
-        entry = git.path_entry(tree, folder) if tree else None
-        if entry is None or not entry.is_tree:
-            return {}
-        files = {e.name: e.sha for e in git.read_tree(entry.sha) if not e.is_tree}
-        blobs = git.read_blobs(list(files.values()))
-        return {name: blobs[sha] for name, sha in sorted(files.items())}
+        return self.branch.files(folder)
 
     def manifests(self) -> list[SessionManifest]:
         """Every session's manifest, by session key."""
