@@ -121,19 +121,19 @@ def write_loose(objects_dir: str, kind: bytes, data: bytes, level: int, *,
 
 _O_TMPFILE: int = getattr(os, "O_TMPFILE", 0)
 _UNNAMED_FILES = bool(_O_TMPFILE) and os.path.isdir("/proc/self/fd")
-_NO_UNNAMED_FILES = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT, errno.EXDEV,
-                     errno.EPERM, errno.EACCES)
+# the kernel, the file system or /proc has no unnamed files: remembered for the process
+_NO_UNNAMED_FILES = (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT, errno.EXDEV)
+# not allowed here: this write falls back (and fails there too if the folder is not ours)
+_NOT_HERE = (errno.EPERM, errno.EACCES)
 
 
 def _write_unnamed(folder: str, final: str, payload: memoryview) -> bool:
     """Write ``payload`` to an unnamed file in ``folder`` and link it as ``final``; False
-    (nothing written) where unnamed files are not available, which is then remembered."""
-    global _UNNAMED_FILES
+    (nothing written) where unnamed files are not available (remembered) or allowed."""
     try:
         fd = _open_unnamed(folder)
     except OSError as exc:
-        if exc.errno in _NO_UNNAMED_FILES:
-            _UNNAMED_FILES = False
+        if _declined(exc):
             return False
         raise
     try:
@@ -146,13 +146,19 @@ def _write_unnamed(folder: str, final: str, payload: memoryview) -> bool:
             with contextlib.suppress(OSError):
                 os.utime(final)
         except OSError as exc:
-            if exc.errno in _NO_UNNAMED_FILES:
-                _UNNAMED_FILES = False
+            if _declined(exc):
                 return False
             raise
     finally:
         os.close(fd)
     return True
+
+
+def _declined(exc: OSError) -> bool:
+    global _UNNAMED_FILES
+    if exc.errno in _NO_UNNAMED_FILES:
+        _UNNAMED_FILES = False
+    return exc.errno in _NO_UNNAMED_FILES or exc.errno in _NOT_HERE
 
 
 def _open_unnamed(folder: str) -> int:

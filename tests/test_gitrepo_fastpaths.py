@@ -5,6 +5,7 @@ transactions themselves: test_gitrefwrite.py)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import subprocess
@@ -90,6 +91,16 @@ def test_loose_objects_are_whole_files_named_once(tmp_path: Path, unnamed: bool,
     assert all(oct(p.stat().st_mode & 0o777) == oct(0o444 & ~_umask()) for p in files)
     assert gitloose._UNNAMED_FILES is unnamed  # it worked as chosen (not fallen back)
     fsck(path)
+
+
+def test_no_unnamed_files_is_remembered_a_refusal_is_not(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    monkeypatch.setattr(gitloose, "_UNNAMED_FILES", True)
+    assert gitloose._declined(PermissionError(errno.EACCES, "not ours"))
+    assert gitloose._UNNAMED_FILES  # this write falls back; the next tries again
+    assert not gitloose._declined(OSError(errno.ENOSPC, "full"))  # a real error: raised
+    assert gitloose._declined(OSError(errno.EOPNOTSUPP, "no O_TMPFILE on this fs"))
+    assert not gitloose._UNNAMED_FILES  # every later write goes the renamed way
 
 
 def _umask() -> int:
