@@ -121,9 +121,8 @@ class FilesRefWriter:
         finally:
             for item in [*locks, *extra]:
                 _release(item)
-        for item in locks:
-            if item.update is not None and item.update.new is None:
-                self._remove_empty_folders(item.name)
+        self._remove_empty_folders([item.name for item in locks
+                                    if item.update is not None and item.update.new is None])
 
     # ------------------------------------------------------------------ checks
     def _check_shape(self, updates: Sequence[RefUpdate]) -> None:
@@ -226,16 +225,23 @@ class FilesRefWriter:
             os.unlink(os.path.join(self.refs.common_dir, "logs", item.name))
         os.unlink(item.path)
 
-    def _remove_empty_folders(self, ref: str) -> None:
-        """The folders of ``ref`` (and of its reflog) that are empty now, up to
-        ``refs/<kind>/`` (git's ``try_remove_empty_parents``)."""
-        parts = ref.split("/")
+    def _remove_empty_folders(self, deleted: list[str]) -> None:
+        """The folders of the ``deleted`` refs (and of their reflogs) that are empty now,
+        up to ``refs/<kind>/`` (git's ``try_remove_empty_parents``); a folder shared by
+        several of them is tried once."""
+        tried: set[str] = set()
         for base in (str(self.refs.common_dir), os.path.join(self.refs.common_dir, "logs")):
-            for depth in range(len(parts) - 1, 2, -1):
-                try:
-                    os.rmdir(os.path.join(base, *parts[:depth]))
-                except OSError:
-                    break  # not empty (or gone): its parents are not empty either
+            for ref in deleted:
+                parts = ref.split("/")
+                for depth in range(len(parts) - 1, 2, -1):
+                    folder = os.path.join(base, *parts[:depth])
+                    if folder in tried:
+                        break  # tried for a ref before (and so were its parents)
+                    tried.add(folder)
+                    try:
+                        os.rmdir(folder)
+                    except OSError:
+                        break  # not empty (or gone): its parents are not empty either
 
 
 def _take(item: _Lock, timeout: float) -> None:
