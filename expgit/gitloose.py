@@ -34,11 +34,16 @@ _GIT_REWRITES = re.compile(
     + "]")
 
 
+def loose_path(objects_dir: str, sha: str) -> str:
+    """The file of the loose object ``sha``: ``objects/<2 hex>/<rest>``."""
+    return os.path.join(objects_dir, sha[:2], sha[2:])
+
+
 def read_loose(objects_dir: str, sha: str) -> tuple[bytes, bytes] | None:
     """(kind, content) of the loose object ``sha``, None when it is not stored loose (or
     the file is not a well-formed object of that size)."""
     try:
-        with open(os.path.join(objects_dir, sha[:2], sha[2:]), "rb") as handle:
+        with open(loose_path(objects_dir, sha), "rb") as handle:
             raw = handle.read()
     except (FileNotFoundError, NotADirectoryError):
         return None
@@ -57,7 +62,7 @@ def loose_kind(objects_dir: str, sha: str) -> bytes | None:
     """The kind (``b"commit"``, ...) of the loose object ``sha`` from the head of its
     file, None when it is not stored loose (or its head is not an object header)."""
     try:
-        with open(os.path.join(objects_dir, sha[:2], sha[2:]), "rb") as handle:
+        with open(loose_path(objects_dir, sha), "rb") as handle:
             start = handle.read(512)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
@@ -103,8 +108,8 @@ def write_loose(objects_dir: str, kind: bytes, data: bytes, level: int, *,
     digest = hashlib.sha1(header)
     digest.update(data)
     sha = digest.hexdigest()
-    folder = os.path.join(objects_dir, sha[:2])
-    final = os.path.join(folder, sha[2:])
+    final = loose_path(objects_dir, sha)
+    folder = os.path.dirname(final)
     if not fresh:
         try:
             os.utime(final)
@@ -137,7 +142,7 @@ def _write_unnamed(folder: str, final: str, payload: memoryview) -> bool:
             return False
         raise
     try:
-        _write_all(fd, payload)
+        write_all(fd, payload)
         try:
             # the link that names it: through /proc, following the magic link (not
             # AT_EMPTY_PATH, which needs a privilege); a dir fd makes Python use linkat
@@ -179,7 +184,7 @@ def _write_renamed(folder: str, final: str, payload: memoryview) -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
     try:
         try:
-            _write_all(fd, payload)
+            write_all(fd, payload)
         finally:
             os.close(fd)
         os.rename(tmp, final)
@@ -189,6 +194,8 @@ def _write_renamed(folder: str, final: str, payload: memoryview) -> None:
         raise
 
 
-def _write_all(fd: int, payload: memoryview) -> None:
+def write_all(fd: int, payload: bytes | memoryview) -> None:
+    """Write all of ``payload`` to the file descriptor ``fd`` (short writes resumed)."""
+    payload = memoryview(payload)
     while payload:
         payload = payload[os.write(fd, payload):]

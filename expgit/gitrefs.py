@@ -90,20 +90,12 @@ class FilesRefs:
         return found
 
     def loose(self, name: str) -> str | None:
-        """The raw content of a loose ref file, None if there is no such file."""
+        """The raw content of a loose ref file, None if there is no such file (or a
+        folder of refs is there)."""
         try:
-            fd = os.open(os.path.join(self._common, name), os.O_RDONLY)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        try:  # a regular file reads short only at its end: one read for a ref
-            chunks = [os.read(fd, 4096)]
-            while len(chunks[-1]) == 4096:
-                chunks.append(os.read(fd, 4096))
+            return read_ref_file(os.path.join(self._common, name))
         except IsADirectoryError:
             return None
-        finally:
-            os.close(fd)
-        return b"".join(chunks).decode("utf-8", "surrogateescape").strip()
 
     def _follow(self, name: str) -> tuple[str | None, str]:
         """Follow ``name`` through loose files (symbolic refs as deep as git follows
@@ -192,6 +184,22 @@ class FilesRefs:
         if is_sha(head):
             return None  # detached
         raise LookupError("HEAD")
+
+
+def read_ref_file(path: str) -> str | None:
+    """The content of the ref file at ``path``, stripped; None when there is none;
+    IsADirectoryError when a folder is there."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:  # a regular file reads short only at its end: one read for a ref
+        chunks = [os.read(fd, 4096)]
+        while len(chunks[-1]) == 4096:
+            chunks.append(os.read(fd, 4096))
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "surrogateescape").strip()
 
 
 def _packed_value(name: str, packed: Mapping[str, str]) -> str | None:

@@ -14,10 +14,9 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from expgit.gitobjects import ZERO_SHA
 from expgit.gitrefs import RefUpdate
 from expgit.gitrefwrite import FilesRefWriter, GitMustWrite, moved
-
-ZERO = "0" * 40
 
 
 def transaction_lines(updates: Sequence[RefUpdate]) -> list[str]:
@@ -27,7 +26,7 @@ def transaction_lines(updates: Sequence[RefUpdate]) -> list[str]:
         if u.new is None:
             lines.append(f"delete {u.ref} {u.old or ''}".rstrip())
         else:
-            lines.append(f"update {u.ref} {u.new} {u.old or ZERO}")
+            lines.append(f"update {u.ref} {u.new} {u.old or ZERO_SHA}")
     return lines
 
 
@@ -59,7 +58,7 @@ class RefWriter:
 
     def apply(self, updates: Sequence[RefUpdate], message: str) -> None:
         """All updates in one atomic transaction, or none (RefMovedError)."""
-        if self.files.refs.enabled and self.in_process():
+        if self.in_process():  # (another ref backend: the writer declines it)
             with self._lock:
                 try:
                     self.files.apply(updates, message, log_all=self.log_all(),

@@ -30,9 +30,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from expgit.gitloose import loose_kind
+from expgit.gitloose import loose_kind, loose_path, write_all
 from expgit.gitobjects import ZERO_SHA, is_sha
-from expgit.gitrefs import FilesRefs, RefMovedError, RefUpdate
+from expgit.gitrefs import FilesRefs, RefMovedError, RefUpdate, read_ref_file
 
 REF_LOCK_TIMEOUT = 0.1  # git's default core.filesRefLockTimeout, in seconds
 PACKED_LOCK_TIMEOUT = 1.0  # git's default core.packedRefsTimeout
@@ -107,7 +107,7 @@ class FilesRefWriter:
             for item in locks:
                 if item.update is not None and item.update.new is not None:
                     assert item.fd is not None
-                    _write_all(item.fd, f"{item.update.new}\n".encode())
+                    write_all(item.fd, f"{item.update.new}\n".encode())
                 _close(item)
             for path, line in entries:
                 _append(path, line)
@@ -140,7 +140,7 @@ class FilesRefWriter:
             if not is_sha(u.new):
                 raise GitMustWrite(u.new)
             if self.is_commit(u.new):
-                if not os.path.exists(os.path.join(self.objects_dir, u.new[:2], u.new[2:])):
+                if not os.path.exists(loose_path(self.objects_dir, u.new)):
                     raise GitMustWrite(f"{u.new} is not stored loose")
                 continue
             kind = loose_kind(self.objects_dir, u.new)
@@ -274,15 +274,9 @@ def _take(item: _Lock, timeout: float) -> None:
 def _read_loose(path: str) -> str | None:
     """The loose ref file's content, None without one; GitMustWrite for a folder."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    try:
-        return os.read(fd, 4096).decode("utf-8", "surrogateescape").strip()
+        return read_ref_file(path)
     except IsADirectoryError:
         raise GitMustWrite("a folder is in the way of the ref") from None
-    finally:
-        os.close(fd)
 
 
 def _check_expected(update: RefUpdate, current: str | None) -> None:
@@ -305,16 +299,10 @@ def _clashes(ref: str, others: Mapping[str, object]) -> bool:
     return any(name.startswith(below) for name in others)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 def _append(path: str, line: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
-        _write_all(fd, line)
+        write_all(fd, line)
     finally:
         os.close(fd)
 

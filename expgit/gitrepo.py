@@ -111,7 +111,7 @@ class GitRepo:
         self._ref_writer = RefWriter(
             FilesRefWriter(self._refs, self.git_dir, self._objects_dir,
                            lambda sha: self._commits.get(sha) is not None), self.run,
-            self._writes_here, lambda: self._settings.get()[1],
+            lambda: self._writer_level() is not None, lambda: self._settings.get()[1],
             lambda: self._identities.known_line("COMMITTER"))
 
     # ----------------------------------------------------------------- opening
@@ -325,16 +325,18 @@ class GitRepo:
         """Write one object without a process (:func:`expgit.gitloose.write_loose`);
         git writes it (``hash-object -w``) when the repository asks for more (shared
         permissions, fsync, SHA-256, a push quarantine). Trees and commits are new."""
-        level = self._settings.get()[0]
-        if level is None or not self._writes_here():
+        level = self._writer_level()
+        if level is None:
             return self.out("hash-object", "-t", kind.decode(), "-w", "--stdin", "--literally",
                             input=data).strip()
         return write_loose(self._objects_dir, kind, data, level, fresh=kind != b"blob")
 
-    def _writes_here(self) -> bool:
-        """Whether this process may write objects and refs itself (else git does: shared
-        permissions, fsync, SHA-256, a push quarantine)."""
-        return self._settings.get()[0] is not None and not self._env.git_writes_objects()
+    def _writer_level(self) -> int | None:
+        """The zlib level of loose objects when this process may write objects and refs
+        itself; None when git must (shared permissions, fsync, SHA-256, a push
+        quarantine)."""
+        level = self._settings.get()[0]
+        return None if level is None or self._env.git_writes_objects() else level
 
     def write_blob(self, data: bytes) -> str:
         sha = self._store(b"blob", data)

@@ -71,8 +71,23 @@ class OutcomeSettings(BaseModel):
 
 
 class LearnSettings(BaseModel):
-    """``[learn]``: the thresholds of ``expgit learn`` (see
-    :class:`expgit.learn.options.LearnOptions` for what each means)."""
+    """``[learn]``: the thresholds of ``expgit learn``'s rules; the defaults suit a few
+    dozen to a few thousand runs.
+
+    * ``min_uses``: an experience is judged for failure correlation once at least this
+      many judged runs had it in context;
+    * ``failure_margin``: ... and flagged when its runs' failure rate is at least the
+      baseline (all judged runs) plus this margin, and at least ``min_failure_rate``;
+    * ``relevance_threshold``: a run is covered by an experience it used whose lexical
+      relevance to the run's task (signature and user turn) reaches this share;
+    * ``duplicate_threshold``: two experiences are near-duplicates at this lexical
+      similarity or above;
+    * ``min_outcome_coverage``: below this share of runs with an outcome record, a
+      finding says so;
+    * ``seed_min_score``: a run is well rated enough to seed an experience from this
+      score up (passed, no negative outcome);
+    * ``max_evidence``: evidence examples kept per finding (and rollouts per seed).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from expgit.cli._common import emit, json_option, open_repo, progress
-from expgit.learn.options import LearnOptions
+from expgit.learn.options import learn_options
 from expgit.learn.report import learn_report
 
 _SHARE = click.FloatRange(0, 1)
@@ -68,7 +68,7 @@ def learn_cmd(ctx: click.Context, /, rollouts_file: Path, outcomes_file: Path | 
     --propose. The thresholds come from the [learn] section of expgit.toml (defaults in
     brackets); each flag overrides one."""
     repo = open_repo(ctx)
-    options = LearnOptions.from_settings(repo.settings.learn, thresholds)
+    options = learn_options(repo.settings.learn, thresholds)
     result = learn_report(repo, rollouts_file, output_dir, outcomes_file=outcomes_file,
                           propose=propose, options=options, progress=progress)
 
