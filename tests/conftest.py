@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from expgit.cli import main as cli_main
+from expgit.gitrepo import GitRepo
 from expgit.init import init_repository
 from expgit.repository import ExperienceRepository
 
@@ -206,3 +207,12 @@ def serve() -> Iterator[Any]:
     yield start
     for server in servers:
         server.close()
+
+
+def commits(repo: GitRepo, count: int) -> list[str]:
+    """``count`` commits in a row (each the parent of the next) of one small tree."""
+    tree = repo.edit_tree(None, {"f": repo.write_blob(b"f\n")})
+    made: list[str] = []
+    for i in range(count):
+        made.append(repo.write_commit(tree, made[-1:], f"c{i}\n"))
+    return made

@@ -8,10 +8,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE
+from conftest import EXAMPLE, commits
 
 from expgit.gitrefs import FilesRefs
 from expgit.gitreftx import RefWriter
@@ -29,18 +30,11 @@ def git_in(path: Path, *args: str, check: bool = True) -> str:
     return proc.stdout.strip()
 
 
-def commits(repo: GitRepo, count: int) -> list[str]:
-    tree = repo.edit_tree(None, {"f": repo.write_blob(b"f\n")})
-    made: list[str] = []
-    for i in range(count):
-        made.append(repo.write_commit(tree, made[-1:], f"c{i}\n"))
-    return made
-
-
 class Writer:
     """A RefWriter on ``repo`` whose git fallback is recorded (``fallbacks``)."""
 
-    def __init__(self, repo: GitRepo, path: Path, log_all: str = "false") -> None:
+    def __init__(self, repo: GitRepo, path: Path, log_all: str = "false",
+                 committer: Callable[[], str | None] | None = None) -> None:
         self.fallbacks: list[tuple[str, ...]] = []
 
         def run(*args: str, **kwargs: object) -> subprocess.CompletedProcess[bytes]:
@@ -50,10 +44,19 @@ class Writer:
         self.writer = RefWriter(FilesRefWriter(FilesRefs(path), repo.git_dir,
                                                str(path / "objects")),
                                 run, lambda: True, lambda: log_all,
-                                lambda: repo._identities.known_line("COMMITTER"))
+                                committer or (lambda: repo._identities.known_line("COMMITTER")))
 
     def apply(self, updates: list[RefUpdate], message: str = "m") -> None:
         self.writer.apply(updates, message)
+
+
+def work_tree(path: Path) -> tuple[GitRepo, str]:
+    """A seeded repository with a work tree at ``path`` (HEAD -> main): it and main."""
+    init_repository(path, seed=EXAMPLE)
+    repo = GitRepo.discover(path)
+    main = repo.ref("refs/heads/main")
+    assert main is not None
+    return repo, main
 
 
 def lock_files(path: Path) -> list[Path]:
@@ -226,10 +229,7 @@ def test_deletions_leave_what_git_leaves(tmp_path: Path, monkeypatch: pytest.Mon
     for key, value in IDENT.items():
         monkeypatch.setenv(key, value)
     mine = tmp_path / "mine"
-    init_repository(mine, seed=EXAMPLE)
-    repo = GitRepo.discover(mine)
-    main = repo.ref("refs/heads/main")
-    assert main is not None
+    repo, main = work_tree(mine)
     w = Writer(repo, mine / ".git", "true")
     w.apply([RefUpdate("refs/heads/expgit/proposals/p1", main, None),
              RefUpdate("refs/heads/expgit/gradients/open/g1", main, None),
@@ -261,10 +261,7 @@ def test_deletions_leave_what_git_leaves(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_deleting_the_branch_head_names_is_left_to_git(tmp_path: Path) -> None:
     path = tmp_path / "work"
-    init_repository(path, seed=EXAMPLE)
-    repo = GitRepo.discover(path)
-    main = repo.ref("refs/heads/main")
-    assert main is not None
+    repo, main = work_tree(path)
     w = Writer(repo, path / ".git", "true")
     w.apply([RefUpdate("refs/heads/main", None, main)], "gone")
     assert [args[0] for args in w.fallbacks] == ["update-ref"]
@@ -286,10 +283,7 @@ def test_a_push_quarantine_leaves_refs_to_git(bare: tuple[Path, GitRepo],
 
 def test_no_identity_leaves_the_reflog_to_git(tmp_path: Path) -> None:
     path = tmp_path / "work"
-    init_repository(path, seed=EXAMPLE)
-    repo = GitRepo.discover(path)
-    main = repo.ref("refs/heads/main")
-    assert main is not None
+    repo, main = work_tree(path)
     (new,) = [repo.write_commit(repo.read_commit(main).tree, [main], "n\n")]
     calls: list[str] = []
 
@@ -297,17 +291,9 @@ def test_no_identity_leaves_the_reflog_to_git(tmp_path: Path) -> None:
         calls.append("asked")
         return None
 
-    fallbacks: list[tuple[str, ...]] = []
-
-    def run(*args: str, **kwargs: object) -> subprocess.CompletedProcess[bytes]:
-        fallbacks.append(args)
-        return repo.run(*args, **kwargs)  # type: ignore[arg-type]
-
-    writer = RefWriter(FilesRefWriter(FilesRefs(path / ".git"), repo.git_dir,
-                                      str(path / ".git" / "objects")),
-                       run, lambda: True, lambda: "true", unknown)
-    writer.apply([RefUpdate("refs/heads/main", new, main)], "by git")
-    assert calls == ["asked"] and [a[0] for a in fallbacks] == ["update-ref"]
+    w = Writer(repo, path / ".git", "true", committer=unknown)
+    w.apply([RefUpdate("refs/heads/main", new, main)], "by git")
+    assert calls == ["asked"] and [a[0] for a in w.fallbacks] == ["update-ref"]
     assert git_in(path, "reflog", "show", "--format=%gs", "-1", "main") == "by git"
     assert os.listdir(path / ".git" / "refs" / "heads") == ["main"]
     repo.close()
@@ -320,10 +306,7 @@ def test_a_repository_logs_as_its_settings_say(tmp_path: Path) -> None:
     """Through GitRepo: a work tree logs branch moves (and HEAD's) with the message; a
     bare repository logs nothing until ``core.logAllRefUpdates=always``."""
     work = tmp_path / "work"
-    init_repository(work, seed=EXAMPLE)
-    repo = GitRepo.discover(work)
-    main = repo.ref("refs/heads/main")
-    assert main is not None
+    repo, main = work_tree(work)
     (new,) = [repo.write_commit(repo.read_commit(main).tree, [main], "next\n")]
     repo.update_refs([RefUpdate("refs/heads/main", new, main),
                       RefUpdate("refs/expgit/other", new, None)], "expgit apply x")

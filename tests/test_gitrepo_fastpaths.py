@@ -163,14 +163,6 @@ def test_loose_and_packed_objects_read_alike(tmp_path: Path) -> None:
 
 
 # -------------------------------------------------------------------- refs
-def commits(repo: GitRepo, count: int) -> list[str]:
-    tree = repo.edit_tree(None, {"f": repo.write_blob(b"f\n")})
-    made: list[str] = []
-    for i in range(count):
-        made.append(repo.write_commit(tree, made[-1:], f"c{i}\n"))
-    return made
-
-
 def test_threads_race_by_compare_and_swap(tmp_path: Path) -> None:
     """Eight threads increment one ref by CAS: every increment lands exactly once."""
     path, repo = bare(tmp_path)
