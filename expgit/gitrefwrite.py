@@ -4,11 +4,13 @@ git moves a loose ref by creating ``<ref>.lock`` exclusively (``O_EXCL``: the lo
 git process and this module respect), checking the ref's current value under that lock
 (compare-and-swap), writing the new value into the lock file, appending the reflog entry,
 and renaming the lock onto the ref (a reader sees the old value or the new one, never a
-mix). A transaction locks all its refs, checks all of them, and only then renames: every
-ref moves or none does. A deletion also holds ``packed-refs.lock`` (so ``git pack-refs``
-cannot pack the ref meanwhile), removes the loose file and its reflog, then the folders
-this left empty. A held lock is waited for as git waits (``core.filesRefLockTimeout``,
-``core.packedRefsTimeout``), then the transaction is refused.
+mix; over an existing ref file the two are swapped and the lock removed, the same for
+readers and cheaper, see :mod:`expgit.fsswap`). A transaction locks all its refs,
+checks all of them, and only then renames: every ref moves or none does. A deletion also
+holds ``packed-refs.lock`` (so ``git pack-refs`` cannot pack the ref meanwhile), removes
+the loose file and its reflog, then the folders this left empty. A held lock is waited
+for as git waits (``core.filesRefLockTimeout``, ``core.packedRefsTimeout``), then the
+transaction is refused.
 
 Only the common case is done here: plain shared refs whose current value is an object id
 (loose or packed), whose new object is stored loose (a branch must get a commit), with no
@@ -30,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from expgit.fsswap import swap
 from expgit.gitloose import loose_kind, loose_path, write_all
 from expgit.gitobjects import ZERO_SHA, is_sha
 from expgit.gitrefs import FilesRefs, RefMovedError, RefUpdate, read_ref_file
@@ -63,6 +66,7 @@ class _Lock:
     fd: int | None = None
     owned: bool = False  # the lock file is this transaction's (to remove at the end)
     current: str | None = None
+    loose: bool = False  # the ref has a file of its own now (else: packed, or none)
 
     @property
     def lock(self) -> str:
@@ -113,8 +117,7 @@ class FilesRefWriter:
                 _append(path, line)
             for item in locks:
                 if item.update is not None and item.update.new is not None:
-                    os.rename(item.lock, item.path)
-                    item.owned = False  # renamed: nothing left to remove
+                    _install(item)
             for item in locks:
                 if item.update is not None and item.update.new is None:
                     self._delete(item)
@@ -152,6 +155,7 @@ class FilesRefWriter:
         for item in locks:
             assert item.update is not None
             item.current = _read_loose(item.path)
+            item.loose = item.current is not None
             if item.current is None or deleting:
                 packed = self.refs.packed() if packed is None else packed
             if item.update.new is None and packed is not None and item.name in packed:
@@ -297,6 +301,17 @@ def _clashes(ref: str, others: Mapping[str, object]) -> bool:
         return True
     below = ref + "/"
     return any(name.startswith(below) for name in others)
+
+
+def _install(item: _Lock) -> None:
+    """The lock file (new value written) becomes the ref. Over an existing file, the two
+    are swapped and the lock (now the old value) removed: cheaper than a rename on some
+    file systems (:mod:`expgit.fsswap`) and as atomic for readers."""
+    if item.loose and swap(item.lock, item.path):
+        os.unlink(item.lock)
+    else:
+        os.rename(item.lock, item.path)
+    item.owned = False  # nothing left to remove
 
 
 def _append(path: str, line: bytes) -> None:
