@@ -3,7 +3,9 @@
 A file ``.expgit/templates/<name>`` committed on the repository's ``main`` branch replaces
 the packaged template of the same name. It is read from git, so it works on a bare
 server and every clone renders the same text. One render sees the overrides of one
-commit of ``main`` (the tip when it starts).
+commit of ``main``: the tip when it starts, or the commit the caller names
+(``templates_at``), e.g. the snapshot a rollout is trained against, so that the renders
+of one piece of work agree and ``main`` is not read again for each.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ _environments: OrderedDict[str | None, jinja2.Environment] = OrderedDict()
 _environments_lock = threading.Lock()
 
 
-def _override_tree(repo: ExperienceRepository) -> str | None:
-    """The tree of the override folder at the tip of ``main``, None if there is none."""
+def _override_tree(repo: ExperienceRepository, at: str | None = None) -> str | None:
+    """The tree of the override folder at commit ``at`` (default: the tip of ``main``),
+    None if there is none."""
     git = repo.git
-    tip = git.ref(repo.main_ref)
+    tip = at if at is not None else git.ref(repo.main_ref)
     entry = git.path_entry(git.read_commit(tip).tree, OVERRIDE_DIR) if tip else None
     return entry.sha if entry is not None and entry.is_tree else None
 
@@ -45,13 +48,15 @@ def _override_files(repo: ExperienceRepository, tree: str, prefix: str = ""
     return files
 
 
-def environment(repo: ExperienceRepository | None = None) -> jinja2.Environment:
-    """The templates as ``main`` has them now: its overrides, else the packaged ones.
+def environment(repo: ExperienceRepository | None = None, *,
+                templates_at: str | None = None) -> jinja2.Environment:
+    """The templates as ``main`` has them now (or at commit ``templates_at``): its
+    overrides, else the packaged ones.
 
     Environments are kept by override tree id (a handful, most recent first), so each
     template is compiled once per version of the overrides rather than on every render;
     jinja checks the packaged files for changes (their modification time)."""
-    tree = _override_tree(repo) if repo is not None else None
+    tree = _override_tree(repo, templates_at) if repo is not None else None
     with _environments_lock:
         env = _environments.get(tree)
         if env is not None:
@@ -74,15 +79,17 @@ def environment(repo: ExperienceRepository | None = None) -> jinja2.Environment:
     return env
 
 
-def render(name: str, repo: ExperienceRepository | None = None, **context: Any) -> str:
-    return environment(repo).get_template(name).render(**context)
+def render(name: str, repo: ExperienceRepository | None = None, *,
+           templates_at: str | None = None, **context: Any) -> str:
+    return environment(repo, templates_at=templates_at).get_template(name).render(**context)
 
 
-def render_prompt(name: str, repo: ExperienceRepository | None = None, **context: Any
-                  ) -> tuple[str, str]:
+def render_prompt(name: str, repo: ExperienceRepository | None = None, *,
+                  templates_at: str | None = None, **context: Any) -> tuple[str, str]:
     """(system, user) messages from ``prompts/<name>.md.j2``, which defines the blocks
     ``system`` and ``user``; a repository may override the file like any template."""
-    template = environment(repo).get_template(f"prompts/{name}.md.j2")
+    template = environment(repo, templates_at=templates_at).get_template(
+        f"prompts/{name}.md.j2")
     ctx = template.new_context(dict(context))
     blocks = {key: "".join(render(ctx)).strip() for key, render in template.blocks.items()}
     if "system" not in blocks or "user" not in blocks:

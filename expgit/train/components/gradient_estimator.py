@@ -122,7 +122,8 @@ class ExperienceGradientEstimator:
                  "allow_delete": limits.allow_delete, "main_branch": settings.main_branch}
         while True:
             system, user = render_prompt(
-                "estimate", self.repo, trajectory=trajectory,
+                "estimate", self.repo, templates_at=experience_set.commit,
+                trajectory=trajectory,
                 trajectory_fence=fence(trajectory.content),
                 experiences=[shown(e, stats.get(e.name)) for e in relevant], rules=rules)
             if not relevant or fits(self.prompt_tokens, output, system, user):

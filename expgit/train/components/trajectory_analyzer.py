@@ -145,13 +145,14 @@ class TrajectoryRolloutAnalyzer:
                           "evaluation_source": source,
                           "skipped": "empty transcript: nothing to analyse"})
         output = analyze_output(self.limits)
-        system, user = self._prompt(rollout, view, evaluation, output)
+        templates_at = self.repo.git.ref(self.repo.main_ref)  # both renders: one main
+        system, user = self._prompt(rollout, view, evaluation, output, templates_at)
         out = await self.llm.generate("analyze", system, user, output)
         if evaluation is None:
             evaluation = fallback_evaluation(True)
         else:  # the evaluation is the ground truth: the outcome follows from it
             out = out.model_copy(update={"outcome": outcome_of(evaluation)})
-        document = self._document(rollout, tid, out, evaluation, source)
+        document = self._document(rollout, tid, out, evaluation, source, templates_at)
         uri, created = await run_git(
             self.store.store, tid, document, f"trajectory: {out.title}")
         if not created:  # another analyzer stored this rollout meanwhile: theirs wins
@@ -166,8 +167,8 @@ class TrajectoryRolloutAnalyzer:
                                          "evaluation_source": source})
 
     def _prompt(self, rollout: Rollout, view: list[dict[str, Any]],
-                evaluation: RubricEvaluation | None, output: type[AnalyzeOutput]
-                ) -> tuple[str, str]:
+                evaluation: RubricEvaluation | None, output: type[AnalyzeOutput],
+                templates_at: str | None) -> tuple[str, str]:
         """The analyze prompt; over ``prompt_tokens``, every part of the transcript is
         truncated to half the longest one, again, down to 200 characters."""
         case_input = json.dumps(rollout.case.input, ensure_ascii=False, indent=2,
@@ -176,7 +177,8 @@ class TrajectoryRolloutAnalyzer:
                      if k in ("text", "input", "output")), default=0)
         while True:
             system, user = render_prompt(
-                "analyze", self.repo, case=rollout.case, messages=view,
+                "analyze", self.repo, templates_at=templates_at, case=rollout.case,
+                messages=view,
                 evaluation=evaluation, error=rollout.error, case_input=case_input,
                 limits=self.limits)
             if limit <= 200 or fits(self.prompt_tokens, output, system, user):
@@ -193,7 +195,8 @@ class TrajectoryRolloutAnalyzer:
         return None, "fallback"
 
     def _document(self, rollout: Rollout, tid: str, out: AnalyzeOutput,
-                  evaluation: RubricEvaluation, source: str) -> str:
+                  evaluation: RubricEvaluation, source: str, templates_at: str | None
+                  ) -> str:
         used = read_usage(rollout.metadata)
         front = {
             "name": tid, "kind": "trajectory", "title": out.title, "outcome": out.outcome,
@@ -205,7 +208,8 @@ class TrajectoryRolloutAnalyzer:
             "analyzed_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         front_matter = safe_dump(front, sort_keys=False, allow_unicode=True, width=1000)
-        return render("trajectory.md.j2", self.repo, front_matter=front_matter, analysis=out,
+        return render("trajectory.md.j2", self.repo, templates_at=templates_at,
+                      front_matter=front_matter, analysis=out,
                       case=rollout.case, evaluation=evaluation, evaluation_source=source,
                       rollout_error=rollout.error)
 
