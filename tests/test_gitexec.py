@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import pytest
 from test_streaming import CTX, POLICY, FakeAnalyzer, FakeEngine, FakeEstimator, rollout
 
-from expgit.gitexec import GitExecutor, current_executor, run_git
+from expgit.gitexec import LEARNING_CALLS, GitExecutor, current_executor, run_git
 from expgit.snapshot import Snapshot
 from expgit.train.components.streaming import StreamingPolicyTrainer
 from expgit.train.context import PipelineContext
@@ -97,6 +97,54 @@ def test_two_threads_and_close() -> None:
         GitExecutor(0)
 
 
+def test_a_function_that_proved_quick_runs_on_the_loop_until_it_turns_slow() -> None:
+    executor = GitExecutor(1, name="test-git", inline_below=0.05)
+    delay = [0.0]
+
+    def work() -> str:
+        time.sleep(delay[0])
+        return threading.current_thread().name
+
+    def fails() -> None:
+        VAR.set("changed")  # in a copy of the caller's context, inline too
+        raise KeyError("inline failure")
+
+    async def main() -> None:
+        loop = threading.current_thread().name
+        with executor.current():
+            learned = [await run_git(work) for _ in range(LEARNING_CALLS)]
+            assert all(name.startswith("test-git") for name in learned)
+            assert await run_git(work) == loop  # proved quick: on the loop itself
+            delay[0] = 0.4
+            assert await run_git(work) == loop  # not known to be slow before it ran
+            assert (await run_git(work)).startswith("test-git")  # now it is
+            other = [await run_git(lambda: threading.current_thread().name)
+                     for _ in range(LEARNING_CALLS + 1)]
+            assert other[-1] == loop and all(n.startswith("test-git") for n in other[:-1])
+            idents = [await run_git(threading.get_ident) for _ in range(LEARNING_CALLS + 1)]
+            assert threading.get_ident() not in idents  # a builtin: never inline
+            for _ in range(LEARNING_CALLS + 1):
+                with pytest.raises(KeyError, match="inline failure"):
+                    await run_git(fails)
+            assert VAR.get() == ""
+
+    asyncio.run(main())
+    executor.close()
+
+
+def test_inline_below_zero_keeps_every_call_on_the_threads() -> None:
+    executor = GitExecutor(1, name="test-git", inline_below=0)
+
+    async def main() -> list[str]:
+        with executor.current():
+            return [await run_git(lambda: threading.current_thread().name)
+                    for _ in range(LEARNING_CALLS + 3)]
+
+    names = asyncio.run(main())
+    executor.close()
+    assert all(name.startswith("test-git") for name in names)
+
+
 class ThreadNoting:
     """Wraps the fakes: notes the thread each one's run_git call ran on."""
 
@@ -145,7 +193,7 @@ def test_the_streaming_trainer_runs_its_git_work_on_its_own_executor() -> None:
     async def main() -> None:
         trainer = StreamingPolicyTrainer(NotingAnalyzer(noting), NotingEstimator(noting),
                                          NotingEngine(noting), max_gradients_per_update=2,
-                                         max_wait_seconds=100)
+                                         max_wait_seconds=100, git_inline_below=0)
         results = await asyncio.gather(*(trainer.submit_rollout(rollout(f"r{i}"), CTX,
                                                                 POLICY) for i in range(4)))
         assert all(r.errors == [] and r.apply_result is not None for r in results)

@@ -10,7 +10,9 @@ rollout's gradients are never split across batches.
 The git work of submissions and batches (trajectory and gradient commits, snapshots,
 proposals, applies) runs on the trainer's own :class:`~expgit.gitexec.GitExecutor`
 (``git_threads`` threads, default 1), not the loop's default pool: one git call at a
-time, none waiting behind the GIL for the others; the event loop never waits for git.
+time, none waiting behind the GIL for the others. Calls that have proved quicker than
+``git_inline_below`` seconds on average run on the loop itself, where they cost less than
+the hand-over to a thread (see :mod:`expgit.gitexec`; 0: never).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from expgit.errors import UsageError
-from expgit.gitexec import GitExecutor, run_git
+from expgit.gitexec import INLINE_BELOW, GitExecutor, run_git
 from expgit.train.components.policy_trainer import (
     Prepared,
     TrainingEngine,
@@ -82,7 +84,8 @@ class StreamingPolicyTrainer:
     def __init__(self, analyzer: RolloutAnalyzer, estimator: GradientEstimator,
                  engine: TrainingEngine, *, max_gradients_per_update: int = 8,
                  max_wait_seconds: float = 10.0, timer_check_interval_seconds: float = 1.0,
-                 concurrency: int = 4, git_threads: int = 1) -> None:
+                 concurrency: int = 4, git_threads: int = 1,
+                 git_inline_below: float = INLINE_BELOW) -> None:
         if max_gradients_per_update < 1 or max_wait_seconds <= 0 \
                 or timer_check_interval_seconds <= 0 or concurrency < 1 or git_threads < 1:
             raise UsageError("streaming trainer: max_gradients_per_update, concurrency and "
@@ -95,7 +98,8 @@ class StreamingPolicyTrainer:
         self.timer_check_interval_seconds = timer_check_interval_seconds
         self.concurrency = concurrency  # of analysis/estimation in train_rollouts
         self.batches_applied = 0
-        self.git_executor = GitExecutor(git_threads, name="expgit-streaming-git")
+        self.git_executor = GitExecutor(git_threads, name="expgit-streaming-git",
+                                        inline_below=git_inline_below)
         self._pending: list[_Entry] = []
         self._seq = 0
         self._force_upto = -1
