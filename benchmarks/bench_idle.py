@@ -13,6 +13,7 @@ hash-object -w``, one process each), and prints the median cost per write and th
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -25,6 +26,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from expgit.gitrepo import GitRepo  # noqa: E402
+
+
+def file_creation_cost(folder: Path, files: int = 200) -> float:
+    """Median seconds to create an empty file in a new subfolder of ``folder`` (left
+    there: deleting them would add to what is measured)."""
+    probe = folder / "file-creation-probe"
+    probe.mkdir()
+    times = []
+    for i in range(files):
+        started = time.perf_counter()
+        os.close(os.open(probe / f"f{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        times.append(time.perf_counter() - started)
+    return sorted(times)[files // 2]
 
 
 def median_after_gap(write: Callable[[int], object], writes: int, gap: float) -> float:
@@ -58,6 +72,8 @@ def main() -> None:
                                   input=b"raw blob %d %f\n" % (i, time.time()),
                                   capture_output=True, check=True)
 
+        print(f"creating an empty file in {tmp}: {file_creation_cost(Path(tmp)) * 1e6:.0f} us "
+              "(median of 200; see bench_train.py on recently deleted inodes)")
         print(f"one blob write after an idle gap ({args.writes} writes each, median; "
               f"repository in {tmp})")
         print(f"{'gap ms':>7} {'expgit ms':>10} {'raw git ms':>11} {'ratio':>7}")

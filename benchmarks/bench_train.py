@@ -24,6 +24,16 @@ Run by hand (this is not a test)::
 
 ``--dir PATH`` makes the repositories there (default: the system's temporary folder), e.g.
 ``--dir /dev/shm`` (tmpfs) to tell the file system's cost from expgit's own.
+
+Before the streaming run the script times creating 200 empty files in the repository's
+folder and prints the median: the git share follows it. On ext4 without a journal (as on
+the machine these figures come from) the kernel will not reuse an inode deleted less
+than 60 s ago (300 s while its inode table block is unwritten) and scans past every such
+inode on each file it creates in that block group; right after another run's
+temporary repository (~10,000 files) was deleted there, creating a file costs 100-300 us
+instead of ~10 us, and every object, lock and ref expgit writes pays it. Wait a few
+minutes between runs, or give each run a fresh folder (``--dir``), to measure expgit
+rather than the previous run's deletions.
 """
 
 from __future__ import annotations
@@ -46,6 +56,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench_idle import file_creation_cost  # noqa: E402
 
 from expgit.gitrepo import GitRepo  # noqa: E402
 from expgit.init import init_repository  # noqa: E402
@@ -264,6 +276,7 @@ async def bench_streaming(rollouts: int, producers: int, latency: float, mode: s
     clock = GitClock()
     clock.install()
     with tempfile.TemporaryDirectory(dir=where) as tmp:
+        creation = file_creation_cost(Path(tmp))
         repo = _fresh_repo(Path(tmp) / "repo.git")
         meter = UsageMeter()
         runtime = LLMRuntime.fixed(FakeChat(latency), meter=meter)
@@ -289,7 +302,8 @@ async def bench_streaming(rollouts: int, producers: int, latency: float, mode: s
         wall = time.perf_counter() - started
         union, summed = clock.totals(started)
         print(f"\n(repository in {tmp}; {git_threads} git thread"
-              f"{'s' if git_threads > 1 else ''})")
+              f"{'s' if git_threads > 1 else ''}; creating a file there took "
+              f"{creation * 1e6:.0f} us before the run, median)")
         _verify(repo, results, wall, union, summed, trainer, meter, mode, latency, producers)
         top = sorted(clock.by_method.items(), key=lambda kv: -kv[1][1])[:8]
         print("git time by GitRepo method (outermost calls): " + ", ".join(
