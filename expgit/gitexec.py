@@ -53,8 +53,9 @@ _CURRENT: contextvars.ContextVar[GitExecutor | None] = contextvars.ContextVar(
 
 class GitExecutor:
     """A pool of ``threads`` threads (created on first use) that runs git calls for async
-    code; :meth:`close` ends them once the calls queued before it are done. Thread safe;
-    usable from several event loops."""
+    code, and runs on the loop itself the calls of functions that averaged under
+    ``inline_below`` seconds (see the module); :meth:`close` ends the threads once the
+    calls queued before it are done. Thread safe; usable from several event loops."""
 
     def __init__(self, threads: int = 1, *, name: str = "expgit-git",
                  inline_below: float = INLINE_BELOW) -> None:
@@ -72,9 +73,10 @@ class GitExecutor:
         return self._closed
 
     async def run(self, func: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """``func(*args, **kwargs)`` on one of the executor's threads (in a copy of the
-        caller's context, as :func:`asyncio.to_thread` does); after :meth:`close`, on the
-        loop's default pool."""
+        """``func(*args, **kwargs)`` in a copy of the caller's context (as
+        :func:`asyncio.to_thread` does): on the loop when ``func`` has proved quick, else
+        on one of the executor's threads; after :meth:`close`, on the loop's default
+        pool."""
         site = _site(func)
         call = functools.partial(contextvars.copy_context().run, func, *args, **kwargs)
         if site is not None and self._quick(site):
