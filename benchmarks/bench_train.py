@@ -29,11 +29,10 @@ Before the streaming run the script times creating 200 empty files in the reposi
 folder and prints the median: the git share follows it. On ext4 without a journal (as on
 the machine these figures come from) the kernel will not reuse an inode deleted less
 than 60 s ago (300 s while its inode table block is unwritten) and scans past every such
-inode on each file it creates in that block group; right after another run's
-temporary repository (~10,000 files) was deleted there, creating a file costs 100-300 us
-instead of ~10 us, and every object, lock and ref expgit writes pays it. Wait a few
-minutes between runs, or give each run a fresh folder (``--dir``), to measure expgit
-rather than the previous run's deletions.
+inode on each file it creates in that block group; right after another run's temporary
+repository (~10,000 files) was deleted there, every object, lock and ref expgit writes
+pays for it (a 4.4% share becomes 6.7%). Wait a few minutes between runs, or give each
+run a fresh folder (``--dir``), to measure expgit rather than the previous run.
 """
 
 from __future__ import annotations
@@ -303,7 +302,8 @@ async def bench_streaming(rollouts: int, producers: int, latency: float, mode: s
         union, summed = clock.totals(started)
         print(f"\n(repository in {tmp}; {git_threads} git thread"
               f"{'s' if git_threads > 1 else ''}; creating a file there took "
-              f"{creation * 1e6:.0f} us before the run, median)")
+              f"{creation * 1e6:.0f} us before the run, median: ~10 us on a quiet ext4 "
+              "folder, more after mass deletions nearby, see the docstring)")
         _verify(repo, results, wall, union, summed, trainer, meter, mode, latency, producers)
         top = sorted(clock.by_method.items(), key=lambda kv: -kv[1][1])[:8]
         print("git time by GitRepo method (outermost calls): " + ", ".join(
