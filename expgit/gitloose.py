@@ -136,7 +136,7 @@ def _write_unnamed(folder: str, final: str, payload: memoryview) -> bool:
     """Write ``payload`` to an unnamed file in ``folder`` and link it as ``final``; False
     (nothing written) where unnamed files are not available (remembered) or allowed."""
     try:
-        fd = _open_unnamed(folder)
+        fd = _open_in(folder, folder, _O_TMPFILE | os.O_WRONLY)
     except OSError as exc:
         if _declined(exc):
             return False
@@ -166,22 +166,19 @@ def _declined(exc: OSError) -> bool:
     return exc.errno in _NO_UNNAMED_FILES or exc.errno in _NOT_HERE
 
 
-def _open_unnamed(folder: str) -> int:
-    flags = _O_TMPFILE | os.O_WRONLY
+def _open_in(folder: str, path: str, flags: int) -> int:
+    """``path`` (in or being ``folder``) opened with ``flags``, mode 0444 less the umask;
+    ``folder`` made first when this is its first object."""
     try:
-        return os.open(folder, flags, 0o444)
-    except FileNotFoundError:  # the first object of this folder
+        return os.open(path, flags, 0o444)
+    except FileNotFoundError:
         os.makedirs(folder, exist_ok=True)
-        return os.open(folder, flags, 0o444)
+        return os.open(path, flags, 0o444)
 
 
 def _write_renamed(folder: str, final: str, payload: memoryview) -> None:
     tmp = os.path.join(folder, f"tmp_obj_{secrets.token_hex(8)}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-    except FileNotFoundError:  # the first object of this folder
-        os.makedirs(folder, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    fd = _open_in(folder, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         try:
             write_all(fd, payload)

@@ -6,23 +6,17 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import commits
+from conftest import commits, git
 
 from expgit import fsswap, gitrefwrite
 from expgit.gitrepo import GitRepo, RefUpdate
 
 linux_only = pytest.mark.skipif(fsswap._renameat2 is None,
                                 reason="renameat2 is Linux's (glibc >= 2.28)")
-
-
-def git_in(path: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=path, capture_output=True, text=True,
-                          check=True).stdout.strip()
 
 
 @linux_only
@@ -83,10 +77,10 @@ def test_moving_an_existing_ref_swaps_in_the_lock(tmp_path: Path,
     assert swapped == []  # a new ref file: renamed into place
     repo.update_refs([RefUpdate("refs/heads/x", b, a)], "move")
     assert swapped == [("refs/heads/x.lock", "refs/heads/x")]
-    assert git_in(path, "rev-parse", "x") == b
+    assert git(path, "rev-parse", "x").strip() == b
     assert sorted(p.name for p in (path / "refs" / "heads").iterdir()) == ["x"]  # no lock
     monkeypatch.setattr(gitrefwrite, "swap", lambda first, second: False)  # refused
     repo.update_refs([RefUpdate("refs/heads/x", c, b)], "move again")
-    assert git_in(path, "rev-parse", "x") == c
+    assert git(path, "rev-parse", "x").strip() == c
     assert sorted(p.name for p in (path / "refs" / "heads").iterdir()) == ["x"]
-    assert git_in(path, "fsck", "--strict", "--no-progress") == ""
+    assert git(path, "fsck", "--strict", "--no-progress") == ""
