@@ -11,23 +11,25 @@ import click
 from expgit.cli._common import emit, json_option, open_repo, progress
 from expgit.learn.options import learn_options
 from expgit.learn.report import learn_report
+from expgit.settings import LearnSettings
 
 _SHARE = click.FloatRange(0, 1)
-# (flag, type, help): each overrides the [learn] setting of the same name
+# (flag, type, help): each overrides the [learn] setting of the same name, whose built-in
+# default the help shows
 _THRESHOLDS = (
     ("min-uses", click.IntRange(min=1),
-     "Judged runs an experience needs before its failure rate is judged [3]."),
+     "Judged runs an experience needs before its failure rate is judged."),
     ("failure-margin", _SHARE,
-     "Flag an experience whose runs fail this much more often than all runs [0.25]."),
-    ("min-failure-rate", _SHARE, "... and at least this often [0.5]."),
+     "Flag an experience whose runs fail this much more often than all runs."),
+    ("min-failure-rate", _SHARE, "... and at least this often."),
     ("relevance-threshold", _SHARE,
-     "Lexical relevance at which a used experience covers a run's task [0.5]."),
+     "Lexical relevance at which a used experience covers a run's task."),
     ("duplicate-threshold", _SHARE, "Similarity at which two experiences are near-"
-     "duplicates [0.8]."),
+     "duplicates."),
     ("min-outcome-coverage", _SHARE,
-     "Below this share of runs with an outcome record, a finding says so [0.2]."),
-    ("seed-min-score", _SHARE, "Score from which a passed run may seed an experience [0.8]."),
-    ("max-evidence", click.IntRange(min=1), "Evidence examples kept per finding [10]."),
+     "Below this share of runs with an outcome record, a finding says so."),
+    ("seed-min-score", _SHARE, "Score from which a passed run may seed an experience."),
+    ("max-evidence", click.IntRange(min=1), "Evidence examples kept per finding."),
 )
 
 
@@ -36,8 +38,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _threshold_options(command: F) -> F:
     for flag, kind, text in reversed(_THRESHOLDS):
+        default = LearnSettings.model_fields[flag.replace("-", "_")].default
         command = click.option(f"--{flag}", type=kind, default=None, metavar="N",
-                               help=text)(command)
+                               help=f"{text} [{default}]")(command)
     return command
 
 

@@ -19,6 +19,8 @@ def learn_options(settings: LearnSettings,
     """The ``[learn]`` section, with each override that is not None in its place
     (validated as the section is)."""
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if not given:
+        return settings  # validated when the settings were read
     unknown = set(given) - set(LearnSettings.model_fields)
     if unknown:
         raise UsageError(f"unknown learn threshold(s): {', '.join(sorted(unknown))}")

@@ -22,7 +22,7 @@ from expgit.errors import InvalidInputError
 from expgit.learn.findings import Finding, find_all
 from expgit.learn.lexical import LexicalIndex
 from expgit.learn.metrics import compute_metrics
-from expgit.learn.options import LearnOptions, learn_options
+from expgit.learn.options import LearnOptions
 from expgit.learn.propose import LearnProposal, propose_learning
 from expgit.learn.runs import build_runs, load_outcomes
 from expgit.learn.seed_pack import SCHEMA as SEED_SCHEMA
@@ -99,7 +99,7 @@ def learn_report(repo: ExperienceRepository, rollouts_file: Path, out_dir: Path,
     """Read the recorded rollouts (and outcomes), write ``metrics.json``,
     ``findings.json`` and ``experience_seed_pack.json`` to ``out_dir``; with
     ``propose``, also commit the seeds and findings as gradients and one proposal."""
-    options = options or learn_options(repo.settings.learn)
+    options = options or repo.settings.learn
     say = progress or (lambda _message: None)
     rollouts = load_rollouts(rollouts_file)
     outcomes = load_outcomes(outcomes_file) if outcomes_file is not None else []
