@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 import subprocess
 import sys
@@ -117,11 +118,29 @@ def test_client_install_refuses_a_bare_repository(tmp_path: Path) -> None:
         install_hooks(GitRepo.discover(tmp_path / "server.git"), server=False)
 
 
+def python_wrapper(folder: Path) -> Path:
+    """An executable ``folder/python`` that execs this interpreter by its own path.
+
+    Not a symlink: a symlink to a virtual environment's python, placed outside the
+    environment, no longer finds the environment's ``pyvenv.cfg`` and runs as the base
+    interpreter without the environment's packages."""
+    folder.mkdir()
+    wrapper = folder / "python"
+    wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n',
+                       encoding="utf-8")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
 def test_install_handles_a_quote_in_the_python_path(repo: Path, tmp_path: Path) -> None:
-    odd = tmp_path / "it's here"
-    odd.mkdir()
-    (odd / "python").symlink_to(sys.executable)
-    install_hooks(GitRepo.discover(repo), server=False, python=str(odd / "python"))
+    odd = python_wrapper(tmp_path / "it's here")
+    # the wrapper runs inside this environment, so the hook finds expgit's dependencies
+    where = subprocess.run([str(odd), "-c", "import sys; print(sys.prefix)"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert where == sys.prefix
+    install_hooks(GitRepo.discover(repo), server=False, python=str(odd))
+    assert "INSTALL_PYTHON='" + str(odd).replace("'", "'\\''") + "'" in (
+        repo / ".git" / "hooks" / "pre-commit").read_text()
     write(repo, "experiences/second-rule.md", experience("second-rule"))
     proc = commit(repo)
     assert proc.returncode == 0, proc.stderr
