@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from expgit.gitrepo import GitRepo  # noqa: E402
+from expgit.git.repo import GitRepo  # noqa: E402
 
 
 def file_creation_cost(folder: Path, files: int = 200) -> float:

@@ -58,12 +58,12 @@ sys.path.insert(0, str(ROOT))
 
 from bench_idle import file_creation_cost  # noqa: E402
 
-from expgit.gitrepo import GitRepo  # noqa: E402
+from expgit.git.repo import GitRepo  # noqa: E402
 from expgit.init import init_repository  # noqa: E402
 from expgit.llm.factory import LLMRuntime  # noqa: E402
 from expgit.llm.port import ChatMessages, Completion, StageUsage, UsageMeter  # noqa: E402
-from expgit.proposals import list_proposals  # noqa: E402
-from expgit.repository import ExperienceRepository  # noqa: E402
+from expgit.store.proposals import list_proposals  # noqa: E402
+from expgit.store.repository import ExperienceRepository  # noqa: E402
 from expgit.train.build import build_pipeline  # noqa: E402
 from expgit.train.cases import ListCaseLoader, load_cases  # noqa: E402
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator  # noqa: E402

@@ -1,7 +1,7 @@
 """expgit: an LLM agent's experiences, kept and trained in git."""
 
 from expgit.errors import ExpgitError
-from expgit.repository import ExperienceRepository
+from expgit.store.repository import ExperienceRepository
 
 __all__ = ["ExperienceRepository", "ExpgitError"]
 __version__ = "0.1.0"

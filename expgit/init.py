@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from expgit.errors import InvalidInputError, UsageError
-from expgit.experience import check_experience, decode_experience
-from expgit.gitrepo import GitRepo, RefUpdate
-from expgit.hooks_install import install_hooks
-from expgit.settings import SETTINGS_FILE, Settings, parse_settings, render_settings
-from expgit.templates import OVERRIDE_DIR
-from expgit.validate import require_valid
+from expgit.git.repo import GitRepo, RefUpdate
+from expgit.hooks.install import install_hooks
+from expgit.store.experience import check_experience, decode_experience
+from expgit.store.settings import SETTINGS_FILE, Settings, parse_settings, render_settings
+from expgit.store.templates import OVERRIDE_DIR
+from expgit.store.validate import require_valid
 
 
 @dataclass

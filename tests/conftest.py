@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from expgit.cli import main as cli_main
-from expgit.gitrepo import GitRepo
+from expgit.git.repo import GitRepo
 from expgit.init import init_repository
-from expgit.repository import ExperienceRepository
+from expgit.store.repository import ExperienceRepository
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "example_repo"
@@ -36,7 +36,7 @@ def git_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monkey
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", "author@example.com")
     monkeypatch.setenv("GIT_COMMITTER_NAME", "Test Committer")
     monkeypatch.setenv("GIT_COMMITTER_EMAIL", "committer@example.com")
-    # Hooks run `python -m expgit.hook_run` inside the test repositories.
+    # Hooks run `python -m expgit.hooks.run` inside the test repositories.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
     yield

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from expgit.gradients import GradientRequest, propose
-from expgit.proposals import merge
-from expgit.repository import ExperienceRepository
+from expgit.store.gradients import GradientRequest, propose
+from expgit.store.proposals import merge
+from expgit.store.repository import ExperienceRepository
 from expgit.train.domain import Case, Message, Rollout, Rubric
 from expgit.train.trajectory_store import TrajectoryStore, rollout_id
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from expgit.errors import NotFoundError
 from expgit.remote.protocol import CaseQuery, Health, RolloutRequest
-from expgit.snapshot import Snapshot
+from expgit.store.snapshot import Snapshot
 from expgit.train.domain import (
     Case,
     CriterionResult,

@@ -12,7 +12,7 @@ from conftest import fsck, git
 from expgit.llm.port import LLMOutputError, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.repository import ExperienceRepository
+from expgit.store.repository import ExperienceRepository
 from expgit.train.components.llm_fields import (
     CHARS_PER_TOKEN,
     LOCAL_ANALYSIS_LIMITS,

@@ -23,7 +23,7 @@ from test_pipeline import (
 )
 
 from expgit.llm.scripted import Step
-from expgit.repository import ExperienceRepository
+from expgit.store.repository import ExperienceRepository
 from expgit.train.domain import Case, Message, Rollout, RubricEvaluation
 
 

@@ -22,14 +22,14 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, edited, fsck, git, run_expgit
 
-from expgit.apply import apply_proposal
 from expgit.errors import EXIT_LOCKED, LockHeldError
-from expgit.gradients import GradientRequest, propose
 from expgit.init import init_repository
-from expgit.lock import LOCK_NAME
-from expgit.proposals import merge
-from expgit.refnames import GRADIENTS, PROPOSAL_STATES, PROPOSALS
-from expgit.repository import ExperienceRepository
+from expgit.store.apply import apply_proposal
+from expgit.store.gradients import GradientRequest, propose
+from expgit.store.lock import LOCK_NAME
+from expgit.store.proposals import merge
+from expgit.store.refnames import GRADIENTS, PROPOSAL_STATES, PROPOSALS
+from expgit.store.repository import ExperienceRepository
 
 EXAMPLE = ROOT / "example_repo"
 WRITERS = 8
@@ -144,7 +144,7 @@ def test_same_proposal_applied_by_many_at_once_lands_once(tmp_path: Path) -> Non
 # ------------------------------------------------------------------ crashed writers
 CRASH_WHILE_LOCKED = textwrap.dedent("""
     import os, signal, sys
-    from expgit.repository import ExperienceRepository
+    from expgit.store.repository import ExperienceRepository
     repo = ExperienceRepository.open(sys.argv[1])
     repo.lock("expgit apply (crashing writer)").acquire()
     os.kill(os.getpid(), signal.SIGKILL)
@@ -152,7 +152,7 @@ CRASH_WHILE_LOCKED = textwrap.dedent("""
 
 HOLD = textwrap.dedent("""
     import sys
-    from expgit.repository import ExperienceRepository
+    from expgit.store.repository import ExperienceRepository
     repo = ExperienceRepository.open(sys.argv[1])
     with repo.lock("expgit apply (slow writer)").held():
         print("locked", flush=True)
@@ -285,7 +285,7 @@ def commit_on_main(path: Path, name: str, note: str) -> str:
 def test_main_moved_by_plain_git_during_apply_is_guarded_again(
         repo: ExperienceRepository, monkeypatch: pytest.MonkeyPatch,
         same_experience: bool) -> None:
-    import expgit.apply as apply_module
+    import expgit.store.apply as apply_module
     from expgit.errors import ConflictError
 
     path = repo.git.work_tree

@@ -13,12 +13,12 @@ import pytest
 from conftest import fsck, git, repo_state
 
 from expgit.errors import ConflictError, LockHeldError
-from expgit.gradients import GradientRequest, list_gradients, propose
 from expgit.llm.port import UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.proposals import list_proposals
-from expgit.repository import ExperienceRepository
+from expgit.store.gradients import GradientRequest, list_gradients, propose
+from expgit.store.proposals import list_proposals
+from expgit.store.repository import ExperienceRepository
 from expgit.train.components.gradient_estimator import to_semantic
 from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer
 from expgit.train.components.policy_updater import DryRunPolicyUpdater, GitPolicyUpdater
@@ -169,7 +169,7 @@ def test_a_plan_made_on_other_content_is_refused(seeded_repo: ExperienceReposito
 HOLDER = """
 import sys, time
 from pathlib import Path
-from expgit.lock import RepoLock
+from expgit.store.lock import RepoLock
 lock = RepoLock(Path(sys.argv[1]), wait_seconds=5, stale_seconds=600, purpose="test holder")
 lock.acquire()
 print("held", flush=True)

@@ -20,9 +20,9 @@ from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.remote.client import RemoteCaseLoader, RemoteRolloutExecutor, RemoteServiceError
 from expgit.remote.example_env import ExampleEnvironment, load_splits
 from expgit.remote.example_service import example_app
-from expgit.repository import ExperienceRepository
 from expgit.service.server import RunningServer, start_server
-from expgit.settings import ServeSettings
+from expgit.store.repository import ExperienceRepository
+from expgit.store.settings import ServeSettings
 from expgit.train.cases import load_cases
 from expgit.train.context import ExecutionContext
 

@@ -9,14 +9,14 @@ from typing import Any
 
 from conftest import fsck, git
 
-from expgit.experience import NAME_MAX, parse_experience
-from expgit.gradients import find_gradient, list_gradients
 from expgit.llm.factory import LOCAL_MAX_TOKENS
 from expgit.llm.port import UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.repository import ExperienceRepository
-from expgit.snapshot import ExperienceEntry, Snapshot
+from expgit.store.experience import NAME_MAX, parse_experience
+from expgit.store.gradients import find_gradient, list_gradients
+from expgit.store.repository import ExperienceRepository
+from expgit.store.snapshot import ExperienceEntry, Snapshot
 from expgit.train.components.gradient_estimator import (
     EstimateOutput,
     ExperienceGradientEstimator,

@@ -14,8 +14,8 @@ from expgit.errors import UsageError
 from expgit.llm.port import ChatMessages, Completion, LLMError, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.repository import ExperienceRepository
-from expgit.snapshot import Snapshot
+from expgit.store.repository import ExperienceRepository
+from expgit.store.snapshot import Snapshot
 from expgit.train.cases import load_cases, parse_case
 from expgit.train.components.evaluator import RubricRolloutEvaluator
 from expgit.train.components.executor import SingleTurnLLMRolloutExecutor

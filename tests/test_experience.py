@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLE, git
 
-from expgit import trailers as tr
 from expgit.errors import InvalidInputError
-from expgit.experience import (
+from expgit.store import trailers as tr
+from expgit.store.experience import (
     NAME_MAX,
     Experience,
     check_experience,

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import commits, git
 
-from expgit import fsswap, gitrefwrite
-from expgit.gitrepo import GitRepo, RefUpdate
+from expgit.git import fsswap
+from expgit.git import refwrite as gitrefwrite
+from expgit.git.repo import GitRepo, RefUpdate
 
 linux_only = pytest.mark.skipif(fsswap._renameat2 is None,
                                 reason="renameat2 is Linux's (glibc >= 2.28)")

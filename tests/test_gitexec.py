@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import pytest
 from test_streaming import CTX, POLICY, FakeAnalyzer, FakeEngine, FakeEstimator, rollout
 
-from expgit.gitexec import LEARNING_CALLS, GitExecutor, current_executor, run_git
-from expgit.snapshot import Snapshot
+from expgit.git.executor import LEARNING_CALLS, GitExecutor, current_executor, run_git
+from expgit.store.snapshot import Snapshot
 from expgit.train.components.streaming import StreamingPolicyTrainer
 from expgit.train.context import PipelineContext
 from expgit.train.domain import (

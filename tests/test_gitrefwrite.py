@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLE, commits
 
-from expgit.gitrefs import FilesRefs
-from expgit.gitreftx import RefWriter
-from expgit.gitrefwrite import FilesRefWriter, reflog_message
-from expgit.gitrepo import GitRepo, RefMovedError, RefUpdate, TreeEntry
+from expgit.git.refs import FilesRefs
+from expgit.git.reftx import RefWriter
+from expgit.git.refwrite import FilesRefWriter, reflog_message
+from expgit.git.repo import GitRepo, RefMovedError, RefUpdate, TreeEntry
 from expgit.init import init_repository
 
 IDENT = {"GIT_COMMITTER_NAME": "Ref Writer", "GIT_COMMITTER_EMAIL": "rw@example.invalid",

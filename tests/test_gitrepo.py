@@ -18,12 +18,12 @@ import pytest
 from conftest import EXAMPLE, fsck, git, repo_state
 
 from expgit.errors import GitError
-from expgit.gitobjects import tree_sort_key
-from expgit.gitrefs import FilesRefs
-from expgit.gitrepo import EMPTY_TREE, GitRepo, RefUpdate, TreeEntry
+from expgit.git.objects import tree_sort_key
+from expgit.git.refs import FilesRefs
+from expgit.git.repo import EMPTY_TREE, GitRepo, RefUpdate, TreeEntry
 from expgit.init import init_repository
-from expgit.refnames import GRADIENT_STATES
-from expgit.snapshot import Snapshot, SnapshotLoader
+from expgit.store.refnames import GRADIENT_STATES
+from expgit.store.snapshot import Snapshot, SnapshotLoader
 
 
 def git_env(cwd: Path, *args: str, env: dict[str, str], input: bytes | None = None) -> str:

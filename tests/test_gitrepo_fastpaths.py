@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLE, fsck
 
-import expgit.gitloose as gitloose
+import expgit.git.loose as gitloose
 from expgit.errors import GitError
-from expgit.gitrepo import EMPTY_TREE, GitRepo, RefMovedError, RefUpdate
+from expgit.git.repo import EMPTY_TREE, GitRepo, RefMovedError, RefUpdate
 from expgit.init import init_repository
 
 DATES = {"GIT_AUTHOR_DATE": "1700000000 +0130", "GIT_COMMITTER_DATE": "1700000100 -0700"}

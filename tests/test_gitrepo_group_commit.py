@@ -9,9 +9,9 @@ import pytest
 from conftest import fsck, git
 
 from expgit.errors import ConflictError
-from expgit.gitrepo import GitRepo, RefMovedError, RefUpdate
-from expgit.repository import ExperienceRepository
-from expgit.sidebranch import SideBranch
+from expgit.git.repo import GitRepo, RefMovedError, RefUpdate
+from expgit.store.repository import ExperienceRepository
+from expgit.store.sidebranch import SideBranch
 
 BRANCH = "refs/heads/expgit/records"
 

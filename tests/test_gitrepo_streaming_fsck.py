@@ -17,8 +17,8 @@ from conftest import fsck, git
 from expgit.llm.port import ChatMessages, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.proposals import list_proposals
-from expgit.repository import ExperienceRepository
+from expgit.store.proposals import list_proposals
+from expgit.store.repository import ExperienceRepository
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
 from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer
 from expgit.train.components.policy_updater import GitPolicyUpdater

@@ -1,7 +1,7 @@
 """The git hooks: installed stubs, the pre-commit check, and the server push checks.
 
 Every check runs through real git: ``git commit`` and ``git push`` run the installed
-stubs, which run ``python -m expgit.hook_run`` in a separate process.
+stubs, which run ``python -m expgit.hooks.run`` in a separate process.
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, git, run_expgit
 
-from expgit import hook_run
 from expgit.errors import UsageError
-from expgit.gitrepo import GitRepo
-from expgit.hooks_install import STUB_MARKER, install_hooks
+from expgit.git.repo import GitRepo
+from expgit.hooks import run as hook_run
+from expgit.hooks.install import STUB_MARKER, install_hooks
 
 BUDGET = 60  # tokens (about 4 bytes each), committed in expgit.toml
 
 
 @pytest.fixture(autouse=True)
 def _hook_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Hooks run ``python -m expgit.hook_run`` from inside the repository: make this
+    """Hooks run ``python -m expgit.hooks.run`` from inside the repository: make this
     checkout's expgit importable there even when it is not installed."""
     paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
@@ -85,7 +85,7 @@ def test_install_writes_an_executable_stub_running_this_python(client: Path) -> 
     assert text.startswith("#!/bin/sh\n")
     assert STUB_MARKER in text
     assert f"INSTALL_PYTHON='{os.path.abspath(sys.executable)}'" in text
-    assert "-m expgit.hook_run pre-commit" in text
+    assert "-m expgit.hooks.run pre-commit" in text
     assert stat.S_IMODE(hook.stat().st_mode) == 0o755
     assert not (client / ".git" / "hooks" / "pre-commit.legacy").exists()
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from conftest import ROOT, Driver, fsck, repo_state
 
-from expgit.proposals import find_proposal
-from expgit.repository import ExperienceRepository
+from expgit.store.proposals import find_proposal
+from expgit.store.repository import ExperienceRepository
 
 FIXTURES = ROOT / "tests" / "fixtures" / "learn"
 ROLLOUTS = FIXTURES / "rollouts.jsonl"

@@ -17,8 +17,6 @@ from conftest import EXAMPLE
 from pydantic import BaseModel
 
 from expgit.errors import UsageError
-from expgit.experience import check_experience
-from expgit.gradients import list_gradients
 from expgit.llm.factory import (
     LOCAL_MAX_TOKENS,
     LOCAL_N_CTX,
@@ -44,8 +42,10 @@ from expgit.llm.local_grammar import (
 )
 from expgit.llm.port import LLMError, Price
 from expgit.llm.scripted import ScriptedChatModel
-from expgit.repository import ExperienceRepository
-from expgit.settings import LLMSettings
+from expgit.store.experience import check_experience
+from expgit.store.gradients import list_gradients
+from expgit.store.repository import ExperienceRepository
+from expgit.store.settings import LLMSettings
 from expgit.train.cases import load_cases
 from expgit.train.components.evaluator import RubricRolloutEvaluator
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator

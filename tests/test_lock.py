@@ -1,4 +1,4 @@
-"""The expgit writer lock (:class:`expgit.lock.RepoLock`) on a real git directory.
+"""The expgit writer lock (:class:`expgit.store.lock.RepoLock`) on a real git directory.
 
 Other processes are real processes: a holder that is alive, one that has exited, one that
 was killed while holding the lock, and several writers racing for the same lock.
@@ -22,7 +22,7 @@ import pytest
 from conftest import ROOT, git
 
 from expgit.errors import EXIT_LOCKED, LockHeldError, UsageError
-from expgit.lock import LOCK_NAME, RepoLock, describe
+from expgit.store.lock import LOCK_NAME, RepoLock, describe
 
 HOST = socket.gethostname()
 
@@ -31,7 +31,7 @@ HOST = socket.gethostname()
 HOLDER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from expgit.lock import RepoLock
+    from expgit.store.lock import RepoLock
     lock = RepoLock(Path(sys.argv[1]), wait_seconds=30, stale_seconds=600,
                     purpose="test holder")
     lock.acquire()
@@ -330,7 +330,7 @@ def test_live_holder_blocks_a_waiting_acquirer_until_released(git_dir: Path) -> 
 WORKER = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from expgit.lock import RepoLock
+    from expgit.store.lock import RepoLock
     git_dir, rounds = Path(sys.argv[1]), int(sys.argv[2])
     inside, counter = git_dir / "inside", git_dir / "counter"
     for _ in range(rounds):

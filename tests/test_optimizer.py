@@ -10,12 +10,12 @@ import pytest
 from conftest import repo_state
 
 from expgit.errors import ExpgitError
-from expgit.experience import estimate_tokens, new_experience, parse_experience
 from expgit.llm.port import ChatMessages, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.repository import ExperienceRepository
-from expgit.snapshot import Snapshot
+from expgit.store.experience import estimate_tokens, new_experience, parse_experience
+from expgit.store.repository import ExperienceRepository
+from expgit.store.snapshot import Snapshot
 from expgit.train.components.llm_fields import (
     CHARS_PER_TOKEN,
     LOCAL_EDIT_LIMITS,

@@ -15,10 +15,10 @@ from outcomes_support import Targets, make_targets
 
 from expgit.outcomes.api import outcomes_router
 from expgit.outcomes.store import OutcomeStore
-from expgit.repository import ExperienceRepository
 from expgit.service.guards import install_guards
 from expgit.service.server import start_server
 from expgit.service.training_app import create_training_app
+from expgit.store.repository import ExperienceRepository
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

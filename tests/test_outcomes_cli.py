@@ -7,7 +7,7 @@ import json
 from conftest import Driver, run_expgit
 from outcomes_support import make_targets
 
-from expgit.repository import ExperienceRepository
+from expgit.store.repository import ExperienceRepository
 
 
 def add_args(kind: str, target: str, key: str, *extra: str) -> list[str]:

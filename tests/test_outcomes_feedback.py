@@ -16,7 +16,7 @@ from expgit.llm.structured import StructuredLLM
 from expgit.outcomes.feedback import LABEL_SCORES, FeedbackOutcomeEvaluator
 from expgit.outcomes.records import OutcomeRequest
 from expgit.outcomes.store import OutcomeStore
-from expgit.repository import ExperienceRepository
+from expgit.store.repository import ExperienceRepository
 from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Case, Message, Rollout, Rubric, RubricEvaluation

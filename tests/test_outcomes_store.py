@@ -11,7 +11,7 @@ from outcomes_support import Targets, make_targets
 from expgit.errors import ConflictError, InvalidInputError, NotFoundError
 from expgit.outcomes.records import OutcomeRequest, polarity
 from expgit.outcomes.store import OutcomeStore
-from expgit.repository import ExperienceRepository
+from expgit.store.repository import ExperienceRepository
 
 BRANCH = "refs/heads/expgit/outcomes"
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from conftest import edited, git
 
-from expgit.apply import apply_proposal
 from expgit.errors import InvalidInputError, NotFoundError
-from expgit.gitrepo import GitRepo
-from expgit.gradients import GradientRequest, propose
-from expgit.proposals import find_proposal, merge
-from expgit.refnames import PROPOSAL_STATES, find_by_id
-from expgit.repository import ExperienceRepository
+from expgit.git.repo import GitRepo
+from expgit.store.apply import apply_proposal
+from expgit.store.gradients import GradientRequest, propose
+from expgit.store.proposals import find_proposal, merge
+from expgit.store.refnames import PROPOSAL_STATES, find_by_id
+from expgit.store.repository import ExperienceRepository
 
 NAME = "refund-method-rules"
 

@@ -8,8 +8,8 @@ import hashlib
 import pytest
 
 from expgit.llm.port import LLMError
-from expgit.repository import ExperienceRepository
-from expgit.snapshot import ExperienceEntry, Snapshot
+from expgit.store.repository import ExperienceRepository
+from expgit.store.snapshot import ExperienceEntry, Snapshot
 from expgit.train.relevance import (
     EmbeddingRanker,
     ExperienceRanker,

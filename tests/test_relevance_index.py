@@ -8,8 +8,8 @@ import math
 import random
 from collections import Counter
 
-from expgit.repository import ExperienceRepository
-from expgit.snapshot import ExperienceEntry, Snapshot
+from expgit.store.repository import ExperienceRepository
+from expgit.store.snapshot import ExperienceEntry, Snapshot
 from expgit.train.lexical_index import LexicalIndex
 from expgit.train.relevance import LexicalRanker, _document_tokens, eligible, tokenize
 

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, edited, fsck, git, run_expgit
 
-from expgit import trailers as tr
 from expgit.errors import EXIT_CONFLICT
-from expgit.gradients import GradientRequest, propose
-from expgit.hooks_install import hooks_dir
-from expgit.proposals import merge
-from expgit.refnames import PROPOSAL_STATES, PROPOSALS
-from expgit.repository import ExperienceRepository
+from expgit.hooks.install import hooks_dir
+from expgit.store import trailers as tr
+from expgit.store.gradients import GradientRequest, propose
+from expgit.store.proposals import merge
+from expgit.store.refnames import PROPOSAL_STATES, PROPOSALS
+from expgit.store.repository import ExperienceRepository
 
 
 @pytest.fixture(autouse=True)
@@ -239,7 +239,7 @@ def test_diverged_local_main_is_left_alone_with_a_warning(server: Path) -> None:
 
 def test_local_main_moving_after_the_push_still_closes_the_proposal(
         server: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import expgit.apply as apply_module
+    import expgit.store.apply as apply_module
 
     a = clone(server, "a")
     pid, text = make_proposal(a, "refund-method-rules", "Quote refunds per method.")

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from conftest import git
 
-from expgit.repository import ExperienceRepository
 from expgit.sessions.export import export_sft
 from expgit.sessions.fingerprint import fingerprint, hash_id
 from expgit.sessions.formats import parse_session_file
@@ -17,6 +16,7 @@ from expgit.sessions.manifest import SegmentRecord, SessionManifest
 from expgit.sessions.metrics import METRIC_NAMES, MetricScore, SegmentMetrics
 from expgit.sessions.sft import from_sft_example
 from expgit.sessions.store import SessionChanges, SessionStore
+from expgit.store.repository import ExperienceRepository
 from expgit.train.domain import Message
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sessions"

@@ -12,20 +12,20 @@ from typing import Any
 
 from conftest import edited, git, repo_state
 
-from expgit.apply import apply_proposal
-from expgit.gradients import GradientRequest, propose
 from expgit.llm.factory import LLMRuntime
 from expgit.llm.port import ChatMessages, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.proposals import find_proposal, merge
-from expgit.repository import ExperienceRepository
 from expgit.sessions.fingerprint import fingerprint
 from expgit.sessions.ingest import NO_LLM, IngestReport, ingest
 from expgit.sessions.manifest import SessionManifest
 from expgit.sessions.metrics import METRIC_NAMES
 from expgit.sessions.run import run
 from expgit.sessions.store import SessionStore
+from expgit.store.apply import apply_proposal
+from expgit.store.gradients import GradientRequest, propose
+from expgit.store.proposals import find_proposal, merge
+from expgit.store.repository import ExperienceRepository
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sessions"
 

@@ -12,7 +12,6 @@ import pytest
 from expgit.llm.port import ChatMessages, LLMOutputError, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.repository import ExperienceRepository
 from expgit.sessions.formats import parse_session_file
 from expgit.sessions.metrics import (
     NO_TOOLS_REASON,
@@ -23,6 +22,7 @@ from expgit.sessions.metrics import (
     normalise_task_type,
 )
 from expgit.sessions.score_output import score_output
+from expgit.store.repository import ExperienceRepository
 from expgit.train.components.llm_fields import worst_case_chars
 from expgit.train.domain import Message, ToolPart
 

@@ -15,11 +15,11 @@ from test_pipeline import analyze, estimate_for, lesson_bodies, merge_of
 from expgit.llm.factory import LLMRuntime
 from expgit.llm.port import ChatMessages
 from expgit.llm.scripted import ScriptedChatModel, Step
-from expgit.repository import ExperienceRepository
 from expgit.sessions.ingest import ingest
 from expgit.sessions.metrics import METRIC_NAMES, MetricScore, SegmentMetrics
 from expgit.sessions.run import run
 from expgit.sessions.store import SessionStore
+from expgit.store.repository import ExperienceRepository
 from expgit.train.domain import Message
 from expgit.train.trajectory_store import TrajectoryStore
 

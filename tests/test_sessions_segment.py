@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 
-from expgit.experience import estimate_tokens
 from expgit.llm.port import ChatMessages, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
 from expgit.sessions.segmenter import LLMTaskSegmenter, Segmentation, Span, render_message
+from expgit.store.experience import estimate_tokens
 from expgit.train.domain import Message
 
 # Every message below renders to 40 characters: 10 estimated tokens, plus 4 of framing.

@@ -14,7 +14,7 @@ from expgit.outcomes.stats import (
     trajectory_row,
 )
 from expgit.outcomes.store import OutcomeStore
-from expgit.repository import ExperienceRepository
+from expgit.store.repository import ExperienceRepository
 from expgit.train.trajectory_store import TrajectoryStore
 
 

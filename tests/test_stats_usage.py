@@ -18,7 +18,7 @@ from expgit.llm.structured import StructuredLLM
 from expgit.outcomes.records import OutcomeRequest
 from expgit.outcomes.stats import experience_stats, track_record, trajectory_row
 from expgit.outcomes.store import OutcomeStore
-from expgit.repository import ExperienceRepository
+from expgit.store.repository import ExperienceRepository
 from expgit.train.build import build_pipeline
 from expgit.train.cases import ListCaseLoader
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from expgit.errors import ExpgitError, UsageError
-from expgit.snapshot import Snapshot
+from expgit.store.snapshot import Snapshot
 from expgit.train.components.streaming import StreamingPolicyTrainer
 from expgit.train.context import PipelineContext
 from expgit.train.domain import (

@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-from expgit.gitrepo import RefUpdate
+from expgit.git.repo import RefUpdate
 from expgit.llm.port import UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.repository import ExperienceRepository
-from expgit.templates import environment, render_prompt
+from expgit.store.repository import ExperienceRepository
+from expgit.store.templates import environment, render_prompt
 from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Case, Message, Rollout, Rubric, RubricCriterion

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from training_service_support import topic_rollout
 
-from expgit.repository import ExperienceRepository
+from expgit.store.repository import ExperienceRepository
 
 
 def first_line(proc: subprocess.Popen[str], limit_seconds: float = 60) -> str:

@@ -23,7 +23,7 @@ from training_service_support import (
 from expgit.errors import ExpgitError, UsageError
 from expgit.llm.scripted import ScriptedChatModel
 from expgit.remote.training_client import RemoteTrainingPolicyTrainer
-from expgit.repository import ExperienceRepository
+from expgit.store.repository import ExperienceRepository
 from expgit.train.context import PipelineContext
 from expgit.train.pipeline import apply_results_of
 

@@ -24,8 +24,8 @@ from training_service_support import (
 )
 
 from expgit.llm.scripted import ScriptedChatModel
-from expgit.repository import ExperienceRepository
 from expgit.service.jobs import JobRegistry, QueueFullError
+from expgit.store.repository import ExperienceRepository
 
 
 def post_all(url: str, bodies: list[str]) -> list[httpx.Response]:

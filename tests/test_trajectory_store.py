@@ -11,8 +11,8 @@ import pytest
 from conftest import fsck, git
 
 from expgit.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
-from expgit.gitrepo import RefMovedError, RefUpdate
-from expgit.repository import ExperienceRepository
+from expgit.git.repo import RefMovedError, RefUpdate
+from expgit.store.repository import ExperienceRepository
 from expgit.train.domain import Case, Message, Rollout, Rubric
 from expgit.train.trajectory_store import ATTEMPTS, TrajectoryStore, rollout_id
 
@@ -111,7 +111,7 @@ def test_concurrent_writers_in_threads_all_land(seeded_repo: ExperienceRepositor
 
 WRITER = """
 import sys
-from expgit.repository import ExperienceRepository
+from expgit.store.repository import ExperienceRepository
 from expgit.train.trajectory_store import TrajectoryStore
 store = TrajectoryStore(ExperienceRepository.open(sys.argv[1]))
 for i in range(int(sys.argv[3])):

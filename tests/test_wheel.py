@@ -66,7 +66,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     names = set(zipfile.ZipFile(wheel).namelist())
     for shipped in ("expgit/_data/hooks/pre-commit", "expgit/_data/hooks/pre-receive",
                     "expgit/_data/hooks/update", "expgit/_data/templates/proposal.md.j2",
-                    "expgit/hook_run.py"):
+                    "expgit/hooks/run.py"):
         assert shipped in names, f"{shipped} is missing from {wheel.name}"
 
     venv = base / "venv"
@@ -121,7 +121,7 @@ def test_hooks_install_from_the_venv(venv: Path, venv_env: dict[str, str],
 
 def test_render_a_packaged_template_from_the_venv(venv: Path, venv_env: dict[str, str],
                                                   tmp_path: Path) -> None:
-    code = ("from expgit import templates; print(templates.render('proposal.md.j2', "
+    code = ("from expgit.store import templates; print(templates.render('proposal.md.j2', "
             "base='0'*40, main_branch='main', gradients=[], merger='mechanical', items=[]))")
     proc = run(venv / "bin" / "python", "-c", code, cwd=tmp_path, env=venv_env)
     assert proc.stdout.startswith(

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from expgit.repository import ExperienceRepository
+from expgit.store.repository import ExperienceRepository
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from expgit.gradients import Gradient
-from expgit.proposals import Proposal
+from expgit.store.gradients import Gradient
+from expgit.store.proposals import Proposal
 
 
 def gradient_view(g: Gradient) -> dict[str, Any]:

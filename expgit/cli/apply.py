@@ -4,8 +4,8 @@ import dataclasses
 
 import click
 
-from expgit.apply import apply_proposal
 from expgit.cli._common import emit, json_option, open_repo, short, warn
+from expgit.store.apply import apply_proposal
 
 
 @click.command("apply")

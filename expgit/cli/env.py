@@ -11,7 +11,7 @@ from expgit.cli.train_common import bearer_token, llm_options, make_llm_options
 from expgit.errors import UsageError
 from expgit.remote.example_env import DEFAULT_DATASET, DEFAULT_DOMAIN, ExampleEnvironment
 from expgit.remote.example_service import ExampleService, serve_example
-from expgit.settings import Settings
+from expgit.store.settings import Settings
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 

@@ -7,14 +7,14 @@ import click
 
 from expgit.cli._common import emit, json_option, open_repo, short
 from expgit.cli._views import gradient_view
-from expgit.history import (
+from expgit.outcomes.stats import ExperienceStats, experience_stats
+from expgit.store.history import (
     ExperienceRow,
     PolicyUpdate,
     list_experiences,
     policy_log,
     show_experience,
 )
-from expgit.outcomes.stats import ExperienceStats, experience_stats
 
 
 @click.command("list")

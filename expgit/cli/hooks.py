@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from expgit.cli._common import emit, json_option, open_repo
-from expgit.hooks_install import install_hooks
+from expgit.hooks.install import install_hooks
 
 
 @click.group("hooks")

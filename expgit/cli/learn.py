@@ -11,7 +11,7 @@ import click
 from expgit.cli._common import emit, json_option, open_repo, progress
 from expgit.learn.options import learn_options
 from expgit.learn.report import learn_report
-from expgit.settings import LearnSettings
+from expgit.store.settings import LearnSettings
 
 _SHARE = click.FloatRange(0, 1)
 # (flag, type, help): each overrides the [learn] setting of the same name, whose built-in

@@ -7,7 +7,7 @@ import click
 from expgit.cli._common import emit, json_option, open_repo
 from expgit.cli._views import proposal_view
 from expgit.errors import InvalidInputError
-from expgit.proposals import merge
+from expgit.store.proposals import merge
 
 
 @click.command("merge")

@@ -5,12 +5,12 @@ from datetime import UTC, datetime
 
 import click
 
-from expgit.changes import colour_diff
 from expgit.cli._common import emit, json_option, open_repo, short
 from expgit.cli._views import gradient_view, proposal_view
-from expgit.gradients import list_gradients
-from expgit.proposals import Proposal, list_proposals
-from expgit.review import find_any, read_note, reject
+from expgit.store.changes import colour_diff
+from expgit.store.gradients import list_gradients
+from expgit.store.proposals import Proposal, list_proposals
+from expgit.store.review import find_any, read_note, reject
 
 STATE_CHOICE = click.Choice(["open", "applied", "rejected", "all"])
 

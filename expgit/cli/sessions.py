@@ -12,7 +12,8 @@ from expgit.cli._common import emit, json_option, open_repo, warn
 from expgit.cli.train_common import llm_options, make_llm_options
 from expgit.sessions.formats import SessionFormat
 from expgit.sessions.ingest import IngestReport, ingest
-from expgit.sessions.run import SessionsRunReport, run_with_llm
+from expgit.sessions.report import SessionsRunReport
+from expgit.sessions.run import run_with_llm
 from expgit.sessions.status import SessionsStatus, sessions_status
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import click
 
 from expgit.cli._common import emit, json_option, open_repo, short
-from expgit.validate import require_valid, validate_commit
+from expgit.store.validate import require_valid, validate_commit
 
 
 @click.command("validate")

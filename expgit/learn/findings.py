@@ -1,6 +1,6 @@
 """``findings.json``: what the recorded runs say needs attention, one finding per issue.
 
-Rules (thresholds in :class:`~expgit.settings.LearnSettings`):
+Rules (thresholds in :class:`~expgit.store.settings.LearnSettings`):
 
 * ``experience_correlated_with_failures``: an experience in the context of at least
   ``min_uses`` judged runs whose failure rate (failed evaluation or negative outcome) is

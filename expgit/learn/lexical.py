@@ -13,7 +13,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 
-from expgit.snapshot import Snapshot
+from expgit.store.snapshot import Snapshot
 from expgit.train.relevance import document_text, eligible, tokenize
 
 

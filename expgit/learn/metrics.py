@@ -14,7 +14,7 @@ from expgit.learn.lexical import LexicalIndex
 from expgit.learn.options import LearnOptions
 from expgit.learn.runs import Run, RunSet
 from expgit.outcomes.stats import roll_up
-from expgit.snapshot import Snapshot
+from expgit.store.snapshot import Snapshot
 
 SCHEMA = "expgit.learn.metrics/1"
 

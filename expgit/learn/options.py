@@ -1,5 +1,5 @@
 """The thresholds of the offline learning report (``expgit learn``): the ``[learn]``
-section of ``expgit.toml`` (:class:`~expgit.settings.LearnSettings`, which says what
+section of ``expgit.toml`` (:class:`~expgit.store.settings.LearnSettings`, which says what
 each means), each overridable for one run by a flag of the same name."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pydantic import ValidationError
 
 from expgit.errors import UsageError
-from expgit.settings import LearnSettings
+from expgit.store.settings import LearnSettings
 
 LearnOptions = LearnSettings
 

@@ -1,8 +1,8 @@
 """``expgit learn --propose``: the seed pack and the findings as one proposal for review.
 
-Through the core API only: each edit is a gradient (:func:`expgit.gradients.propose`,
+Through the core API only: each edit is a gradient (:func:`expgit.store.gradients.propose`,
 evidence ``rollout:<id>`` / ``finding:<id>``), the gradients are merged into one proposal
-(:func:`expgit.proposals.merge`). ``main`` is never touched; applying the proposal is the
+(:func:`expgit.store.proposals.merge`). ``main`` is never touched; applying the proposal is the
 reviewer's call (``expgit review`` / ``expgit apply``), and reverting it is one command.
 
 Edits:
@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from expgit.errors import ExpgitError
-from expgit.gitrepo import RefUpdate
-from expgit.gradients import Gradient, GradientRequest, propose
+from expgit.git.repo import RefUpdate
 from expgit.learn.findings import Finding
 from expgit.learn.seed_pack import Seed
-from expgit.proposals import merge
-from expgit.repository import ExperienceRepository
+from expgit.store.gradients import Gradient, GradientRequest, propose
+from expgit.store.proposals import merge
+from expgit.store.repository import ExperienceRepository
 
 MAX_EVIDENCE = 10
 

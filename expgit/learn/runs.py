@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from expgit.jsonl import load_jsonl
 from expgit.outcomes.records import OutcomeRecord, polarity
 from expgit.outcomes.stats import UsageRow, outcome_run_id, parse_time
+from expgit.store.jsonl import load_jsonl
 from expgit.train.components.evaluator import user_turn
 from expgit.train.domain import Rollout, ToolPart
 from expgit.train.experience_usage import KEY as USAGE_KEY

@@ -17,12 +17,12 @@ import re
 from pydantic import BaseModel, ConfigDict
 
 from expgit.errors import InvalidInputError
-from expgit.experience import check_experience, new_experience
 from expgit.learn.lexical import LexicalIndex
 from expgit.learn.options import LearnOptions
 from expgit.learn.runs import Run, RunSet
-from expgit.repository import ExperienceRepository
-from expgit.snapshot import Snapshot
+from expgit.store.experience import check_experience, new_experience
+from expgit.store.repository import ExperienceRepository
+from expgit.store.snapshot import Snapshot
 
 SCHEMA = "expgit.learn.seed_pack/1"
 _WORD = re.compile(r"[a-z0-9]+")

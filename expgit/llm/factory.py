@@ -29,7 +29,7 @@ from expgit.llm.local import (
 from expgit.llm.openai_chat import OpenAIChatModel
 from expgit.llm.port import ChatModel, EmbeddingModel, UsageMeter
 from expgit.llm.structured import Mode, StructuredLLM
-from expgit.settings import LLMSettings
+from expgit.store.settings import LLMSettings
 
 Choice = Literal["local", "openai"]
 LOCAL_MIN_TIMEOUT_SECONDS = 300.0  # requests are queued client-side; generation is slow

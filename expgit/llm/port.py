@@ -10,9 +10,10 @@ from __future__ import annotations
 import threading
 from typing import Any, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from expgit.errors import ExpgitError
+from expgit.store.settings import Price as Price  # re-exported: what the meter prices by
 
 
 class LLMError(ExpgitError):
@@ -57,11 +58,6 @@ class EmbeddingModel(Protocol):
     """Embeds texts; one endpoint call per :meth:`embed`. Raises LLMError on failure."""
 
     async def embed(self, texts: list[str], *, stage: str) -> list[list[float]]: ...
-
-
-class Price(BaseModel):
-    prompt_per_million: float = Field(default=0.0, ge=0)
-    completion_per_million: float = Field(default=0.0, ge=0)
 
 
 class StageUsage(BaseModel):

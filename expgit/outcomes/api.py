@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from expgit.errors import UsageError
 from expgit.outcomes.records import OutcomeRecord, OutcomeRequest, TargetKind
 from expgit.outcomes.store import OutcomeStore
-from expgit.repository import ExperienceRepository
+from expgit.store.repository import ExperienceRepository
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"

@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from expgit.errors import InvalidInputError
 from expgit.outcomes.signals import STAMPS_KEY, FeedbackEvent, SessionSignals, session_signals
-from expgit.repository import ExperienceRepository
+from expgit.store.repository import ExperienceRepository
 from expgit.train.context import PipelineContext
 from expgit.train.domain import CriterionResult, Message, Rollout, RubricEvaluation
 from expgit.train.interfaces import RolloutEvaluator

@@ -33,10 +33,10 @@ from typing import Any, ClassVar
 
 import yaml
 
-from expgit.gitrepo import TreeEntry
+from expgit.git.repo import TreeEntry
 from expgit.outcomes.records import OutcomeRecord, polarity
 from expgit.outcomes.store import OutcomeStore
-from expgit.repository import ExperienceRepository
+from expgit.store.repository import ExperienceRepository
 from expgit.train.experience_usage import read_usage
 from expgit.train.trajectory_store import FOLDER, TrajectoryStore
 

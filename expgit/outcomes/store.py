@@ -2,7 +2,7 @@
 
 Each record is one file ``records/<sha256 of its idempotency key>.json`` on a branch of
 its own (default ``expgit/outcomes``, an orphan history: never ``main``), written by
-compare-and-swap through :class:`~expgit.sidebranch.SideBranch`. A file, once written, is
+compare-and-swap through :class:`~expgit.store.sidebranch.SideBranch`. A file, once written, is
 never rewritten or removed: the branch's history is the audit trail.
 
 Idempotency: a repeat of a key with the same request returns the first record
@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
-from expgit import trailers as tr
 from expgit.errors import ConflictError, InvalidInputError, UsageError
 from expgit.outcomes.records import (
     OutcomeRecord,
@@ -28,8 +27,9 @@ from expgit.outcomes.records import (
     key_digest,
 )
 from expgit.outcomes.targets import resolve_target
-from expgit.repository import ExperienceRepository
-from expgit.sidebranch import SideBranch
+from expgit.store import trailers as tr
+from expgit.store.repository import ExperienceRepository
+from expgit.store.sidebranch import SideBranch
 
 FOLDER = "records"
 KIND_TRAILER = "outcome"

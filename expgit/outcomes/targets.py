@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from expgit.errors import ConflictError, InvalidInputError, NotFoundError
 from expgit.outcomes.records import TARGET_KINDS, TargetKind
-from expgit.proposals import find_proposal
-from expgit.repository import ExperienceRepository
+from expgit.store.proposals import find_proposal
+from expgit.store.repository import ExperienceRepository
 from expgit.train.trajectory_store import FOLDER, ID_LEN, TrajectoryStore
 
 _ROLLOUT_ID = re.compile(rf"^[0-9a-f]{{{ID_LEN}}}$")

@@ -17,8 +17,8 @@ import httpx
 from expgit.errors import UsageError
 from expgit.remote.client import RemoteCaseLoader, RemoteRolloutExecutor, preflight
 from expgit.remote.protocol import Health
-from expgit.repository import ExperienceRepository
-from expgit.snapshot import Snapshot
+from expgit.store.repository import ExperienceRepository
+from expgit.store.snapshot import Snapshot
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Case, Rollout, RolloutAnalysis, RolloutTrainingResult
 

@@ -30,8 +30,8 @@ from expgit import __version__
 from expgit.errors import InvalidInputError, NotFoundError
 from expgit.llm.port import UsageMeter
 from expgit.remote.protocol import CaseQuery, Health, RolloutRequest
-from expgit.repository import ExperienceRepository
-from expgit.snapshot import Snapshot
+from expgit.store.repository import ExperienceRepository
+from expgit.store.snapshot import Snapshot
 from expgit.train.build import LLMHandles, rollout_executor
 from expgit.train.cases import load_cases
 from expgit.train.context import ExecutionContext

@@ -19,7 +19,7 @@ from expgit.remote.example_env import (
 )
 from expgit.remote.sdk import create_environment_app
 from expgit.service.server import serve_forever
-from expgit.settings import ServeSettings, Settings
+from expgit.store.settings import ServeSettings, Settings
 from expgit.train.build import LLMOptions
 
 

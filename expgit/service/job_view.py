@@ -9,11 +9,11 @@ error line in the answer, never a failed request.
 from __future__ import annotations
 
 from expgit.errors import ExpgitError
-from expgit.gradients import find_gradient
-from expgit.refnames import PROPOSAL_STATES, find_by_id
 from expgit.remote.training_protocol import TrainingJob, TrainingJobResult
-from expgit.repository import ExperienceRepository
 from expgit.service.jobs import Job, JobPointers
+from expgit.store.gradients import find_gradient
+from expgit.store.refnames import PROPOSAL_STATES, find_by_id
+from expgit.store.repository import ExperienceRepository
 from expgit.train.components.gradient_estimator import to_semantic
 from expgit.train.domain import SemanticGradient, Trajectory
 from expgit.train.trajectory_store import TrajectoryStore

@@ -34,13 +34,13 @@ import expgit
 from expgit.errors import InvalidInputError, NotFoundError, UsageError
 from expgit.remote.protocol import Health
 from expgit.remote.training_protocol import TrainingJob
-from expgit.repository import ExperienceRepository
 from expgit.service.guards import describe_validation_errors, error_response, install_guards
 from expgit.service.job_view import job_status, job_view
 from expgit.service.jobs import JobRegistry, QueueFullError
 from expgit.service.stage_gate import StageGate
 from expgit.service.training_runner import Mode, ShuttingDownError, TrainingRunner
 from expgit.service.training_wiring import TrainerFactory, streaming_trainer_factory
+from expgit.store.repository import ExperienceRepository
 from expgit.train.build import LLMHandles
 from expgit.train.domain import Rollout
 

@@ -14,9 +14,9 @@ import contextlib
 from typing import Literal
 
 from expgit.errors import UsageError
-from expgit.repository import ExperienceRepository
 from expgit.service.jobs import Job, JobPointers, JobRegistry
 from expgit.service.stage_gate import ON_SLOT, GatedAnalyzer
+from expgit.store.repository import ExperienceRepository
 from expgit.train.components.policy_trainer import describe
 from expgit.train.components.streaming import StreamingPolicyTrainer
 from expgit.train.context import PipelineContext

@@ -26,7 +26,6 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from expgit.llm.structured import StructuredLLM
-from expgit.repository import ExperienceRepository
 from expgit.sessions.fingerprint import fingerprint, hash_id
 from expgit.sessions.formats import SessionFormat, parse_session_file
 from expgit.sessions.incremental import apply_segmentation, first_change, resume_point
@@ -42,6 +41,7 @@ from expgit.sessions.segmenter import (
     topic_of,
 )
 from expgit.sessions.store import SessionChanges, SessionStore
+from expgit.store.repository import ExperienceRepository
 from expgit.train.domain import Message
 
 NO_LLM = "not segmented yet: `expgit sessions run` segments it (with an LLM)"

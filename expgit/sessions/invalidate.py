@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from expgit.changes import FileChange
 from expgit.errors import ConflictError, ExpgitError
-from expgit.gradients import Gradient, GradientRequest, list_gradients, propose
-from expgit.proposals import list_proposals, merge
-from expgit.repository import ExperienceRepository
-from expgit.revert import reverted_blob
 from expgit.sessions.manifest import InvalidationRecord, SegmentRecord
+from expgit.store.changes import FileChange
+from expgit.store.gradients import Gradient, GradientRequest, list_gradients, propose
+from expgit.store.proposals import list_proposals, merge
+from expgit.store.repository import ExperienceRepository
+from expgit.store.revert import reverted_blob
 
 INVALIDATES = "Expgit-Invalidates"
 

@@ -18,10 +18,10 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from expgit.llm.structured import StructuredLLM
-from expgit.repository import ExperienceRepository
 from expgit.sessions.redact import redact_messages
 from expgit.sessions.score_output import ScoreOutput, score_output
-from expgit.templates import render_prompt
+from expgit.store.repository import ExperienceRepository
+from expgit.store.templates import render_prompt
 from expgit.train.components.llm_fields import fits
 from expgit.train.components.trajectory_analyzer import transcript_view
 from expgit.train.domain import Message, ToolPart

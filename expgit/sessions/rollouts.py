@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from expgit.repository import ExperienceRepository
 from expgit.sessions.manifest import SegmentRecord, SessionManifest
 from expgit.sessions.metrics import WEIGHTS, SegmentMetrics
+from expgit.store.repository import ExperienceRepository
 from expgit.train.domain import (
     Case,
     CriterionResult,

@@ -19,17 +19,16 @@ import asyncio
 from collections.abc import Callable
 from typing import Literal
 
-from pydantic import BaseModel, Field
-
 from expgit.errors import ExpgitError, UsageError
 from expgit.llm.port import LLMError
-from expgit.repository import ExperienceRepository
 from expgit.sessions.ingest import segment_session
 from expgit.sessions.manifest import SessionManifest
 from expgit.sessions.metrics import LLMTrajectoryScorer, TrajectoryScorer
+from expgit.sessions.report import SessionsRunReport
 from expgit.sessions.segmenter import LLMTaskSegmenter, TaskSegmenter
 from expgit.sessions.store import SessionChanges, SessionStore
 from expgit.sessions.training import chain, train_segments
+from expgit.store.repository import ExperienceRepository
 from expgit.train.build import LLMHandles, LLMOptions
 from expgit.train.components.llm_fields import CHARS_PER_TOKEN
 from expgit.train.report import UsageReport
@@ -37,26 +36,6 @@ from expgit.train.report import UsageReport
 Progress = Callable[[str], None]
 PROMPT_OVERHEAD_TOKENS = 500  # the segment template's instructions, estimated
 MIN_WINDOW_TOKENS = 200
-
-
-class SessionsRunReport(BaseModel):
-    branch: str
-    llm: bool
-    segmented: list[str] = Field(default_factory=list)  # session keys
-    pending: dict[str, str] = Field(default_factory=dict)  # session key -> reason
-    superseded: list[str] = Field(default_factory=list)  # fingerprints
-    labelled: list[str] = Field(default_factory=list)  # fingerprints
-    trained: list[str] = Field(default_factory=list)  # fingerprints
-    gradients: list[str] = Field(default_factory=list)
-    proposals: list[str] = Field(default_factory=list)
-    invalidation_proposals: list[str] = Field(default_factory=list)
-    errors: list[str] = Field(default_factory=list)
-    commits: list[str] = Field(default_factory=list)  # on the sessions branch
-    main_before: str | None = None
-    main_after: str | None = None
-    notes: list[str] = Field(default_factory=list)
-    llm_description: str | None = None
-    usage: UsageReport = Field(default_factory=UsageReport)
 
 
 async def run(repo: ExperienceRepository, *, batch_size: int = 50,

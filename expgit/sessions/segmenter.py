@@ -23,10 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from expgit.experience import estimate_tokens
 from expgit.llm.port import LLMError
 from expgit.llm.structured import StructuredLLM
-from expgit.repository import ExperienceRepository
 from expgit.sessions.segment_output import (
     MAX_TASKS,
     TOPIC_CHARS,
@@ -34,7 +32,9 @@ from expgit.sessions.segment_output import (
     cover_problem,
     task_ranges,
 )
-from expgit.templates import render_prompt
+from expgit.store.experience import estimate_tokens
+from expgit.store.repository import ExperienceRepository
+from expgit.store.templates import render_prompt
 from expgit.train.domain import Message, TextPart
 
 STAGE = "segment"

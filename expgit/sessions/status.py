@@ -6,8 +6,8 @@ from collections import Counter
 
 from pydantic import BaseModel, Field
 
-from expgit.repository import ExperienceRepository
 from expgit.sessions.store import SessionStore
+from expgit.store.repository import ExperienceRepository
 
 
 class SessionLine(BaseModel):

@@ -8,7 +8,7 @@ Files on the branch (all JSON, all redacted, no identifier in the clear):
 * ``segments/<fingerprint>.json``: one segment's messages (content-addressed: a segment
   seen in two sessions is stored once).
 
-Writes go through :class:`~expgit.sidebranch.SideBranch` (objects, then a compare-and-
+Writes go through :class:`~expgit.store.sidebranch.SideBranch` (objects, then a compare-and-
 swap of the branch). A save names the manifests it was computed from; if another writer
 changed one of them meanwhile, the save is refused (ConflictError) instead of losing
 that writer's update.
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pydantic import TypeAdapter, ValidationError
 
 from expgit.errors import ConflictError, InvalidInputError, NotFoundError
-from expgit.repository import ExperienceRepository
 from expgit.sessions.manifest import SessionManifest
-from expgit.sidebranch import SideBranch
+from expgit.store.repository import ExperienceRepository
+from expgit.store.sidebranch import SideBranch
 from expgit.train.domain import Message
 
 MANIFESTS = "sessions"

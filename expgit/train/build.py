@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from expgit.errors import InvalidInputError
-from expgit.jsonl import load_jsonl
 from expgit.llm.port import EmbeddingModel, UsageMeter
 from expgit.llm.structured import StructuredLLM
-from expgit.proposals import find_proposal
 from expgit.remote.environment import NoTrainer, RemoteCases
-from expgit.repository import ExperienceRepository
+from expgit.store.jsonl import load_jsonl
+from expgit.store.proposals import find_proposal
+from expgit.store.repository import ExperienceRepository
 from expgit.train.cases import ListCaseLoader, load_cases
 from expgit.train.components.evaluator import RubricRolloutEvaluator
 from expgit.train.components.executor import SingleTurnLLMRolloutExecutor

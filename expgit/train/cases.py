@@ -31,9 +31,9 @@ import yaml
 from pydantic import ValidationError
 
 from expgit.errors import InvalidInputError, NotFoundError, UsageError
+from expgit.store.yamlload import UniqueKeyLoader
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Case
-from expgit.yamlload import UniqueKeyLoader
 
 _YAML_SUFFIXES = (".yaml", ".yml", ".json")
 _JSONL_SUFFIXES = (".jsonl",)

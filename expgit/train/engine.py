@@ -4,7 +4,7 @@
 applies, and releases the lock, so concurrent trainers (batch, streaming, other
 processes) each plan on the ``main`` the previous one left. Analysis and estimation
 happen before, outside the lock. The lock waits ``lock_wait_seconds`` (expgit.toml) and
-then raises LockHeldError. Git work runs through :func:`expgit.gitexec.run_git` (the
+then raises LockHeldError. Git work runs through :func:`expgit.git.executor.run_git` (the
 caller's git executor, if any); waiting for the lock never does (it could hold up every
 git call behind it).
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from expgit.gitexec import run_git
-from expgit.lock import RepoLock
-from expgit.repository import ExperienceRepository
+from expgit.git.executor import run_git
+from expgit.store.lock import RepoLock
+from expgit.store.repository import ExperienceRepository
 from expgit.train.components.policy_updater import set_ref
 from expgit.train.context import PipelineContext
 from expgit.train.domain import PolicyApplyResult, PolicyUpdatePlan, SemanticGradient

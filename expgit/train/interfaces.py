@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
-from expgit.snapshot import Snapshot
+from expgit.store.snapshot import Snapshot
 from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.domain import (
     Case,

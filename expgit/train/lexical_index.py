@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from expgit.snapshot import ExperienceEntry, Snapshot
+from expgit.store.snapshot import ExperienceEntry, Snapshot
 
 K1 = 1.5
 B = 0.75

@@ -17,7 +17,7 @@ from typing import Protocol
 from pydantic import BaseModel, Field
 
 from expgit.errors import ExpgitError, InvalidInputError
-from expgit.repository import ExperienceRepository
+from expgit.store.repository import ExperienceRepository
 from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.domain import (
     PolicyApplyResult,

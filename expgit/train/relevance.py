@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from expgit.errors import InvalidInputError
 from expgit.llm.port import EmbeddingModel, LLMError
-from expgit.snapshot import ExperienceEntry, Snapshot
+from expgit.store.snapshot import ExperienceEntry, Snapshot
 from expgit.train.lexical_index import LexicalIndex
 
 _TOKEN = re.compile(r"[a-z0-9]+")

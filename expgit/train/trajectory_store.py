@@ -4,7 +4,7 @@ A trajectory is a markdown file ``trajectories/<id>.md`` where ``<id>`` is the f
 hex digits of the SHA-256 of the rollout's canonical JSON: the same rollout is stored
 once, and storing it again writes nothing. Its URI is ``<branch>:trajectories/<id>.md``.
 
-The branch is a :class:`~expgit.sidebranch.SideBranch`: an orphan history of its own that
+The branch is a :class:`~expgit.store.sidebranch.SideBranch`: an orphan history of its own that
 never shares a commit with ``main``, written by building blob, tree and commit in the
 object database and moving the branch by compare-and-swap; a writer that loses the race
 (another analyzer committed meanwhile) re-reads the tip and tries again, up to
@@ -16,10 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 
-from expgit import trailers as tr
 from expgit.errors import InvalidInputError, NotFoundError
-from expgit.repository import ExperienceRepository
-from expgit.sidebranch import ATTEMPTS, SideBranch
+from expgit.store import trailers as tr
+from expgit.store.repository import ExperienceRepository
+from expgit.store.sidebranch import ATTEMPTS, SideBranch
 from expgit.train.domain import Rollout
 
 __all__ = ["ATTEMPTS", "FOLDER", "ID_LEN", "TrajectoryStore", "rollout_id"]

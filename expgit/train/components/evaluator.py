@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from expgit.llm.structured import StructuredLLM
-from expgit.repository import ExperienceRepository
-from expgit.templates import render_prompt
+from expgit.store.repository import ExperienceRepository
+from expgit.store.templates import render_prompt
 from expgit.train.checks import LLMJudgeCheck, run_check
 from expgit.train.context import PipelineContext
 from expgit.train.domain import (

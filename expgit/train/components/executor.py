@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from expgit.errors import ExpgitError, InvalidInputError, UsageError
 from expgit.llm.structured import StructuredLLM
-from expgit.repository import ExperienceRepository
-from expgit.snapshot import ExperienceEntry, Snapshot
-from expgit.templates import render_prompt
+from expgit.store.repository import ExperienceRepository
+from expgit.store.snapshot import ExperienceEntry, Snapshot
+from expgit.store.templates import render_prompt
 from expgit.train.components.evaluator import failed_evaluation, user_turn
 from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.domain import Case, Message, Rollout

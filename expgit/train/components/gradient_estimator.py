@@ -6,21 +6,21 @@ experiences in full (``[train] relevant_experiences`` of them, or the constructo
 reply is a list of bounded edits (:func:`estimate_output`): name, action, rationale,
 summary, tags, markdown body, confidence; expgit builds each file
 (:func:`~expgit.train.components.llm_fields.compose_experience`) and commits it through
-:func:`expgit.gradients.propose` (evidence = the trajectory's URI). An edit that fails
+:func:`expgit.store.gradients.propose` (evidence = the trajectory's URI). An edit that fails
 validation is dropped and its reason recorded, never committed.
 """
 
 from __future__ import annotations
 
 from expgit.errors import ExpgitError, InvalidInputError
-from expgit.experience import NAME_MAX
-from expgit.gitexec import run_git
-from expgit.gradients import Gradient, GradientRequest, propose
+from expgit.git.executor import run_git
 from expgit.llm.structured import StructuredLLM
 from expgit.outcomes.stats import ExperienceStats, experience_stats, track_record
-from expgit.repository import ExperienceRepository
-from expgit.snapshot import ExperienceEntry, Snapshot
-from expgit.templates import render_prompt
+from expgit.store.experience import NAME_MAX
+from expgit.store.gradients import Gradient, GradientRequest, propose
+from expgit.store.repository import ExperienceRepository
+from expgit.store.snapshot import ExperienceEntry, Snapshot
+from expgit.store.templates import render_prompt
 from expgit.train.components.llm_fields import (
     EditLimits,
     compose_experience,

@@ -30,7 +30,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, Field
 
 from expgit.errors import InvalidInputError
-from expgit.experience import NAME_MAX, new_experience, parse_experience
+from expgit.store.experience import NAME_MAX, new_experience, parse_experience
 
 BODY_CHARS_MAX = 1800  # below llama.cpp's limit of 2000 repetitions, with a margin
 FRONT_MATTER_CHARS = 600  # room kept for the front matter within the token budget

@@ -11,7 +11,7 @@ shapes and field order; the class names (``AnalyzeOutput``, ``EstimateOutput``,
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -95,7 +95,7 @@ class AnalyzeOutput(_Output):
 @lru_cache(maxsize=32)
 def estimate_output(limits: EditLimits) -> type[EstimateOutput]:
     """The estimate reply model with ``limits`` in its fields (and JSON Schema)."""
-    actions = Literal["create", "update", "delete"] if limits.allow_delete \
+    actions: Any = Literal["create", "update", "delete"] if limits.allow_delete \
         else Literal["create", "update"]
     edit = create_model(
         "EstimatedEdit", __base__=EstimatedEdit, name=(name_field(limits), ...),
@@ -112,7 +112,7 @@ def estimate_output(limits: EditLimits) -> type[EstimateOutput]:
 def merge_output(limits: EditLimits, max_ids: int) -> type[MergeOutput]:
     """The merge reply model with ``limits`` in its fields (and JSON Schema); at most
     ``max_ids`` (the chunk's size) and ``limits.max_ids`` cited gradient ids per item."""
-    actions = Literal["upsert", "delete"] if limits.allow_delete else Literal["upsert"]
+    actions: Any = Literal["upsert", "delete"] if limits.allow_delete else Literal["upsert"]
     item = create_model(
         "MergeItem", __base__=MergeItem, name=(name_field(limits), ...),
         action=(actions, ...),

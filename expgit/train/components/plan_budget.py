@@ -13,10 +13,10 @@ import sys
 from dataclasses import dataclass, field
 
 from expgit.errors import ExpgitError, InvalidInputError
-from expgit.experience import check_experience, estimate_tokens
 from expgit.llm.structured import StructuredLLM
-from expgit.repository import ExperienceRepository
-from expgit.templates import render_prompt
+from expgit.store.experience import check_experience, estimate_tokens
+from expgit.store.repository import ExperienceRepository
+from expgit.store.templates import render_prompt
 from expgit.train.components.llm_fields import EditLimits, compose_experience, fence
 from expgit.train.components.llm_outputs import compress_output
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from expgit.changes import unified_diff
 from expgit.errors import InvalidInputError
-from expgit.experience import NAME_MAX, check_experience
 from expgit.llm.structured import StructuredLLM
-from expgit.repository import ExperienceRepository
-from expgit.snapshot import Snapshot
-from expgit.templates import render_prompt
+from expgit.store.changes import unified_diff
+from expgit.store.experience import NAME_MAX, check_experience
+from expgit.store.repository import ExperienceRepository
+from expgit.store.snapshot import Snapshot
+from expgit.store.templates import render_prompt
 from expgit.train.components.llm_fields import (
     EditLimits,
     compose_experience,

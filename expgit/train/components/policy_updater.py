@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from expgit import apply as core_apply
 from expgit.errors import ConflictError, InvalidInputError
-from expgit.gitexec import run_git
-from expgit.gradients import Gradient, find_gradient
-from expgit.proposals import MergePlan, PlanItem, Proposal, commit_plan
-from expgit.repository import ExperienceRepository
-from expgit.snapshot import Snapshot
+from expgit.git.executor import run_git
+from expgit.store import apply as core_apply
+from expgit.store.gradients import Gradient, find_gradient
+from expgit.store.proposals import MergePlan, PlanItem, Proposal, commit_plan
+from expgit.store.repository import ExperienceRepository
+from expgit.store.snapshot import Snapshot
 from expgit.train.context import PipelineContext
 from expgit.train.domain import ExperienceSetRef, PolicyApplyResult, PolicyUpdatePlan
 

@@ -8,11 +8,11 @@ or on :meth:`flush` / :meth:`close`. Batches go through the engine one at a time
 rollout's gradients are never split across batches.
 
 The git work of submissions and batches (trajectory and gradient commits, snapshots,
-proposals, applies) runs on the trainer's own :class:`~expgit.gitexec.GitExecutor`
+proposals, applies) runs on the trainer's own :class:`~expgit.git.executor.GitExecutor`
 (``git_threads`` threads, default 1), not the loop's default pool: one git call at a
 time, none waiting behind the GIL for the others. Calls that have proved quicker than
 ``git_inline_below`` seconds on average run on the loop itself, where they cost less than
-the hand-over to a thread (see :mod:`expgit.gitexec`; 0: never).
+the hand-over to a thread (see :mod:`expgit.git.executor`; 0: never).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from expgit.errors import UsageError
-from expgit.gitexec import INLINE_BELOW, GitExecutor, run_git
+from expgit.git.executor import INLINE_BELOW, GitExecutor, run_git
 from expgit.train.components.policy_trainer import (
     Prepared,
     TrainingEngine,

@@ -20,10 +20,11 @@ import yaml
 from pydantic import ValidationError
 
 from expgit.errors import InvalidInputError
-from expgit.gitexec import run_git
+from expgit.git.executor import run_git
 from expgit.llm.structured import StructuredLLM
-from expgit.repository import ExperienceRepository
-from expgit.templates import render, render_prompt
+from expgit.store.repository import ExperienceRepository
+from expgit.store.templates import render, render_prompt
+from expgit.store.yamldump import safe_dump
 from expgit.train.components.llm_fields import AnalysisLimits, fits
 from expgit.train.components.llm_outputs import AnalyzeOutput, analyze_output
 from expgit.train.context import PipelineContext
@@ -38,7 +39,6 @@ from expgit.train.domain import (
 from expgit.train.experience_usage import read_usage, usage_records
 from expgit.train.interfaces import RolloutEvaluator
 from expgit.train.trajectory_store import TrajectoryStore, rollout_id
-from expgit.yamldump import safe_dump
 
 __all__ = ["AnalyzeOutput", "TrajectoryRolloutAnalyzer", "read_front_matter", "truncate"]
 

@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from expgit import trailers as tr
 from expgit.errors import ConflictError, UsageError
-from expgit.gitrepo import RefMovedError, RefUpdate, TreeEntry
-from expgit.repository import ExperienceRepository
+from expgit.git.repo import RefMovedError, RefUpdate, TreeEntry
+from expgit.store import trailers as tr
+from expgit.store.repository import ExperienceRepository
 
 ATTEMPTS = 10
 

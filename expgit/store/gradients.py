@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field, field_validator
 
-from expgit import trailers as tr
-from expgit.changes import FileChange, Operation, tree_changes
 from expgit.errors import InvalidInputError
-from expgit.experience import check_experience, check_name, decode_experience
-from expgit.gitrepo import RefMovedError, RefUpdate
-from expgit.refnames import GRADIENT_STATES, GRADIENTS, ID_LEN, find_by_id
-from expgit.repository import ExperienceRepository
+from expgit.git.repo import RefMovedError, RefUpdate
+from expgit.store import trailers as tr
+from expgit.store.changes import FileChange, Operation, tree_changes
+from expgit.store.experience import check_experience, check_name, decode_experience
+from expgit.store.refnames import GRADIENT_STATES, GRADIENTS, ID_LEN, find_by_id
+from expgit.store.repository import ExperienceRepository
 
 
 class GradientRequest(BaseModel):

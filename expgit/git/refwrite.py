@@ -5,7 +5,7 @@ git process and this module respect), checking the ref's current value under tha
 (compare-and-swap), writing the new value into the lock file, appending the reflog entry,
 and renaming the lock onto the ref (a reader sees the old value or the new one, never a
 mix; over an existing ref file the two are swapped and the lock removed, the same for
-readers and cheaper, see :mod:`expgit.fsswap`). A transaction locks all its refs,
+readers and cheaper, see :mod:`expgit.git.fsswap`). A transaction locks all its refs,
 checks all of them, and only then renames: every ref moves or none does. A deletion also
 holds ``packed-refs.lock`` (so ``git pack-refs`` cannot pack the ref meanwhile), removes
 the loose file and its reflog, then the folders this left empty. A held lock is waited
@@ -32,10 +32,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from expgit.fsswap import swap
-from expgit.gitloose import loose_kind, loose_path, write_all
-from expgit.gitobjects import ZERO_SHA, is_sha
-from expgit.gitrefs import FilesRefs, RefMovedError, RefUpdate, read_ref_file
+from expgit.git.fsswap import swap
+from expgit.git.loose import loose_kind, loose_path, write_all
+from expgit.git.objects import ZERO_SHA, is_sha
+from expgit.git.refs import FilesRefs, RefMovedError, RefUpdate, read_ref_file
 
 REF_LOCK_TIMEOUT = 0.1  # git's default core.filesRefLockTimeout, in seconds
 PACKED_LOCK_TIMEOUT = 1.0  # git's default core.packedRefsTimeout
@@ -306,7 +306,7 @@ def _clashes(ref: str, others: Mapping[str, object]) -> bool:
 def _install(item: _Lock) -> None:
     """The lock file (new value written) becomes the ref. Over an existing file, the two
     are swapped and the lock (now the old value) removed: cheaper than a rename on some
-    file systems (:mod:`expgit.fsswap`) and as atomic for readers."""
+    file systems (:mod:`expgit.git.fsswap`) and as atomic for readers."""
     if item.loose and swap(item.lock, item.path):
         os.unlink(item.lock)
     else:

@@ -14,7 +14,7 @@ from typing import Literal
 import click
 from unidiff.patch import PatchSet
 
-from expgit.gitrepo import GitRepo
+from expgit.git.repo import GitRepo
 
 Operation = Literal["create", "update", "delete"]
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from expgit.apply import closing_updates, ensure_open
 from expgit.errors import ConflictError, InvalidInputError, NotFoundError
-from expgit.gitrepo import GitRepo, RefUpdate
-from expgit.gradients import Gradient, find_gradient
-from expgit.proposals import Proposal, find_proposal, list_proposals
-from expgit.refnames import GRADIENT_STATES, NOTES_REF
-from expgit.repository import ExperienceRepository
+from expgit.git.repo import GitRepo, RefUpdate
+from expgit.store.apply import closing_updates, ensure_open
+from expgit.store.gradients import Gradient, find_gradient
+from expgit.store.proposals import Proposal, find_proposal, list_proposals
+from expgit.store.refnames import GRADIENT_STATES, NOTES_REF
+from expgit.store.repository import ExperienceRepository
 
 
 def find_any(repo: ExperienceRepository, item_id: str) -> Gradient | Proposal:

@@ -24,9 +24,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from expgit.gitenv import environ_key
-from expgit.gitobjects import WRITER_CONFIG, fallback_ident, loose_level
-from expgit.gitreftx import log_all_setting
+from expgit.git.env import environ_key
+from expgit.git.objects import WRITER_CONFIG, fallback_ident, loose_level
+from expgit.git.reftx import log_all_setting
 
 KINDS = ("AUTHOR", "COMMITTER")
 
@@ -93,8 +93,8 @@ class Identities:
 class WriterSettings:
     """The settings that decide how objects and refs are written here: the zlib level
     of loose objects (None: git must write them, see
-    :func:`expgit.gitobjects.loose_level`) and ``core.logAllRefUpdates`` (see
-    :func:`expgit.gitreftx.log_all_setting`). Asked of ``git config`` once, and again
+    :func:`expgit.git.objects.loose_level`) and ``core.logAllRefUpdates`` (see
+    :func:`expgit.git.reftx.log_all_setting`). Asked of ``git config`` once, and again
     when the environment changed."""
 
     def __init__(self, bare: bool, run: GitRun) -> None:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from expgit import trailers as tr
 from expgit.errors import InvalidInputError, NotFoundError
-from expgit.gitrepo import GitRepo
-from expgit.gradients import Gradient, load_gradient
-from expgit.repository import ExperienceRepository
-from expgit.review import read_note
-from expgit.snapshot import Snapshot
+from expgit.git.repo import GitRepo
+from expgit.store import trailers as tr
+from expgit.store.gradients import Gradient, load_gradient
+from expgit.store.repository import ExperienceRepository
+from expgit.store.review import read_note
+from expgit.store.snapshot import Snapshot
 
 
 @dataclass
@@ -51,7 +51,7 @@ def _object_exists(git: GitRepo, sha: str) -> bool:
 def policy_log(repo: ExperienceRepository, name: str | None = None, *, rev: str | None = None,
                limit: int | None = None) -> list[PolicyUpdate]:
     """Policy updates on ``main`` (or ``rev``), newest first; only those touching ``name``."""
-    from expgit.changes import tree_changes
+    from expgit.store.changes import tree_changes
 
     tip = repo.commit(rev) if rev else repo.main_commit()
     path = repo.path_of(name) if name else f"{repo.root}/"
@@ -103,7 +103,7 @@ class ExperienceRow:
 
 
 def list_experiences(snapshot: Snapshot) -> list[ExperienceRow]:
-    from expgit.experience import estimate_tokens
+    from expgit.store.experience import estimate_tokens
 
     rows = []
     for name in snapshot.names():

@@ -13,9 +13,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from expgit import yamldump
 from expgit.errors import InvalidInputError
-from expgit.yamlload import UniqueKeyLoader
+from expgit.store import yamldump
+from expgit.store.yamlload import UniqueKeyLoader
 
 Status = Literal["active", "draft", "deprecated"]
 NAME_MAX = 80

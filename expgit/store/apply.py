@@ -21,14 +21,14 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from expgit import trailers as tr
-from expgit.changes import root_blobs
 from expgit.errors import ConflictError, ExpgitError, UsageError
-from expgit.gitrepo import RefMovedError, RefUpdate
-from expgit.proposals import Proposal, find_proposal
-from expgit.publish import publish
-from expgit.refnames import GRADIENT_STATES, PROPOSAL_STATES
-from expgit.repository import ExperienceRepository
+from expgit.git.repo import RefMovedError, RefUpdate
+from expgit.store import trailers as tr
+from expgit.store.changes import root_blobs
+from expgit.store.proposals import Proposal, find_proposal
+from expgit.store.publish import publish
+from expgit.store.refnames import GRADIENT_STATES, PROPOSAL_STATES
+from expgit.store.repository import ExperienceRepository
 
 ATTEMPTS = 5  # moves of the local main by plain git that one apply rides out
 # Pushes to a remote main that one apply rides out. Each refused lease means another

@@ -19,14 +19,11 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from expgit.errors import GitError
-from expgit.experience import Experience, check_experience, decode_experience
-from expgit.gitrepo import EMPTY_TREE, GitRepo, TreeEntry
-
-if TYPE_CHECKING:
-    from expgit.repository import ExperienceRepository
+from expgit.git.repo import EMPTY_TREE, GitRepo, TreeEntry
+from expgit.store.experience import Experience, check_experience, decode_experience
 
 
 @dataclass(frozen=True)
@@ -151,12 +148,14 @@ class SnapshotLoader:
         self._lock = threading.RLock()
 
     @classmethod
-    def for_repo(cls, repo: ExperienceRepository) -> SnapshotLoader:
-        key = (str(repo.git.common_dir), repo.root)
+    def shared(cls, git: GitRepo, root: str, token_budget: int) -> SnapshotLoader:
+        """The process's loader for the experiences under ``root`` of ``git``'s
+        repository (a new one when the token budget changed)."""
+        key = (str(git.common_dir), root)
         with cls._guard:
             loader = cls._instances.get(key)
-            if loader is None or loader.token_budget != repo.settings.token_budget:
-                loader = cls(repo.git, repo.root, repo.settings.token_budget)
+            if loader is None or loader.token_budget != token_budget:
+                loader = cls(git, root, token_budget)
                 cls._instances[key] = loader
             return loader
 

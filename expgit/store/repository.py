@@ -5,16 +5,14 @@ from __future__ import annotations
 import os
 from functools import cached_property
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING
 
 from expgit.errors import InvalidInputError, NotFoundError
-from expgit.experience import check_name
-from expgit.gitrepo import GitRepo
-from expgit.lock import RepoLock
-from expgit.settings import SETTINGS_FILE, Settings, parse_settings
+from expgit.git.repo import GitRepo
+from expgit.store.experience import check_name
+from expgit.store.lock import RepoLock
+from expgit.store.settings import SETTINGS_FILE, Settings, parse_settings
+from expgit.store.snapshot import Snapshot, SnapshotLoader
 
-if TYPE_CHECKING:
-    from expgit.snapshot import Snapshot, SnapshotLoader
 
 class ExperienceRepository:
     def __init__(self, git: GitRepo, settings: Settings) -> None:
@@ -64,9 +62,7 @@ class ExperienceRepository:
 
     @cached_property
     def snapshots(self) -> SnapshotLoader:
-        from expgit.snapshot import SnapshotLoader
-
-        return SnapshotLoader.for_repo(self)
+        return SnapshotLoader.shared(self.git, self.root, self.settings.token_budget)
 
     def snapshot(self, rev: str | None = None) -> Snapshot:
         return self.snapshots.load(self.commit(rev) if rev else self.main_commit())

@@ -4,7 +4,7 @@ commit-tree`` writes them.
 A loose object is the zlib stream of ``<kind> <size>\\0<content>`` in
 ``objects/<2 hex>/<rest>``; git replaces it atomically (a finished file is linked or
 renamed into place), so a reader sees a whole object or none. Objects in packs (or in a
-quarantine or alternate directory) are not found here: :mod:`expgit.gitrepo` then asks git.
+quarantine or alternate directory) are not found here: :mod:`expgit.git.repo` then asks git.
 """
 
 from __future__ import annotations

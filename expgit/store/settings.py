@@ -13,9 +13,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from expgit.errors import InvalidInputError
-from expgit.llm.port import Price
 
 SETTINGS_FILE = "expgit.toml"
+
+
+class Price(BaseModel):
+    """``[llm.prices."MODEL"]`` (or ``"*"``): the price of a million tokens."""
+
+    prompt_per_million: float = Field(default=0.0, ge=0)
+    completion_per_million: float = Field(default=0.0, ge=0)
 
 
 class LLMSettings(BaseModel):

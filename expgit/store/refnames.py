@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from expgit.errors import InvalidInputError, NotFoundError
 
 if TYPE_CHECKING:
-    from expgit.repository import ExperienceRepository
+    from expgit.store.repository import ExperienceRepository
 
 ID_LEN = 12
 GRADIENTS = "refs/heads/expgit/gradients/"

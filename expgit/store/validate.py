@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from expgit.errors import InvalidInputError, ValidationError
-from expgit.experience import check_experience, decode_experience
-from expgit.repository import ExperienceRepository
+from expgit.store.experience import check_experience, decode_experience
+from expgit.store.repository import ExperienceRepository
 
 
 def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]]) -> list[str]:

@@ -17,16 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from expgit import templates
-from expgit import trailers as tr
-from expgit.changes import FileChange, tree_changes
 from expgit.errors import ConflictError, InvalidInputError
-from expgit.experience import check_experience
-from expgit.gitrepo import RefUpdate
-from expgit.gradients import Gradient, find_gradient, list_gradients
-from expgit.refnames import ID_LEN, PROPOSAL_STATES, PROPOSALS, find_by_id
-from expgit.repository import ExperienceRepository
-from expgit.snapshot import Snapshot
+from expgit.git.repo import RefUpdate
+from expgit.store import templates
+from expgit.store import trailers as tr
+from expgit.store.changes import FileChange, tree_changes
+from expgit.store.experience import check_experience
+from expgit.store.gradients import Gradient, find_gradient, list_gradients
+from expgit.store.refnames import ID_LEN, PROPOSAL_STATES, PROPOSALS, find_by_id
+from expgit.store.repository import ExperienceRepository
+from expgit.store.snapshot import Snapshot
 
 _BACKTICKS = re.compile(r"`+")
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from expgit.gitrepo import GitRepo, RefUpdate
-from expgit.repository import ExperienceRepository
+from expgit.git.repo import GitRepo, RefUpdate
+from expgit.store.repository import ExperienceRepository
 
 
 def _worktrees_on(git: GitRepo, ref: str) -> list[Path]:

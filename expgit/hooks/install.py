@@ -1,4 +1,4 @@
-"""Install expgit's git hooks: small shell stubs that run :mod:`expgit.hook_run`.
+"""Install expgit's git hooks: small shell stubs that run :mod:`expgit.hooks.run`.
 
 A client install writes ``pre-commit``; a server install (for the bare repository people
 push to) writes ``pre-receive`` and ``update``. The stubs come from the packaged
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from expgit.errors import UsageError
-from expgit.gitrepo import GitRepo
+from expgit.git.repo import GitRepo
 from expgit.resources import data_dir
 
 CLIENT_HOOKS = ("pre-commit",)

@@ -1,6 +1,6 @@
 """git's object formats in pure Python: trees, commits and loose objects.
 
-No process and no GitPython here; :mod:`expgit.gitrepo` wires these to a repository.
+No process and no GitPython here; :mod:`expgit.git.repo` wires these to a repository.
 
 * A tree is parsed into :class:`TreeEntry` tuples in git's order (:func:`parse_tree`),
   keeping its raw bytes and, once needed, the byte offset of each entry: an edit splices

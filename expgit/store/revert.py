@@ -13,13 +13,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from expgit import trailers as tr
-from expgit.changes import FileChange, root_blobs, tree_changes
 from expgit.errors import ConflictError, InvalidInputError
-from expgit.gitrepo import GitRepo
-from expgit.publish import publish
-from expgit.repository import ExperienceRepository
-from expgit.validate import check_files, require_valid
+from expgit.git.repo import GitRepo
+from expgit.store import trailers as tr
+from expgit.store.changes import FileChange, root_blobs, tree_changes
+from expgit.store.publish import publish
+from expgit.store.repository import ExperienceRepository
+from expgit.store.validate import check_files, require_valid
 
 
 @dataclass

@@ -8,7 +8,7 @@ deep as git follows it.
 
 Only shared refs with plain names are read here; anything else (``HEAD``, per-worktree
 refs, revision expressions, another ref backend, a malformed file) raises LookupError
-and :mod:`expgit.gitrepo` asks git.
+and :mod:`expgit.git.repo` asks git.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from expgit.errors import ConflictError
-from expgit.gitobjects import is_sha
+from expgit.git.objects import is_sha
 
 # refs that live in each worktree's own git dir, not in the common dir
 PER_WORKTREE_REFS = ("refs/bisect/", "refs/worktree/", "refs/rewritten/")

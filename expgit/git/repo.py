@@ -7,13 +7,13 @@ builds a commit through the user's index or working tree, so bare repositories w
 
 A process costs milliseconds, so the hot paths avoid them where git's formats make that
 exact and cheap; :class:`GitRepo` wires together the parts that start none:
-:mod:`expgit.gitobjects` (object formats), :mod:`expgit.gitloose` (loose objects read
-and written, commits as ``git commit-tree`` writes them), :mod:`expgit.gitident`
-(identities and writer settings, asked of git once), :mod:`expgit.gitrefs` (loose refs,
-``packed-refs``), :mod:`expgit.gitreftx` and :mod:`expgit.gitrefwrite` (ref
+:mod:`expgit.git.objects` (object formats), :mod:`expgit.git.loose` (loose objects read
+and written, commits as ``git commit-tree`` writes them), :mod:`expgit.git.ident`
+(identities and writer settings, asked of git once), :mod:`expgit.git.refs` (loose refs,
+``packed-refs``), :mod:`expgit.git.reftx` and :mod:`expgit.git.refwrite` (ref
 transactions under git's lock files, reflogs included; ``git update-ref --stdin`` for the
-rest), :mod:`expgit.idcache` and
-:mod:`expgit.gitenv` (the environment of git processes: always this repository, whatever
+rest), :mod:`expgit.git.idcache` and
+:mod:`expgit.git.env` (the environment of git processes: always this repository, whatever
 the shell exported). Other objects are read through GitPython's persistent ``cat-file``
 (one request at a time: threads may share a GitRepo), or by one ``cat-file --batch``.
 Parsed trees and commits, blobs and tree differences are cached by object id (a hit is
@@ -32,16 +32,16 @@ from pathlib import Path
 
 import git
 
-from expgit import gitobjects as objects
 from expgit.errors import GitError, UsageError
-from expgit.gitenv import RepoEnv, inherited_repository, without_repository
-from expgit.gitident import Identities, WriterSettings
-from expgit.gitloose import message_needs_git, read_loose, serialise_commit, write_loose
-from expgit.gitobjects import EMPTY_TREE, TREE_MODE, ZERO_SHA, CommitInfo, Pair, Tree, TreeEntry
-from expgit.gitrefs import FilesRefs, RefMovedError, RefUpdate
-from expgit.gitreftx import RefWriter
-from expgit.gitrefwrite import FilesRefWriter
-from expgit.idcache import IdCache
+from expgit.git import objects
+from expgit.git.env import RepoEnv, inherited_repository, without_repository
+from expgit.git.idcache import IdCache
+from expgit.git.ident import Identities, WriterSettings
+from expgit.git.loose import message_needs_git, read_loose, serialise_commit, write_loose
+from expgit.git.objects import EMPTY_TREE, TREE_MODE, ZERO_SHA, CommitInfo, Pair, Tree, TreeEntry
+from expgit.git.refs import FilesRefs, RefMovedError, RefUpdate
+from expgit.git.reftx import RefWriter
+from expgit.git.refwrite import FilesRefWriter
 
 __all__ = ["EMPTY_TREE", "ZERO_SHA", "CommitInfo", "GitRepo", "RefMovedError", "RefUpdate",
            "TreeEntry"]
@@ -322,7 +322,7 @@ class GitRepo:
 
     # ------------------------------------------------------------ writing objects
     def _store(self, kind: bytes, data: bytes) -> str:
-        """Write one object without a process (:func:`expgit.gitloose.write_loose`);
+        """Write one object without a process (:func:`expgit.git.loose.write_loose`);
         git writes it (``hash-object -w``) when the repository asks for more (shared
         permissions, fsync, SHA-256, a push quarantine). Trees and commits are new."""
         level = self._writer_level()

@@ -1,6 +1,6 @@
 """Atomic compare-and-swap ref transactions of one repository.
 
-In process (:mod:`expgit.gitrefwrite`: git's own lock files, reflogs included) when the
+In process (:mod:`expgit.git.refwrite`: git's own lock files, reflogs included) when the
 repository lets this process write (the files ref backend; no shared-repository
 permissions or fsync settings; no push quarantine, where git refuses ref updates) and the
 transaction is a plain one; else, or when that module declines a transaction before
@@ -14,9 +14,9 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from expgit.gitobjects import ZERO_SHA
-from expgit.gitrefs import RefUpdate
-from expgit.gitrefwrite import FilesRefWriter, GitMustWrite, moved
+from expgit.git.objects import ZERO_SHA
+from expgit.git.refs import RefUpdate
+from expgit.git.refwrite import FilesRefWriter, GitMustWrite, moved
 
 
 def transaction_lines(updates: Sequence[RefUpdate]) -> list[str]:

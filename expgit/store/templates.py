@@ -16,8 +16,8 @@ from typing import Any
 
 import jinja2
 
-from expgit.repository import ExperienceRepository
 from expgit.resources import data_dir
+from expgit.store.repository import ExperienceRepository
 
 OVERRIDE_DIR = ".expgit/templates"
 _CACHED_ENVIRONMENTS = 16
