@@ -23,11 +23,11 @@ from conftest import ROOT, fsck, git, repo_state
 from test_cli_train import agent, cases_file
 from test_pipeline import BAGGAGE_CASE, PETS_CASE, analyze, estimate_for, lesson_bodies, merge_of
 
+from expgit.asgi.server import RunningServer, start_server
 from expgit.llm.factory import LLMRuntime
 from expgit.llm.scripted import ScriptedChatModel, Step
-from expgit.remote.example_env import ExampleEnvironment, load_splits
-from expgit.remote.example_service import example_app
-from expgit.service.server import RunningServer, start_server
+from expgit.service.example_env import ExampleEnvironment, load_splits
+from expgit.service.example_service import example_app
 from expgit.store.repository import ExperienceRepository
 from expgit.store.settings import ServeSettings
 

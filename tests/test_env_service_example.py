@@ -14,13 +14,13 @@ import pytest
 from conftest import EXAMPLE, Driver, git
 from test_pipeline import BAGGAGE_CASE, PETS_CASE
 
+from expgit.asgi.server import RunningServer, start_server
 from expgit.llm.factory import LLMRuntime
 from expgit.llm.port import LLMError
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.remote.client import RemoteCaseLoader, RemoteRolloutExecutor, RemoteServiceError
-from expgit.remote.example_env import ExampleEnvironment, load_splits
-from expgit.remote.example_service import example_app
-from expgit.service.server import RunningServer, start_server
+from expgit.service.example_env import ExampleEnvironment, load_splits
+from expgit.service.example_service import example_app
 from expgit.store.repository import ExperienceRepository
 from expgit.store.settings import ServeSettings
 from expgit.train.cases import load_cases

@@ -13,10 +13,10 @@ from conftest import git
 from fastapi import FastAPI
 from outcomes_support import Targets, make_targets
 
+from expgit.asgi.guards import install_guards
+from expgit.asgi.server import start_server
 from expgit.outcomes.api import outcomes_router
 from expgit.outcomes.store import OutcomeStore
-from expgit.service.guards import install_guards
-from expgit.service.server import start_server
 from expgit.service.training_app import create_training_app
 from expgit.store.repository import ExperienceRepository
 

@@ -16,9 +16,9 @@ from expgit.errors import ExpgitError, InvalidInputError
 from expgit.llm.port import EmbeddingModel, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
+from expgit.runs.build import build_pipeline
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
-from expgit.train.build import build_pipeline
 from expgit.train.cases import ListCaseLoader
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
 from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer

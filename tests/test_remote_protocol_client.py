@@ -12,6 +12,7 @@ import httpx
 import pytest
 from remote_toy_env import SNAPSHOT, ToyEnvironment, toy_case, toy_rollout
 
+from expgit.asgi.server import RunningServer, start_server
 from expgit.errors import ExpgitError
 from expgit.remote.client import (
     RemoteCaseLoader,
@@ -21,7 +22,6 @@ from expgit.remote.client import (
 )
 from expgit.remote.protocol import RolloutRequest
 from expgit.remote.sdk import create_environment_app
-from expgit.service.server import RunningServer, start_server
 from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.domain import Case, Rollout
 

@@ -14,6 +14,8 @@ import pytest
 from fastapi import FastAPI
 from remote_toy_env import SNAPSHOT, ToyEnvironment, toy_case
 
+from expgit.asgi.guards import install_guards
+from expgit.asgi.server import RunningServer, start_server
 from expgit.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
 from expgit.remote.protocol import (
     CasePage,
@@ -23,8 +25,6 @@ from expgit.remote.protocol import (
     RolloutRequest,
 )
 from expgit.remote.sdk import create_environment_app, page_of
-from expgit.service.guards import install_guards
-from expgit.service.server import RunningServer, start_server
 
 TOKEN = "s3cret-token"
 
@@ -248,8 +248,8 @@ def test_server_restarts_on_the_same_port() -> None:
 SERVE_SCRIPT = """
 import signal, sys
 from fastapi import FastAPI
-from expgit.service.guards import install_guards
-from expgit.service.server import serve_forever
+from expgit.asgi.guards import install_guards
+from expgit.asgi.server import serve_forever
 app = FastAPI()
 install_guards(app, token="t", max_body_bytes=100)
 @app.get("/health")

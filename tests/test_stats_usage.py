@@ -16,10 +16,10 @@ from expgit.llm.port import UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
 from expgit.outcomes.records import OutcomeRequest
-from expgit.outcomes.stats import experience_stats, track_record, trajectory_row
+from expgit.outcomes.stats import experience_stats, trajectory_row
 from expgit.outcomes.store import OutcomeStore
+from expgit.runs.build import build_pipeline
 from expgit.store.repository import ExperienceRepository
-from expgit.train.build import build_pipeline
 from expgit.train.cases import ListCaseLoader
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
 from expgit.train.components.trajectory_analyzer import read_front_matter
@@ -32,6 +32,7 @@ from expgit.train.domain import (
     Trajectory,
 )
 from expgit.train.experience_usage import UsedExperience, read_usage
+from expgit.train.track_record import track_record
 from expgit.train.trajectory_store import TrajectoryStore
 
 ACTIVE = ["cancellation-eligibility-rules", "checked-baggage-allowance",
@@ -152,7 +153,8 @@ def test_the_estimator_prompt_shows_each_experience_track_record(
     chat = ScriptedChatModel([Step("estimate", json.dumps({"edits": []}))])
     meter = UsageMeter()
     estimator = ExperienceGradientEstimator(repo, StructuredLLM(chat, meter),
-                                            relevant_experiences=2)
+                                            relevant_experiences=2,
+                                            usage_stats=experience_stats)
     assert asyncio.run(estimator.estimate(analysis, repo.snapshot(), PipelineContext())) == []
     chat.assert_done()
     assert {s: u.calls for s, u in meter.by_stage().items()} == {"estimate": 1}
@@ -167,7 +169,7 @@ def test_the_estimator_prompt_shows_each_experience_track_record(
     quiet = ScriptedChatModel([Step("estimate", json.dumps({"edits": []}))])
     asyncio.run(ExperienceGradientEstimator(
         repo, StructuredLLM(quiet, UsageMeter()), relevant_experiences=2,
-        usage_stats=False).estimate(analysis, repo.snapshot(), PipelineContext()))
+        usage_stats=None).estimate(analysis, repo.snapshot(), PipelineContext()))
     assert "Track record: no recorded use yet" in quiet.calls[0][1][-1]["content"]
 
 

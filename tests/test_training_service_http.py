@@ -210,7 +210,7 @@ def test_extra_routers_are_mounted_behind_the_guards(seeded_repo: ExperienceRepo
                                                      ) -> None:
     from fastapi import APIRouter
 
-    from expgit.service.server import start_server
+    from expgit.asgi.server import start_server
     from expgit.service.training_app import create_training_app
 
     router = APIRouter()

@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 from conftest import git
 
+from expgit.asgi.server import RunningServer, start_server
 from expgit.llm.port import ChatMessages, Completion, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.service.server import RunningServer, start_server
 from expgit.service.training_app import ServiceLimits, create_training_app
 from expgit.service.training_wiring import streaming_trainer_factory
 from expgit.train.domain import (

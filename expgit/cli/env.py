@@ -9,8 +9,8 @@ import click
 from expgit.cli._common import open_repo, warn
 from expgit.cli.train_common import bearer_token, llm_options, make_llm_options
 from expgit.errors import UsageError
-from expgit.remote.example_env import DEFAULT_DATASET, DEFAULT_DOMAIN, ExampleEnvironment
-from expgit.remote.example_service import ExampleService, serve_example
+from expgit.service.example_env import DEFAULT_DATASET, DEFAULT_DOMAIN, ExampleEnvironment
+from expgit.service.example_service import ExampleService, serve_example
 from expgit.store.settings import Settings
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")

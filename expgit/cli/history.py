@@ -7,7 +7,7 @@ import click
 
 from expgit.cli._common import emit, json_option, open_repo, short
 from expgit.cli._views import gradient_view
-from expgit.outcomes.stats import ExperienceStats, experience_stats
+from expgit.outcomes.stats import experience_stats
 from expgit.store.history import (
     ExperienceRow,
     PolicyUpdate,
@@ -15,6 +15,7 @@ from expgit.store.history import (
     policy_log,
     show_experience,
 )
+from expgit.train.track_record import ExperienceStats
 
 
 @click.command("list")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
+from expgit.asgi.server import serve_forever
 from expgit.cli._common import open_repo
 from expgit.cli.train_common import bearer_token, llm_options
 from expgit.outcomes.api import outcomes_router
-from expgit.service.server import serve_forever
 from expgit.service.training_app import ServiceLimits, create_training_app
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")

@@ -20,7 +20,7 @@ from expgit.cli.train_common import (
 from expgit.cli.train_eval import eval_cmd
 from expgit.cli.train_rollouts import train_rollouts_cmd, train_write_options
 from expgit.errors import UsageError
-from expgit.train.build import RunOptions, run_train
+from expgit.runs.build import RunOptions, run_train
 
 
 @click.command("train")

@@ -14,8 +14,8 @@ import click
 from expgit.cli._common import emit
 from expgit.errors import ExpgitError, UsageError
 from expgit.remote.environment import EnvironmentService
+from expgit.runs.build import NO_LLM, CaseSource, LLMOptions
 from expgit.store.repository import ExperienceRepository
-from expgit.train.build import NO_LLM, CaseSource, LLMOptions
 from expgit.train.pipeline import PhaseMetrics
 from expgit.train.report import RunReport, phase_line, render_text, write_report
 

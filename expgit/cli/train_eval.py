@@ -18,7 +18,7 @@ from expgit.cli.train_common import (
     output,
 )
 from expgit.errors import UsageError
-from expgit.train.build import RunOptions, run_eval
+from expgit.runs.build import RunOptions, run_eval
 
 
 @click.command("eval")

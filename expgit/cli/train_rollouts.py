@@ -11,7 +11,7 @@ import click
 
 from expgit.cli._common import json_option, open_repo
 from expgit.cli.train_common import llm_options, make_llm_options, output
-from expgit.train.build import RunOptions, run_train_rollouts
+from expgit.runs.build import RunOptions, run_train_rollouts
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -27,8 +27,8 @@ from expgit.learn.propose import LearnProposal, propose_learning
 from expgit.learn.runs import build_runs, load_outcomes
 from expgit.learn.seed_pack import SCHEMA as SEED_SCHEMA
 from expgit.learn.seed_pack import Seed, build_seeds
+from expgit.runs.build import load_rollouts
 from expgit.store.repository import ExperienceRepository
-from expgit.train.build import load_rollouts
 
 METRICS = "metrics.json"
 FINDINGS = "findings.json"

@@ -10,7 +10,7 @@
 
 Outcomes are analytics only: they are stored on the outcomes branch, never on ``main``,
 and no agent-facing endpoint returns them. Errors are ``{"error": "..."}`` once
-:func:`expgit.service.guards.install_guards` is installed on the app (it also does auth).
+:func:`expgit.asgi.guards.install_guards` is installed on the app (it also does auth).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -38,6 +38,7 @@ from expgit.outcomes.records import OutcomeRecord, polarity
 from expgit.outcomes.store import OutcomeStore
 from expgit.store.repository import ExperienceRepository
 from expgit.train.experience_usage import read_usage
+from expgit.train.track_record import ExperienceStats
 from expgit.train.trajectory_store import FOLDER, TrajectoryStore
 
 _ROWS_CACHED = 65536  # parsed trajectory front matters kept, by blob id
@@ -53,25 +54,6 @@ class UsageRow:
     passed: bool | None = None
     score: float | None = None
     at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class ExperienceStats:
-    name: str
-    times_used: int = 0
-    passed: int = 0
-    failed: int = 0
-    helpful: int = 0
-    harmful: int = 0
-    outcomes: int = 0  # outcome records attributed to it (any verdict)
-    mean_score: float | None = None  # of the evaluations of the runs that used it
-    last_used: datetime | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["mean_score"] = None if self.mean_score is None else round(self.mean_score, 4)
-        data["last_used"] = self.last_used.isoformat() if self.last_used else None
-        return data
 
 
 class _Tally:
@@ -323,22 +305,3 @@ def experience_stats(repo: ExperienceRepository) -> dict[str, ExperienceStats]:
             _Cache.results.clear()
         _Cache.results[key] = result
     return dict(result)
-
-
-TRACK_RECORD_CHARS = 240
-
-
-def track_record(stats: ExperienceStats | None) -> str:
-    """One bounded line for a prompt: how the experience has fared so far."""
-    if stats is None or (stats.times_used == 0 and stats.outcomes == 0):
-        return "no recorded use yet"
-    parts = [f"in the agent's context for {stats.times_used} evaluated run"
-             f"{'s' if stats.times_used != 1 else ''}: {stats.passed} passed, "
-             f"{stats.failed} failed"]
-    if stats.mean_score is not None:
-        parts.append(f"mean score {stats.mean_score:.2f}")
-    if stats.outcomes:
-        parts.append(f"outcome reports: {stats.helpful} helpful, {stats.harmful} harmful")
-    if stats.last_used is not None:
-        parts.append(f"last used {stats.last_used:%Y-%m-%d}")
-    return "; ".join(parts)[:TRACK_RECORD_CHARS]

@@ -1,1 +1,2 @@
-"""The remote benchmark protocol: clients, service SDK, example environment."""
+"""The remote benchmark protocol: its models, the clients of an environment service, and
+the SDK that makes any Python environment one."""

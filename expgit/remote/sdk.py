@@ -3,7 +3,7 @@
 Write a class with the three members of :class:`Environment`, then::
 
     app = create_environment_app(MyEnvironment(), token=os.environ.get("EXPGIT_TOKEN"))
-    serve_forever(app, host="127.0.0.1", port=1944)       # expgit.service.server
+    serve_forever(app, host="127.0.0.1", port=1944)       # expgit.asgi.server
 
 The SDK does the protocol: paging of the cases (the cursor is an opaque offset), the
 execution registry (queued / running / completed / failed, a concurrency limit and a
@@ -21,10 +21,10 @@ from typing import Annotated, Protocol
 from fastapi import FastAPI, Query
 from fastapi.responses import JSONResponse
 
+from expgit.asgi.guards import error_response, install_guards
 from expgit.errors import InvalidInputError, UsageError
 from expgit.remote.executions import ExecutionRegistry, RegistryFull
 from expgit.remote.protocol import CasePage, CaseQuery, ExecutionStatus, Health, RolloutRequest
-from expgit.service.guards import error_response, install_guards
 from expgit.train.domain import Case, Rollout
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024

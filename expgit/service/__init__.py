@@ -1,2 +1,2 @@
-"""Shared HTTP service infrastructure of expgit's services (environment SDK, training
-service): request guards (auth, body limit, error bodies) and a uvicorn runner."""
+"""expgit's HTTP services: the training service (``expgit serve``) and the example
+environment service (``expgit env serve``), built on :mod:`expgit.asgi`."""

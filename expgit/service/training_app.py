@@ -1,7 +1,7 @@
 """The training service (``expgit serve``, RFC 12 and 15.4 on git): rollouts in over HTTP,
 one StreamingPolicyTrainer, results in git.
 
-Routes (bearer token and body limit by :mod:`expgit.service.guards`):
+Routes (bearer token and body limit by :mod:`expgit.asgi.guards`):
 
 * ``GET /health`` -> Health; ``metadata``: mode, main branch, job counts, limits;
 * ``POST /v1/train/rollouts`` — the body is one Rollout JSON object (RFC 3.4: its case,
@@ -31,17 +31,17 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 import expgit
+from expgit.asgi.guards import describe_validation_errors, error_response, install_guards
 from expgit.errors import InvalidInputError, NotFoundError, UsageError
 from expgit.remote.protocol import Health
 from expgit.remote.training_protocol import TrainingJob
-from expgit.service.guards import describe_validation_errors, error_response, install_guards
+from expgit.runs.build import LLMHandles
 from expgit.service.job_view import job_status, job_view
 from expgit.service.jobs import JobRegistry, QueueFullError
 from expgit.service.stage_gate import StageGate
 from expgit.service.training_runner import Mode, ShuttingDownError, TrainingRunner
 from expgit.service.training_wiring import TrainerFactory, streaming_trainer_factory
 from expgit.store.repository import ExperienceRepository
-from expgit.train.build import LLMHandles
 from expgit.train.domain import Rollout
 
 SERVICE_NAME = "expgit-training"

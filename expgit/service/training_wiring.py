@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from expgit.errors import UsageError
+from expgit.runs.build import LLMHandles, build_pipeline
 from expgit.service.stage_gate import GatedAnalyzer, GatedEstimator, StageGate
 from expgit.store.repository import ExperienceRepository
-from expgit.train.build import LLMHandles, build_pipeline
 from expgit.train.components.policy_trainer import BatchPolicyTrainer
 from expgit.train.components.streaming import StreamingPolicyTrainer
 

@@ -21,6 +21,7 @@ from typing import Literal
 
 from expgit.errors import ExpgitError, UsageError
 from expgit.llm.port import LLMError
+from expgit.runs.build import LLMHandles, LLMOptions
 from expgit.sessions.ingest import segment_session
 from expgit.sessions.manifest import SessionManifest
 from expgit.sessions.metrics import LLMTrajectoryScorer, TrajectoryScorer
@@ -29,7 +30,6 @@ from expgit.sessions.segmenter import LLMTaskSegmenter, TaskSegmenter
 from expgit.sessions.store import SessionChanges, SessionStore
 from expgit.sessions.training import chain, train_segments
 from expgit.store.repository import ExperienceRepository
-from expgit.train.build import LLMHandles, LLMOptions
 from expgit.train.components.llm_fields import CHARS_PER_TOKEN
 from expgit.train.report import UsageReport
 

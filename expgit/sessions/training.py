@@ -12,12 +12,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Literal
 
+from expgit.runs.build import LLMHandles, build_pipeline
 from expgit.sessions.manifest import SegmentRecord, SessionManifest
 from expgit.sessions.report import SessionsRunReport
 from expgit.sessions.rollouts import case_name, evidence_uri, segment_rollout
 from expgit.sessions.store import SessionStore
 from expgit.store.repository import ExperienceRepository
-from expgit.train.build import LLMHandles, build_pipeline
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Rollout, RolloutTrainingResult
 from expgit.train.pipeline import apply_results_of

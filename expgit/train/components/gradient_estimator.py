@@ -12,10 +12,11 @@ validation is dropped and its reason recorded, never committed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from expgit.errors import ExpgitError, InvalidInputError
 from expgit.git.executor import run_git
 from expgit.llm.structured import StructuredLLM
-from expgit.outcomes.stats import ExperienceStats, experience_stats, track_record
 from expgit.store.experience import NAME_MAX
 from expgit.store.gradients import Gradient, GradientRequest, propose
 from expgit.store.repository import ExperienceRepository
@@ -31,6 +32,7 @@ from expgit.train.components.llm_outputs import EstimatedEdit, EstimateOutput, e
 from expgit.train.context import PipelineContext
 from expgit.train.domain import ExperienceFile, RolloutAnalysis, SemanticGradient
 from expgit.train.relevance import ExperienceRanker, LexicalRanker
+from expgit.train.track_record import ExperienceStats, UsageStatsSource, track_record
 
 __all__ = ["EstimateOutput", "ExperienceGradientEstimator", "estimate_output", "shown",
            "to_semantic"]
@@ -78,16 +80,19 @@ class ExperienceGradientEstimator:
     the reply (the body is further capped to fit the repository's token budget);
     ``prompt_tokens``: drop the least relevant experiences until the prompt fits.
 
-    With ``usage_stats`` (the default), each shown experience carries its track record
-    (:func:`expgit.outcomes.stats.track_record`, one bounded line: runs that used it,
-    passed/failed, mean score, helpful/harmful outcome reports), read from git with no
-    LLM call; unreadable statistics are left out and noted in
-    ``analysis.metadata["stats_error"]``."""
+    With ``usage_stats`` (a source such as :func:`expgit.outcomes.stats.experience_stats`,
+    which :func:`expgit.runs.build.build_pipeline` passes), each shown experience carries
+    its track record (:func:`expgit.train.track_record.track_record`, one bounded line:
+    runs that used it, passed/failed, mean score, helpful/harmful outcome reports), read
+    from git with no LLM call; unreadable statistics are left out and noted in
+    ``analysis.metadata["stats_error"]``. Without one, every experience shows "no
+    recorded use yet"."""
 
     def __init__(self, repo: ExperienceRepository, llm: StructuredLLM,
                  ranker: ExperienceRanker | None = None, *,
                  relevant_experiences: int | None = None, limits: EditLimits | None = None,
-                 prompt_tokens: int | None = None, usage_stats: bool = True) -> None:
+                 prompt_tokens: int | None = None,
+                 usage_stats: UsageStatsSource | None = None) -> None:
         self.repo = repo
         self.usage_stats = usage_stats
         self.llm = llm
@@ -144,11 +149,11 @@ class ExperienceGradientEstimator:
             gradients.append(to_semantic(gradient, trajectory.uri))
         return gradients
 
-    async def _stats(self, analysis: RolloutAnalysis) -> dict[str, ExperienceStats]:
-        if not self.usage_stats:
+    async def _stats(self, analysis: RolloutAnalysis) -> Mapping[str, ExperienceStats]:
+        if self.usage_stats is None:
             return {}
         try:
-            return await run_git(experience_stats, self.repo)
+            return await run_git(self.usage_stats, self.repo)
         except ExpgitError as exc:
             analysis.metadata["stats_error"] = exc.message
             return {}

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from expgit.errors import InvalidInputError
 from expgit.llm.port import EmbeddingModel, UsageMeter
 from expgit.llm.structured import StructuredLLM
+from expgit.outcomes.stats import experience_stats
 from expgit.remote.environment import NoTrainer, RemoteCases
 from expgit.store.jsonl import load_jsonl
 from expgit.store.proposals import find_proposal
@@ -129,7 +130,8 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
         prompt_tokens=budget)
     estimator = ExperienceGradientEstimator(
         repo, llm, ranker, relevant_experiences=LOCAL_RELEVANT_EXPERIENCES if local else None,
-        limits=LOCAL_EDIT_LIMITS if local else None, prompt_tokens=budget)
+        limits=LOCAL_EDIT_LIMITS if local else None, prompt_tokens=budget,
+        usage_stats=experience_stats)
     trainer = BatchPolicyTrainer(analyzer, estimator, engine, concurrency=concurrency)
     return OfflinePolicyOptimizationPipeline(repo, ContentHashPolicySnapshotter(), executor,
                                              trainer, observer=observer)

@@ -12,7 +12,7 @@ against the case's ``name``, ``task_signature`` or ``metadata[key]``.
 A rollout opens the repository at ``policy_set.root_uri`` (a local path; read-only),
 takes the snapshot of ``policy_set.metadata.commit`` (default: the tip of ``main``) and
 runs the case through the in-process executor of ``expgit train``
-(:func:`expgit.train.build.rollout_executor`: one ``rollout`` call, the rubric's checks,
+(:func:`expgit.runs.build.rollout_executor`: one ``rollout`` call, the rubric's checks,
 an ``judge`` call per ``llm_judge`` criterion). The Rollout carries the request's
 ``policy_snapshot_id`` unchanged. The environment never writes to any repository.
 """
@@ -30,9 +30,9 @@ from expgit import __version__
 from expgit.errors import InvalidInputError, NotFoundError
 from expgit.llm.port import UsageMeter
 from expgit.remote.protocol import CaseQuery, Health, RolloutRequest
+from expgit.runs.build import LLMHandles, rollout_executor
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
-from expgit.train.build import LLMHandles, rollout_executor
 from expgit.train.cases import load_cases
 from expgit.train.context import ExecutionContext
 from expgit.train.domain import Case, Rollout

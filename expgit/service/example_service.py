@@ -11,16 +11,16 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from expgit.remote.example_env import (
+from expgit.asgi.server import serve_forever
+from expgit.remote.sdk import create_environment_app
+from expgit.runs.build import LLMOptions
+from expgit.service.example_env import (
     DEFAULT_DATASET,
     DEFAULT_DOMAIN,
     ExampleEnvironment,
     load_splits,
 )
-from expgit.remote.sdk import create_environment_app
-from expgit.service.server import serve_forever
 from expgit.store.settings import ServeSettings, Settings
-from expgit.train.build import LLMOptions
 
 
 def example_app(env: ExampleEnvironment, *, token: str | None, serve: ServeSettings,

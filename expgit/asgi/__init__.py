@@ -1,0 +1,2 @@
+"""What every expgit HTTP service shares: request guards (auth, body limit, one-line error
+bodies) and a uvicorn runner on a real socket. Knows nothing of training."""

@@ -1,0 +1,3 @@
+"""One training or eval run, wired together: the components from ``expgit.toml`` and the
+command line's choices, over a cases file or an environment service (the composition root
+that ``expgit train``/``eval``, the sessions hub, ``expgit learn`` and the services use)."""
