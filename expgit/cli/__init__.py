@@ -11,13 +11,16 @@ from pathlib import Path
 
 import click
 
+from expgit import __version__
+from expgit.cli.commands import LazyGroup
 from expgit.errors import EXIT_UNEXPECTED, EXIT_USAGE, ExpgitError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=LazyGroup,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-C", "directory", type=click.Path(file_okay=False, path_type=Path),
               default=Path("."), help="Run as if expgit was started in DIR (as git -C).")
-@click.version_option(package_name="expgit", prog_name="expgit")
+@click.version_option(__version__, prog_name="expgit")
 @click.pass_context
 def cli(ctx: click.Context, directory: Path) -> None:
     """Keep an LLM agent's experiences in git: propose edits as gradients, merge them into
@@ -30,20 +33,12 @@ def cli(ctx: click.Context, directory: Path) -> None:
     ctx.obj = {"directory": directory}
 
 
-def _register() -> None:
-    from expgit.cli import commands
-
-    for command in commands.ALL:
-        cli.add_command(command)
-
-
 def _terminate(signum: int, _frame: object) -> None:
     # Unwind normally on SIGTERM (a CI or harness timeout) so locks are released.
     raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
-    _register()
     if (threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
         signal.signal(signal.SIGTERM, _terminate)

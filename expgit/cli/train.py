@@ -1,4 +1,4 @@
-"""``expgit train``: baseline eval, training epochs, final eval; and TRAIN_COMMANDS."""
+"""``expgit train``: baseline eval, training epochs, final eval."""
 
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ from expgit.cli.train_common import (
     make_llm_options,
     output,
 )
-from expgit.cli.train_eval import eval_cmd
-from expgit.cli.train_rollouts import train_rollouts_cmd, train_write_options
+from expgit.cli.train_rollouts import train_write_options
 from expgit.errors import UsageError
 from expgit.runs.build import RunOptions, run_train
 
@@ -75,5 +74,3 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
                                    epochs=epochs, batch_size=batch_size))
     output(result, as_json, report)
 
-
-TRAIN_COMMANDS: list[click.Command] = [train_cmd, eval_cmd, train_rollouts_cmd]

@@ -174,13 +174,18 @@ def parse_experience(text: str, path: str) -> Experience:
 def check_experience(text: str, path: str, stem: str, token_budget: int) -> Experience:
     """Parse and check one file against every per-file rule: schema, name = stem, budget."""
     exp = parse_experience(text, path)
-    if exp.name != stem:
+    check_fit(exp.name, estimate_tokens(text), path, stem, token_budget)
+    return exp
+
+
+def check_fit(name: str, tokens: int, path: str, stem: str, token_budget: int) -> None:
+    """The per-file rules beyond the schema: the front matter name is the file name, and
+    the file (``tokens`` estimated) is within the token budget."""
+    if name != stem:
         raise InvalidInputError(
-            f"{path}: front matter name {exp.name!r} differs from the file name {stem!r}",
-            hint=f"rename the file to {exp.name}.md or set name: {stem}")
-    tokens = estimate_tokens(text)
+            f"{path}: front matter name {name!r} differs from the file name {stem!r}",
+            hint=f"rename the file to {name}.md or set name: {stem}")
     if tokens > token_budget:
         raise InvalidInputError(
             f"{path}: about {tokens} tokens, over the budget of {token_budget} per experience",
             hint="split the experience or shorten it; the budget is token_budget in expgit.toml")
-    return exp

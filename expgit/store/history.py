@@ -16,7 +16,6 @@ from expgit.store import trailers as tr
 from expgit.store.gradients import Gradient, load_gradient
 from expgit.store.repository import ExperienceRepository
 from expgit.store.review import read_note
-from expgit.store.snapshot import Snapshot
 
 
 @dataclass
@@ -89,33 +88,6 @@ def policy_log(repo: ExperienceRepository, name: str | None = None, *, rev: str 
         if u.reverts and u.reverts in by_sha:
             by_sha[u.reverts].reverted_by.append(u.commit)
     return updates
-
-
-@dataclass
-class ExperienceRow:
-    name: str
-    status: str
-    version: int
-    summary: str
-    last_commit: str | None
-    tokens: int
-    problem: str | None = None
-
-
-def list_experiences(snapshot: Snapshot) -> list[ExperienceRow]:
-    from expgit.store.experience import estimate_tokens
-
-    rows = []
-    for name in snapshot.names():
-        entry = snapshot.entries[name]
-        try:
-            fm = entry.experience.front_matter
-            rows.append(ExperienceRow(name, fm.status, entry.version, fm.summary,
-                                      entry.last_commit, estimate_tokens(entry.text)))
-        except InvalidInputError as exc:
-            rows.append(ExperienceRow(name, "invalid", entry.version, "", entry.last_commit,
-                                      len(entry.data) // 4, exc.message))
-    return rows
 
 
 @dataclass

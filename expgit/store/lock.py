@@ -35,7 +35,7 @@ from pathlib import Path
 
 from expgit.errors import LockHeldError, UsageError
 
-LOCK_NAME = "expgit.store.lock"
+LOCK_NAME = "expgit.lock"
 # errnos of link(2) on file systems without hard links
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS,
                             errno.EMLINK})

@@ -24,6 +24,7 @@ from typing import ClassVar
 from expgit.errors import GitError
 from expgit.git.repo import EMPTY_TREE, GitRepo, TreeEntry
 from expgit.store.experience import Experience, check_experience, decode_experience
+from expgit.store.version_cache import load_versions, save_versions
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,7 @@ class SnapshotLoader:
         self._snapshots: OrderedDict[str, Snapshot] = OrderedDict()  # by commit
         self._listings: OrderedDict[str, _Listing] = OrderedDict()  # by root tree
         self._lock = threading.RLock()
+        self._stored_loaded = False  # the versions another process stored, read once
 
     @classmethod
     def shared(cls, git: GitRepo, root: str, token_budget: int) -> SnapshotLoader:
@@ -189,6 +191,12 @@ class SnapshotLoader:
         simplification at a merge depends on the whole history below it, so counting
         ``BASE..COMMIT`` on top of the versions of ``BASE`` can differ from one pass when
         a merge is in between. Across merges, the versions are computed in one pass."""
+        if not self._stored_loaded:
+            self._stored_loaded = True
+            stored = load_versions(self.git.common_dir, self.root)
+            if stored is not None and stored[0] not in self._versions:
+                self._versions[stored[0]] = {p: VersionInfo(*v) for p, v in stored[1].items()}
+                self._versions.move_to_end(stored[0], last=False)
         cached = self._versions.get(commit)
         if cached is not None:
             self._versions.move_to_end(commit)
@@ -211,6 +219,9 @@ class SnapshotLoader:
                 old = versions.get(path)
                 versions[path] = VersionInfo((old.version if old else 0) + 1, sha)
         self._versions[commit] = versions
+        if not chain or len(chain) > _CHAIN_DIFF:  # a `git log` pass: worth keeping
+            save_versions(self.git.common_dir, self.root, commit,
+                          {p: (v.version, v.last_commit) for p, v in versions.items()})
         while len(self._versions) > 8:
             self._versions.popitem(last=False)
         return _Versions(versions, base_commit,
@@ -220,6 +231,13 @@ class SnapshotLoader:
         """Per path under the root: how many commits of ``commit``'s history changed it."""
         with self._lock:
             return self._derive_versions(commit).versions
+
+    def files_at(self, commit: str) -> tuple[str, dict[str, tuple[str, str]]]:
+        """The root tree id and ``{name: (path, blob)}`` of the experience files of
+        ``commit`` (the empty tree and none without a root), reading no blob."""
+        with self._lock:
+            root = self._root_tree(commit)
+            return (EMPTY_TREE, {}) if root is None else (root, dict(self._listing(root).files))
 
     # ---------------------------------------------------------------- blobs
     def _read(self, blobs: list[str]) -> dict[str, bytes]:

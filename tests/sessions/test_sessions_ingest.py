@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from conftest import edited, git, repo_state
+from conftest import ROOT, edited, git, repo_state
 
 from expgit.llm.factory import LLMRuntime
 from expgit.llm.port import ChatMessages, UsageMeter
@@ -27,7 +27,7 @@ from expgit.store.gradients import GradientRequest, propose
 from expgit.store.proposals import find_proposal, merge
 from expgit.store.repository import ExperienceRepository
 
-FIXTURES = Path(__file__).parent / "fixtures" / "sessions"
+FIXTURES = ROOT / "tests" / "fixtures" / "sessions"
 
 DAY1: list[dict[str, Any]] = [
     {"role": "user", "content": "How do I read a CSV file in Python?"},

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 
 import pytest
-from test_streaming import CTX, POLICY, FakeAnalyzer, FakeEngine, FakeEstimator, rollout
+from streaming_fakes import CTX, POLICY, FakeAnalyzer, FakeEngine, FakeEstimator, rollout
 
 from expgit.git.executor import LEARNING_CALLS, GitExecutor, current_executor, run_git
 from expgit.store.snapshot import Snapshot

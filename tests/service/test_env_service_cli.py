@@ -19,9 +19,16 @@ from typing import Any
 
 import httpx
 import pytest
+from cli_support import agent, cases_file
 from conftest import ROOT, fsck, git, repo_state
-from test_cli_train import agent, cases_file
-from test_pipeline import BAGGAGE_CASE, PETS_CASE, analyze, estimate_for, lesson_bodies, merge_of
+from scripted_pipeline import (
+    BAGGAGE_CASE,
+    PETS_CASE,
+    analyze,
+    estimate_for,
+    lesson_bodies,
+    merge_of,
+)
 
 from expgit.asgi.server import RunningServer, start_server
 from expgit.llm.factory import LLMRuntime

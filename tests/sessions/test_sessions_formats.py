@@ -6,13 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from expgit.errors import InvalidInputError, NotFoundError
 from expgit.sessions.fingerprint import canonical_json, fingerprint, hash_id
 from expgit.sessions.formats import detect_format, parse_session_file, parse_session_lines
 from expgit.train.domain import Message, TextPart, ToolPart
 
-FIXTURES = Path(__file__).parent / "fixtures" / "sessions"
+FIXTURES = ROOT / "tests" / "fixtures" / "sessions"
 
 
 def tools(message: Message) -> list[ToolPart]:

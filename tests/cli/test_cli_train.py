@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from cli_support import agent, cases_file
 from conftest import fsck, git
-from test_pipeline import (
+from scripted_pipeline import (
     BAGGAGE_CASE,
     PETS_CASE,
     analyze,
@@ -24,16 +24,7 @@ from test_pipeline import (
 
 from expgit.llm.scripted import Step
 from expgit.store.repository import ExperienceRepository
-from expgit.train.domain import Case, Message, Rollout, RubricEvaluation
-
-
-def agent(messages: list[dict[str, str]]) -> str:
-    """Right about baggage; about pets only once an experience about pets is shown."""
-    if "gold member" in messages[-1]["content"]:
-        return "Gold economy: 3 free checked bags; a 4th costs 50 USD."
-    if "pets-in-cabin" in messages[0]["content"]:
-        return "Yes: your cat may travel in the cabin."
-    return "Sorry, I do not know."
+from expgit.train.domain import Message, Rollout, RubricEvaluation
 
 
 def training_steps(repo: ExperienceRepository) -> list[Step]:
@@ -44,11 +35,6 @@ def training_steps(repo: ExperienceRepository) -> list[Step]:
     return [Step("rollout", agent), Step("rollout", agent), Step("analyze", analyze),
             Step("analyze", analyze), Step("estimate", estimate), Step("estimate", estimate),
             Step("merge", merge)]
-
-
-def cases_file(path: Path, *cases: Case) -> Path:
-    path.write_text(yaml.safe_dump({"cases": [c.model_dump(mode="json") for c in cases]}))
-    return path
 
 
 LINE = {

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import git
+from conftest import ROOT, git
 
 from expgit.sessions.export import export_sft
 from expgit.sessions.fingerprint import fingerprint, hash_id
@@ -19,7 +19,7 @@ from expgit.sessions.store import SessionChanges, SessionStore
 from expgit.store.repository import ExperienceRepository
 from expgit.train.domain import Message
 
-FIXTURES = Path(__file__).parent / "fixtures" / "sessions"
+FIXTURES = ROOT / "tests" / "fixtures" / "sessions"
 
 
 def metrics(score: float, task_type: str) -> SegmentMetrics:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ROOT
 
 from expgit.llm.port import ChatMessages, LLMOutputError, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
@@ -26,7 +26,7 @@ from expgit.store.repository import ExperienceRepository
 from expgit.train.components.llm_fields import worst_case_chars
 from expgit.train.domain import Message, ToolPart
 
-FIXTURES = Path(__file__).parent / "fixtures" / "sessions"
+FIXTURES = ROOT / "tests" / "fixtures" / "sessions"
 
 
 def reply(goal: float = 0.9, tools: float = 0.8, eff: float = 0.7, sat: float = 1.0,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import fsck, git, repo_state
-from test_pipeline import analyze, estimate_for, lesson_bodies, merge_of
+from scripted_pipeline import analyze, estimate_for, lesson_bodies, merge_of
 
 from expgit.llm.factory import LLMRuntime
 from expgit.llm.port import ChatMessages

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import git
-from test_pipeline import BAGGAGE_CASE, PETS_CASE, Handles, script
+from scripted_pipeline import BAGGAGE_CASE, PETS_CASE, Handles, script
 
 from expgit.llm.port import UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step

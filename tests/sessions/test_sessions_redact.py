@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from expgit.sessions.formats import parse_session_file
 from expgit.sessions.redact import Redaction, redact_messages, redact_text
 from expgit.train.domain import Message, TextPart, ToolPart
 
-CORPUS = Path(__file__).parent / "fixtures" / "sessions" / "secrets"
+CORPUS = ROOT / "tests" / "fixtures" / "sessions" / "secrets"
 SECRETS = [json.loads(line) for line in (CORPUS / "secrets.jsonl").read_text().splitlines()]
 ORDINARY = (CORPUS / "ordinary.txt").read_text().splitlines()
 

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import EXAMPLE, Driver, git
-from test_pipeline import BAGGAGE_CASE, PETS_CASE
+from scripted_pipeline import BAGGAGE_CASE, PETS_CASE
 
 from expgit.asgi.server import RunningServer, start_server
 from expgit.llm.factory import LLMRuntime

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ROOT
 
 from expgit.errors import InvalidInputError
 from expgit.sessions.formats import parse_session_file
@@ -18,7 +19,7 @@ from expgit.sessions.sft import (
 )
 from expgit.train.domain import Message, TextPart, ToolPart
 
-FIXTURES = Path(__file__).parent / "fixtures" / "sessions"
+FIXTURES = ROOT / "tests" / "fixtures" / "sessions"
 
 
 def without_error_status(messages: list[Message]) -> list[Message]:

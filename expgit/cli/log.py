@@ -1,0 +1,57 @@
+"""``expgit log``: the audit trail of policy updates on main, read from its history."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+
+import click
+
+from expgit.cli._common import emit, json_option, open_repo, short
+from expgit.cli._views import gradient_view
+from expgit.store.history import PolicyUpdate, policy_log
+
+
+def _print_update(u: PolicyUpdate) -> None:
+    when = datetime.fromtimestamp(u.time, UTC)
+    click.echo(click.style(f"{short(u.commit)} {u.kind}", fg="yellow")
+               + f"  {when:%Y-%m-%d %H:%M} UTC  {u.author}")
+    click.echo(f"    {u.subject}")
+    for c in u.changes:
+        click.echo(f"    {c.operation:<6} {c.name}  +{c.added}/-{c.removed}")
+    for g in u.gradients:
+        click.echo(f"    gradient {g.id}: {g.operation} {g.target}, confidence "
+                   f"{g.confidence:.2f}, evidence {', '.join(g.evidence) or '-'}")
+        click.echo(f"        {g.rationale.splitlines()[0] if g.rationale else ''}")
+    for sha in u.missing_gradients:
+        click.echo(f"    gradient {short(sha)}: (not in the repository, or not a gradient)")
+    if u.reverts:
+        click.echo(f"    reverts {short(u.reverts)}")
+    for sha in u.reverted_by:
+        click.echo(click.style(f"    reverted by {short(sha)}", fg="red"))
+    if u.note:
+        click.echo(f"    note: {u.note.strip()}")
+    click.echo()
+
+
+@click.command("log")
+@click.argument("name", required=False)
+@click.option("-n", "--max-count", type=click.IntRange(min=1), help="Show at most N updates.")
+@json_option
+@click.pass_context
+def log_cmd(ctx: click.Context, name: str | None, max_count: int | None,
+            as_json: bool) -> None:
+    """Show each policy update on main (for NAME only if given), newest first:
+    description, merged gradients with evidence and confidence, author, time, reverts."""
+    updates = policy_log(open_repo(ctx), name, limit=max_count)
+
+    def view(u: PolicyUpdate) -> dict[str, object]:
+        data = dataclasses.asdict(u)
+        data["gradients"] = [gradient_view(g) for g in u.gradients]
+        return data
+
+    def human() -> None:
+        for update in updates:
+            _print_update(update)
+
+    emit(as_json, [view(u) for u in updates], human)

@@ -1,0 +1,236 @@
+"""The layers of ``expgit/``: every import points down, and no modules import in a circle.
+
+Imports are read from the source with :mod:`ast`, all of them: top-level, inside
+functions, and under ``if TYPE_CHECKING:`` (a type-only import still means one module
+knows the other). The checks are tested on planted trees too, so they can fail.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+# Lowest first. A module belongs to the unit with the longest matching prefix; a unit may
+# import itself and any unit of a lower layer, never a unit of its own layer or above.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("expgit.errors", "expgit.resources"),  # foundation: the error kinds, packaged data
+    ("expgit.git",),  # git's formats and processes; the only user of GitPython
+    ("expgit.store",),  # experience files, snapshots, gradients, proposals, apply, review
+    ("expgit.hooks",),  # the installed hook stubs and the checks they run
+    ("expgit.llm", "expgit.asgi"),  # the LLM port; HTTP serving plumbing
+    ("expgit.train",),  # the training framework: domain, components, pipeline
+    ("expgit.outcomes",),  # outcome records and per-experience statistics
+    ("expgit.remote",),  # the remote benchmark protocol, its clients and SDK
+    ("expgit.runs",),  # one run wired from settings: the composition root
+    ("expgit.sessions", "expgit.learn", "expgit.init"),  # features built on runs
+    ("expgit.service",),  # the HTTP services
+    ("expgit.cli",),  # the command line: one thin module per command
+    ("expgit.__main__", "expgit.hook_run", "expgit"),  # entry points and the public face
+)
+GITPYTHON_HOME = "expgit.git"
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    line: int
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules(root: Path) -> dict[str, Path]:
+    return {module_name(root, p): p for p in sorted(root.rglob("*.py"))}
+
+
+def imports(name: str, path: Path) -> Iterator[tuple[str, str, int]]:
+    """``(imported name, what it names, line)`` for every import in the module: the
+    dotted module, or for ``from M import x`` the candidate ``M.x``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                yield target, f"{target}.{alias.name}", node.lineno
+
+
+def edges(root: Path) -> list[Edge]:
+    """Imports between modules of the package at ``root``. An import of the bare root
+    package is left out: Python runs it before any of its modules anyway."""
+    known = modules(root)
+    found: list[Edge] = []
+    for name, path in known.items():
+        for target, candidate, line in imports(name, path):
+            resolved = candidate if candidate in known else target
+            if resolved in known and resolved != name and resolved != root.name:
+                found.append(Edge(name, resolved, line))
+    return found
+
+
+def unit_of(module: str, layers: Sequence[Sequence[str]]) -> tuple[int, str] | None:
+    best: tuple[int, str] | None = None
+    for rank, units in enumerate(layers):
+        for unit in units:
+            if (module == unit or module.startswith(unit + ".")) and (
+                    best is None or len(unit) > len(best[1])):
+                best = (rank, unit)
+    return best
+
+
+def layer_violations(root: Path, layers: Sequence[Sequence[str]]) -> list[str]:
+    problems = [f"{m} is in no layer (add its package to LAYERS)"
+                for m in modules(root) if unit_of(m, layers) is None]
+    for edge in edges(root):
+        source, target = unit_of(edge.source, layers), unit_of(edge.target, layers)
+        if source is None or target is None or source[1] == target[1]:
+            continue
+        if target[0] >= source[0]:
+            where = "up a layer" if target[0] > source[0] else "sideways in its layer"
+            problems.append(f"{edge.source} (line {edge.line}) imports {edge.target}: "
+                            f"{source[1]} -> {target[1]} points {where}")
+    return problems
+
+
+def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def module_circles(root: Path) -> list[list[str]]:
+    graph: dict[str, set[str]] = {}
+    for edge in edges(root):
+        graph.setdefault(edge.source, set()).add(edge.target)
+    return circles(graph)
+
+
+def gitpython_users(root: Path) -> list[str]:
+    return sorted({name for name, path in modules(root).items()
+                   for target, _, _ in imports(name, path)
+                   if target == "git" or target.startswith("git.")})
+
+
+# ---------------------------------------------------------------------- the real tree
+
+
+def test_every_import_points_down_a_layer() -> None:
+    assert layer_violations(ROOT / "expgit", LAYERS) == []
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    assert module_circles(ROOT / "expgit") == []
+
+
+def test_only_the_git_package_imports_gitpython() -> None:
+    users = gitpython_users(ROOT / "expgit")
+    assert users, "no module imports GitPython: the check reads nothing"
+    assert [u for u in users if unit_of(u, [[GITPYTHON_HOME]]) is None] == []
+
+
+def test_the_checks_read_the_real_imports() -> None:
+    found = {(e.source, e.target) for e in edges(ROOT / "expgit")}
+    assert ("expgit.store.repository", "expgit.store.snapshot") in found
+    assert ("expgit.cli._common", "expgit.store.repository") in found
+    assert len(found) > 300
+
+
+# ------------------------------------------------------------------- planted trees
+
+
+def plant(tmp_path: Path, files: Mapping[str, str]) -> Path:
+    root = tmp_path / "pkg"
+    for rel, text in {"__init__.py": "", **files}.items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return root
+
+
+PLANTED_LAYERS = (("pkg.low",), ("pkg.high",), ("pkg",))
+
+
+def test_a_planted_circle_is_found(tmp_path: Path) -> None:
+    root = plant(tmp_path, {
+        "low/__init__.py": "",
+        "low/a.py": "from pkg.low import b\n",
+        "low/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                    "    from pkg.low.c import C\n",
+        "low/c.py": "def f():\n    from . import a\n",
+        "low/d.py": "import pkg.low.a\n",
+    })
+    assert module_circles(root) == [["pkg.low.a", "pkg.low.b", "pkg.low.c"]]
+
+
+def test_a_planted_import_up_a_layer_is_found(tmp_path: Path) -> None:
+    root = plant(tmp_path, {
+        "low/__init__.py": "",
+        "low/base.py": "def f():\n    from pkg.high.top import g\n",
+        "high/__init__.py": "",
+        "high/top.py": "from pkg.low.base import f\n",
+    })
+    problems = layer_violations(root, PLANTED_LAYERS)
+    assert problems == ["pkg.low.base (line 2) imports pkg.high.top: "
+                        "pkg.low -> pkg.high points up a layer"]
+
+
+def test_a_planted_sideways_import_and_an_unplaced_module_are_found(tmp_path: Path) -> None:
+    root = plant(tmp_path, {
+        "low/__init__.py": "", "low/x.py": "from pkg.side import y\n",
+        "side.py": "y = 1\n",
+    })
+    problems = layer_violations(root, (("pkg.low", "pkg.side"), ("pkg.high",)))
+    assert "pkg is in no layer (add its package to LAYERS)" in problems
+    assert ("pkg.low.x (line 1) imports pkg.side: pkg.low -> pkg.side points sideways "
+            "in its layer") in problems
+
+
+@pytest.mark.parametrize("code", ["import git\n", "from git import Repo\n",
+                                  "def f():\n    import git.objects\n"])
+def test_a_planted_gitpython_import_outside_the_git_package_is_found(
+        tmp_path: Path, code: str) -> None:
+    root = plant(tmp_path, {"git/__init__.py": "import git\n", "store.py": code})
+    assert gitpython_users(root) == ["pkg.git", "pkg.store"]
