@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
+from expgit.cli._json import pretty_json
 from expgit.store.repository import ExperienceRepository
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -27,7 +27,7 @@ def open_repo(ctx: click.Context) -> ExperienceRepository:
 def emit(as_json: bool, data: Any, human: Callable[[], None]) -> None:
     """Print ``data`` as JSON, or call ``human`` to print it for people."""
     if as_json:
-        click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+        click.echo(pretty_json(data))
     else:
         human()
 

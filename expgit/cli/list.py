@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import click
 
 from expgit.cli._common import emit, json_option, open_repo, short
@@ -31,24 +29,27 @@ def list_cmd(ctx: click.Context, rev: str | None, with_stats: bool, as_json: boo
         stats = experience_stats(repo)
 
     def human() -> None:
+        lines: list[str] = []
         if with_stats:
-            click.echo(f"{'NAME':<44} {'STATUS':<10} {'VER':<5} {'USED':>5} {'PASS':>5} "
-                       f"{'FAIL':>5} {'HELP':>5} {'HARM':>5} {'MEAN':>5}  LAST USED")
+            lines.append(f"{'NAME':<44} {'STATUS':<10} {'VER':<5} {'USED':>5} {'PASS':>5} "
+                         f"{'FAIL':>5} {'HELP':>5} {'HARM':>5} {'MEAN':>5}  LAST USED")
         for r in rows:
             line = f"{r.name:<44} {r.status:<10} v{r.version:<4}"
             if with_stats:
                 s = stats.get(r.name) or ExperienceStats(r.name)
                 mean = "-" if s.mean_score is None else f"{s.mean_score:.2f}"
                 last = f"{s.last_used:%Y-%m-%d %H:%M}" if s.last_used else "-"
-                click.echo(f"{line} {s.times_used:>5} {s.passed:>5} {s.failed:>5} "
-                           f"{s.helpful:>5} {s.harmful:>5} {mean:>5}  {last}")
+                lines.append(f"{line} {s.times_used:>5} {s.passed:>5} {s.failed:>5} "
+                             f"{s.helpful:>5} {s.harmful:>5} {mean:>5}  {last}")
             else:
-                click.echo(f"{line} {r.problem or r.summary[:70]}")
+                lines.append(f"{line} {r.problem or r.summary[:70]}")
+        if lines:
+            click.echo("\n".join(lines))
         click.echo(f"{len(rows)} experiences at {short(listed.commit)} "
                    f"(snapshot {short(listed.snapshot_id)})", err=True)
 
     def view(r: ExperienceRow) -> dict[str, object]:
-        data = dataclasses.asdict(r)
+        data = r.as_dict()
         if with_stats:
             data["stats"] = (stats.get(r.name) or ExperienceStats(r.name)).as_dict()
         return data

@@ -8,27 +8,45 @@ root tree, the versions and one cache file, and parses only the blobs it has not
 The checks that depend on the path and the settings (name = file name, token budget) run
 every time, with :func:`~expgit.store.experience.check_fit`'s messages. A file that does
 not parse is never cached: it is read and reported afresh each time.
+
+The rows of the last commit listed are kept too, keyed by that commit, the experiences
+root and the token budget (everything a row depends on), so listing the same ``main``
+again reads one file and no tree.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from expgit import __version__
 from expgit.errors import InvalidInputError
 from expgit.store.derived import cache_file, read_cache, write_cache
 from expgit.store.experience import FrontMatter, check_fit, decode_experience, parse_experience
 from expgit.store.repository import ExperienceRepository
 
 CACHE_NAME = "front-matter.json"
+ROWS_PREFIX = "catalog-"  # + a digest of what the rows depend on: a stale file is never read
 KEEP = 50_000  # cached blobs at most: this listing's, then others seen before
+REWRITE_AFTER = 200  # new blobs that make the cache file worth rewriting (or 2% of it)
 
 
 def _format() -> str:
-    schema = json.dumps(FrontMatter.model_json_schema(), sort_keys=True).encode()
-    return "front-matter-1:" + hashlib.sha1(schema).hexdigest()[:16]
+    """Names what produced a cached entry: the front matter schema and the code that
+    parses and checks files. Another expgit (or an edited one) ignores the caches."""
+    from expgit.store import experience
+
+    digest = hashlib.sha1(json.dumps(FrontMatter.model_json_schema(), sort_keys=True).encode())
+    for module in (experience.__file__, __file__):
+        try:
+            digest.update(Path(module).read_bytes())
+        except OSError:  # no source beside the code: the version alone
+            digest.update(__version__.encode())
+    return "catalog-1:" + digest.hexdigest()[:16]
 
 
 FORMAT = _format()
@@ -43,6 +61,12 @@ class ExperienceRow:
     last_commit: str | None
     tokens: int
     problem: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as ``expgit list --json`` prints it (``dataclasses.asdict``, faster)."""
+        return {"name": self.name, "status": self.status, "version": self.version,
+                "summary": self.summary, "last_commit": self.last_commit,
+                "tokens": self.tokens, "problem": self.problem}
 
 
 @dataclass(frozen=True)
@@ -70,9 +94,46 @@ def _row(name: str, path: str, found: dict[str, Any], version: int, last: str | 
                          (size + 3) // 4)
 
 
+def rows_file(repo: ExperienceRepository, key: str) -> Path:
+    digest = hashlib.sha1(key.encode()).hexdigest()[:16]
+    return cache_file(repo.git.common_dir, f"{ROWS_PREFIX}{digest}.json")
+
+
+def _store_rows(repo: ExperienceRepository, key: str, listed: Catalog) -> None:
+    path = rows_file(repo, key)
+    write_cache(path, FORMAT, {
+        "key": key, "commit": listed.commit, "snapshot_id": listed.snapshot_id,
+        "rows": [list(row.as_dict().values()) for row in listed.rows]})
+    for other in path.parent.glob(f"{ROWS_PREFIX}*.json"):  # one commit's rows are kept
+        if other != path:
+            with contextlib.suppress(OSError):
+                other.unlink()
+
+
+def _stored_rows(repo: ExperienceRepository, key: str) -> Catalog | None:
+    entries = read_cache(rows_file(repo, key), FORMAT)
+    if entries is None or entries.get("key") != key:
+        return None
+    try:
+        return Catalog(str(entries["commit"]), str(entries["snapshot_id"]),
+                       [ExperienceRow(*row) for row in entries["rows"]])
+    except (KeyError, TypeError):
+        return None
+
+
 def catalog(repo: ExperienceRepository, rev: str | None = None) -> Catalog:
     """The rows of ``expgit list`` for ``main`` (or ``rev``), sorted by name."""
     commit = repo.commit(rev) if rev else repo.main_commit()
+    key = f"{commit} {repo.settings.token_budget} {repo.root}"
+    stored = _stored_rows(repo, key)
+    if stored is not None:
+        return stored
+    listed = _catalog(repo, commit)
+    _store_rows(repo, key, listed)
+    return listed
+
+
+def _catalog(repo: ExperienceRepository, commit: str) -> Catalog:
     loader = repo.snapshots
     root, files = loader.files_at(commit)
     versions = loader.versions(commit)
@@ -101,7 +162,9 @@ def catalog(repo: ExperienceRepository, rev: str | None = None) -> Catalog:
                                       failed.get(blob, f"{file_path}: cannot be read")))
         else:
             rows.append(_row(name, file_path, found, version, last, budget))
-    if fresh:
+    # rewriting the file costs about as much as parsing a few hundred files: a handful of
+    # new ones (an edit or two since the last listing) wait until there are more
+    if fresh and (len(fresh) >= REWRITE_AFTER or len(fresh) * 50 >= len(cached)):
         kept = {blob: cached[blob] for _, blob in files.values() if blob in cached}
         kept |= fresh
         for blob, value in cached.items():

@@ -148,6 +148,7 @@ class SnapshotLoader:
         self._listings: OrderedDict[str, _Listing] = OrderedDict()  # by root tree
         self._lock = threading.RLock()
         self._stored_loaded = False  # the versions another process stored, read once
+        self._stored_commit: str | None = None  # ... and the commit they are of
 
     @classmethod
     def shared(cls, git: GitRepo, root: str, token_budget: int) -> SnapshotLoader:
@@ -197,6 +198,7 @@ class SnapshotLoader:
             if stored is not None and stored[0] not in self._versions:
                 self._versions[stored[0]] = {p: VersionInfo(*v) for p, v in stored[1].items()}
                 self._versions.move_to_end(stored[0], last=False)
+                self._stored_commit = stored[0]
         cached = self._versions.get(commit)
         if cached is not None:
             self._versions.move_to_end(commit)
@@ -219,7 +221,10 @@ class SnapshotLoader:
                 old = versions.get(path)
                 versions[path] = VersionInfo((old.version if old else 0) + 1, sha)
         self._versions[commit] = versions
-        if not chain or len(chain) > _CHAIN_DIFF:  # a `git log` pass: worth keeping
+        # kept for the next process after a `git log` pass, and once when this process
+        # started from what another one kept (a long-lived one then goes on in memory)
+        if not chain or len(chain) > _CHAIN_DIFF or base_commit == self._stored_commit:
+            self._stored_commit = None
             save_versions(self.git.common_dir, self.root, commit,
                           {p: (v.version, v.last_commit) for p, v in versions.items()})
         while len(self._versions) > 8:

@@ -15,7 +15,7 @@ from conftest import git
 
 from expgit.errors import InvalidInputError
 from expgit.store import catalog as catalog_module
-from expgit.store.catalog import CACHE_NAME, ExperienceRow, catalog
+from expgit.store.catalog import CACHE_NAME, ROWS_PREFIX, ExperienceRow, catalog
 from expgit.store.derived import cache_file
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot, SnapshotLoader
@@ -52,8 +52,11 @@ def commit_files(repo: ExperienceRepository, files: dict[str, str], message: str
     git(work, "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", message)
 
 
-def cache_of(repo: ExperienceRepository) -> Path:
-    return cache_file(repo.git.common_dir, CACHE_NAME)
+def cache_of(repo: ExperienceRepository, name: str = CACHE_NAME) -> Path:
+    if name == ROWS_PREFIX:  # the rows of the last commit listed: one file
+        (path,) = cache_file(repo.git.common_dir, "x").parent.glob(f"{ROWS_PREFIX}*.json")
+        return path
+    return cache_file(repo.git.common_dir, name)
 
 
 @pytest.fixture
@@ -90,26 +93,40 @@ def test_a_warm_catalog_parses_nothing(repo: ExperienceRepository,
         return real(data, path)
 
     monkeypatch.setattr(catalog_module, "_parsed", counting)
-    rows = catalog(fresh(repo)).rows
+    expected = reference_rows(repo.snapshot())
+    assert catalog(fresh(repo)).rows == expected
+    assert parsed == []  # the same commit again: its stored rows
+    cache_of(repo, ROWS_PREFIX).unlink()
+    assert catalog(fresh(repo)).rows == expected
     assert parsed == ["experiences/not-yaml.md"]  # only the file that never caches
-    assert rows == reference_rows(repo.snapshot())
 
 
+@pytest.mark.parametrize("name", [CACHE_NAME, ROWS_PREFIX])
 @pytest.mark.parametrize("damage", ["delete", "garbage", "other-format", "wrong-shape"])
 def test_a_damaged_cache_is_ignored_and_written_anew(repo: ExperienceRepository,
-                                                      damage: str) -> None:
+                                                      damage: str, name: str) -> None:
     catalog(fresh(repo))
-    path = cache_of(repo)
+    if name == CACHE_NAME:  # the stored rows would answer first
+        cache_of(repo, ROWS_PREFIX).unlink()
+    path = cache_of(repo, name)
+    entries = json.loads(path.read_bytes())["entries"]
     if damage == "delete":
         path.unlink()
     elif damage == "garbage":
         path.write_bytes(b"\x00not json{")
     elif damage == "other-format":
-        path.write_text(json.dumps({"format": "front-matter-0:old", "entries": {
-            b: {"name": "x", "status": "retired", "summary": "stale", "size": 1}
-            for b in json.loads(path.read_bytes())["entries"]}}))
-    else:
+        if name == CACHE_NAME:
+            entries = {b: {"name": "x", "status": "retired", "summary": "stale", "size": 1}
+                       for b in entries}
+        else:
+            entries["rows"] = [[r[0], "retired", 9, "stale", None, 1, None]
+                               for r in entries["rows"]]
+        path.write_text(json.dumps({"format": "catalog-0:old", "entries": entries}))
+    elif name == CACHE_NAME:
         path.write_text(json.dumps({"format": catalog_module.FORMAT, "entries": []}))
+    else:
+        entries["rows"] = [["only-a-name"]]
+        path.write_text(json.dumps({"format": catalog_module.FORMAT, "entries": entries}))
     assert catalog(fresh(repo)).rows == reference_rows(repo.snapshot())
     assert json.loads(path.read_bytes())["format"] == catalog_module.FORMAT
 
