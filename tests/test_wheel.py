@@ -99,6 +99,9 @@ def test_hooks_install_from_the_venv(venv: Path, venv_env: dict[str, str],
                                      tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     run("git", "init", "-q", "-b", "main", repo, cwd=tmp_path, env=venv_env)
+    (repo / "expgit.toml").write_text('experiences_root = "experiences"\n')
+    run("git", "add", "-A", cwd=repo, env=venv_env)
+    run("git", "commit", "-q", "-m", "settings", cwd=repo, env=venv_env)
     proc = run(venv / "bin" / "expgit", "-C", repo, "hooks", "install", cwd=tmp_path,
                env=venv_env)
     assert "installed the pre-commit hook" in proc.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import click
 
 from expgit import __version__
+from expgit.cli._json import json_printed
 from expgit.cli.commands import LazyGroup
 from expgit.errors import EXIT_UNEXPECTED, EXIT_USAGE, ExpgitError
 
@@ -33,35 +35,61 @@ def cli(ctx: click.Context, directory: Path) -> None:
     ctx.obj = {"directory": directory}
 
 
+def usage_line(exc: click.ClickException) -> str:
+    """click's error as one line: what is wrong, then where the command's help is (click
+    itself prints a usage line, a hint and the error on three)."""
+    message = " ".join(exc.format_message().split())
+    ctx = exc.ctx if isinstance(exc, click.UsageError) else None
+    if ctx is None:
+        return message
+    return f"{message} (see `{ctx.command_path} --help`)"
+
+
 def _terminate(signum: int, _frame: object) -> None:
     # Unwind normally on SIGTERM (a CI or harness timeout) so locks are released.
     raise SystemExit(128 + signum)
 
 
+def _wants_json(argv: list[str]) -> bool:
+    """Whether the command line asks for ``--json`` (before any ``--``)."""
+    return "--json" in (argv[:argv.index("--")] if "--" in argv else argv)
+
+
+def _failed(code: int, message: str, hint: str | None, as_json: bool,
+            prefix: str = "expgit: error: ") -> int:
+    """Report a failure: one line on stderr and, under ``--json``, an object on stdout
+    (``{"error": ..., "hint": ..., "exit_code": ...}``, the shape the services use),
+    unless the command printed its own JSON result before it failed."""
+    click.echo(f"{prefix}{message}" + (f" ({hint})" if hint else ""), err=True)
+    if as_json and not json_printed.get():
+        click.echo(json.dumps({"error": message, "hint": hint, "exit_code": code}))
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    as_json = _wants_json(args)
+    json_printed.set(False)
     if (threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
         signal.signal(signal.SIGTERM, _terminate)
     try:
-        cli.main(args=argv, prog_name="expgit", standalone_mode=False)
+        cli.main(args=args, prog_name="expgit", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
-        return EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
+        code = EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
+        return _failed(code, usage_line(exc), None, as_json)
     except click.exceptions.Abort:
-        click.echo("expgit: aborted", err=True)
-        return EXIT_UNEXPECTED
+        return _failed(EXIT_UNEXPECTED, "aborted", None, as_json, prefix="expgit: ")
     except ExpgitError as exc:
-        hint = f" ({exc.hint})" if exc.hint else ""
-        click.echo(f"expgit: error: {exc.message}{hint}", err=True)
-        return exc.exit_code
+        return _failed(exc.exit_code, exc.message, exc.hint, as_json)
     except Exception as exc:  # the one place unexpected errors are reported
         if os.environ.get("EXPGIT_DEBUG"):
             traceback.print_exc()
-        click.echo(f"expgit: unexpected error: {type(exc).__name__}: {exc} "
-                   "(set EXPGIT_DEBUG=1 for a traceback)", err=True)
-        return EXIT_UNEXPECTED
+        return _failed(EXIT_UNEXPECTED, f"{type(exc).__name__}: {exc}",
+                       "set EXPGIT_DEBUG=1 for a traceback", as_json,
+                       prefix="expgit: unexpected error: ")
     return 0
 
 

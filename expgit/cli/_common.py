@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import click
 
-from expgit.cli._json import pretty_json
-from expgit.store.repository import ExperienceRepository
+from expgit.cli._json import json_printed, pretty_json
+from expgit.store.repository import ExperienceRepository, require_initialised
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -19,15 +19,20 @@ json_option = click.option("--json", "as_json", is_flag=True,
 
 
 def open_repo(ctx: click.Context) -> ExperienceRepository:
+    """The experience repository of ``-C`` (or the current folder); a git repository
+    without a committed ``expgit.toml`` is refused with a hint to run ``expgit init``."""
     root = ctx.find_root()
     directory: Path = (root.obj or {}).get("directory", Path("."))
-    return ExperienceRepository.open(directory)
+    repo = ExperienceRepository.open(directory)
+    require_initialised(repo)
+    return repo
 
 
 def emit(as_json: bool, data: Any, human: Callable[[], None]) -> None:
     """Print ``data`` as JSON, or call ``human`` to print it for people."""
     if as_json:
         click.echo(pretty_json(data))
+        json_printed.set(True)
     else:
         human()
 

@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from contextvars import ContextVar
 from typing import Any
 
 _CONTAINERS = (dict, list, tuple)
+
+# Whether this command has printed its JSON result: a failure after it (``validate
+# --json`` prints its report, then fails) adds no second document to stdout.
+json_printed: ContextVar[bool] = ContextVar("json_printed", default=False)
 
 
 def pretty_json(data: Any) -> str:

@@ -5,11 +5,12 @@ import dataclasses
 import click
 
 from expgit.cli._common import emit, json_option, open_repo, short, warn
+from expgit.cli._complete import open_ids
 from expgit.store.apply import apply_proposal
 
 
 @click.command("apply")
-@click.argument("proposal")
+@click.argument("proposal", shell_complete=open_ids("proposal"))
 @click.option("--remote", help="Apply to the main branch of this remote: push with "
               "--force-with-lease, and fetch and re-check when someone else pushed first.")
 @json_option
@@ -19,6 +20,11 @@ def apply_cmd(ctx: click.Context, proposal: str, remote: str | None, as_json: bo
 
     If main moved since the proposal was made, every experience it touches must still be
     as the proposal saw it; then it is rebuilt on top of main, else refused (exit 3).
+
+    \b
+    Example:
+      expgit apply 1a2b3c4d5e6f
+      expgit apply 1a2b3c4d5e6f --remote origin
     """
     result = apply_proposal(open_repo(ctx), proposal, remote=remote)
     warn(result.warnings)

@@ -48,7 +48,7 @@ REGISTRY: tuple[CommandEntry, ...] = (
                  "experience."),
     CommandEntry("reject", "expgit.cli.review:reject_cmd",
                  "Reject a proposal (and its gradients) or a single gradient."),
-    CommandEntry("list", "expgit.cli.list:list_cmd",
+    CommandEntry("list", "expgit.cli.listing:list_cmd",
                  "List the experiences on main (or at REV) with status, version and "
                  "summary."),
     CommandEntry("show", "expgit.cli.show:show_cmd",

@@ -23,6 +23,11 @@ def init_cmd(ctx: click.Context, directory: Path | None, bare: bool, seed: Path 
 
     The first commit holds expgit.toml and the experiences folder; git hooks that
     validate experience files are installed (client hooks, or server hooks with --bare).
+
+    \b
+    Example:
+      expgit init my-experiences --from example_repo
+      expgit init --bare /srv/git/experiences.git --from example_repo
     """
     base: Path = ctx.find_root().obj["directory"]
     result = init_repository(base / directory if directory else base, bare=bare, seed=seed,

@@ -42,7 +42,13 @@ def _print_update(u: PolicyUpdate) -> None:
 def log_cmd(ctx: click.Context, name: str | None, max_count: int | None,
             as_json: bool) -> None:
     """Show each policy update on main (for NAME only if given), newest first:
-    description, merged gradients with evidence and confidence, author, time, reverts."""
+    description, merged gradients with evidence and confidence, author, time, reverts.
+
+    \b
+    Example:
+      expgit log
+      expgit log refund-method-rules -n 5 --json
+    """
     updates = policy_log(open_repo(ctx), name, limit=max_count)
 
     def view(u: PolicyUpdate) -> dict[str, object]:

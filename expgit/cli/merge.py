@@ -5,13 +5,14 @@ from pathlib import Path
 import click
 
 from expgit.cli._common import emit, json_option, open_repo
+from expgit.cli._complete import open_ids
 from expgit.cli._views import proposal_view
 from expgit.errors import InvalidInputError
 from expgit.store.proposals import merge
 
 
 @click.command("merge")
-@click.argument("gradients", nargs=-1)
+@click.argument("gradients", nargs=-1, shell_complete=open_ids("gradient"))
 @click.option("--all", "merge_all", is_flag=True,
               help="Merge every open gradient that is not already in a proposal.")
 @click.option("--pr-body", type=click.Path(path_type=Path, dir_okay=False),
@@ -25,6 +26,11 @@ def merge_cmd(ctx: click.Context, gradients: tuple[str, ...], merge_all: bool,
     Edits of different experiences combine and identical edits collapse; two different
     edits of one experience, or a gradient whose experience changed on main since, are a
     conflict (exit 3) and nothing is written. Prints the proposal id.
+
+    \b
+    Example:
+      expgit merge --all --pr-body pr.md
+      expgit merge 1a2b3c4d5e6f 6f5e4d3c2b1a
     """
     if merge_all == bool(gradients):
         raise InvalidInputError("name the gradients to merge, or use --all")

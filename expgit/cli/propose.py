@@ -40,6 +40,11 @@ def propose_cmd(ctx: click.Context, name: str, content_file: BinaryIO | None, de
 
     The commit's parent is the current main; it changes exactly experiences/NAME.md and
     records the rationale, evidence and confidence as git trailers. Prints the gradient id.
+
+    \b
+    Example:
+      expgit propose refund-method-rules --content-file new.md --rationale 'why'
+      expgit propose old-rule --delete --rationale 'superseded' --evidence traj-42
     """
     if delete == (content_file is not None):
         raise InvalidInputError("give --content-file FILE for an edit, or --delete")

@@ -17,6 +17,11 @@ def revert_cmd(ctx: click.Context, rev: str, as_json: bool) -> None:
 
     Later edits of the same experiences are kept by a three-way merge; if they conflict,
     nothing is written (exit 3).
+
+    \b
+    Example:
+      expgit revert main
+      expgit revert 1a2b3c4d5e6f --json
     """
     result = revert(open_repo(ctx), rev)
     warn(result.warnings)

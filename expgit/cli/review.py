@@ -1,15 +1,18 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import click
 
 from expgit.cli._common import emit, json_option, open_repo, short
+from expgit.cli._complete import open_ids
 from expgit.cli._views import gradient_view, proposal_view
-from expgit.store.changes import colour_diff
+from expgit.store.changes import FileChange, colour_diff
 from expgit.store.gradients import list_gradients
-from expgit.store.proposals import Proposal, list_proposals
+from expgit.store.proposals import Proposal, hunks, list_proposals, open_proposal_gradients
 from expgit.store.review import find_any, read_note, reject
 
 STATE_CHOICE = click.Choice(["open", "applied", "rejected", "all"])
@@ -24,27 +27,52 @@ def _when(stamp: int) -> str:
 
 
 @click.command("gradients")
-@click.option("--state", type=STATE_CHOICE, default="open", show_default=True)
+@click.option("--state", type=STATE_CHOICE, default="open", show_default=True,
+              help="Which gradients: open (neither applied nor rejected), applied, rejected, "
+                   "or all.")
+@click.option("--merged", "with_merged", is_flag=True,
+              help="Also list the open gradients already merged into an open proposal "
+                   "(hidden by default: review that proposal instead).")
 @json_option
 @click.pass_context
-def gradients_cmd(ctx: click.Context, state: str, as_json: bool) -> None:
-    """List gradients: one proposed edit each, with confidence and rationale."""
-    items = list_gradients(open_repo(ctx), _states(state))
+def gradients_cmd(ctx: click.Context, state: str, with_merged: bool, as_json: bool) -> None:
+    """List gradients: one proposed edit each, with confidence and rationale.
+
+    Each open gradient merged into an open proposal names it (in JSON: "proposal"); they
+    are left out unless --merged is given.
+
+    \b
+    Example:
+      expgit gradients                 # the gradients no proposal holds yet
+      expgit gradients --merged --json # every open one, each with its proposal
+    """
+    repo = open_repo(ctx)
+    holding = open_proposal_gradients(repo)
+    items = list_gradients(repo, _states(state))
+    hidden = 0 if with_merged else sum(1 for g in items if g.commit in holding)
+    if hidden:
+        items = [g for g in items if g.commit not in holding]
 
     def human() -> None:
         if not items:
             click.echo(f"no {state} gradients")
         for g in items:
             added, removed = g.change.counts
+            where = f"  in proposal {holding[g.commit]}" if g.commit in holding else ""
             click.echo(f"{g.id}  {g.state:<8} {g.operation:<6} {g.target:<40} "
                        f"+{added}/-{removed}  conf {g.confidence:.2f}  "
-                       f"{g.rationale.splitlines()[0][:60] if g.rationale else ''}")
+                       f"{g.rationale.splitlines()[0][:60] if g.rationale else ''}{where}")
+        if hidden:
+            click.echo(f"({hidden} more, merged into open proposals: --merged lists them)",
+                       err=True)
 
-    emit(as_json, [gradient_view(g) for g in items], human)
+    emit(as_json, [gradient_view(g) | {"proposal": holding.get(g.commit)} for g in items],
+         human)
 
 
 @click.command("proposals")
-@click.option("--state", type=STATE_CHOICE, default="open", show_default=True)
+@click.option("--state", type=STATE_CHOICE, default="open", show_default=True,
+              help="Which proposals: open (waiting for review), applied, rejected, or all.")
 @json_option
 @click.pass_context
 def proposals_cmd(ctx: click.Context, state: str, as_json: bool) -> None:
@@ -61,8 +89,23 @@ def proposals_cmd(ctx: click.Context, state: str, as_json: bool) -> None:
     emit(as_json, [proposal_view(p) for p in items], human)
 
 
+def inline_diffs(text: str, changes: Sequence[FileChange]) -> tuple[str, list[FileChange]]:
+    """``text`` (a proposal's description) with the fenced diff block of each change
+    replaced by that change's coloured diff, and the changes it holds no block of (a
+    gradient, or a description from a template of the user's): each diff shows once."""
+    rest: list[FileChange] = []
+    for change in changes:
+        block = re.compile(r"^(`{3,}|~{3,})diff\n" + re.escape(hunks(change.diff))
+                           + r"\1[ \t]*$", re.MULTILINE)
+        coloured = colour_diff(change.diff).rstrip("\n").replace("\\", "\\\\")
+        text, found = block.subn(coloured, text, count=1)
+        if not found:
+            rest.append(change)
+    return text, rest
+
+
 @click.command("review")
-@click.argument("item_id", metavar="ID")
+@click.argument("item_id", metavar="ID", shell_complete=open_ids("proposal", "gradient"))
 @json_option
 @click.pass_context
 def review_cmd(ctx: click.Context, item_id: str, as_json: bool) -> None:
@@ -83,19 +126,20 @@ def review_cmd(ctx: click.Context, item_id: str, as_json: bool) -> None:
                 f"{item.base_version}, evidence: {', '.join(item.evidence) or '-'}")
 
     def human() -> None:
+        shown, rest = inline_diffs(text, changes)
         click.echo(click.style(head, bold=True))
         click.echo(f"commit {item.commit}  by {item.author}  {_when(item.time)}\n")
-        click.echo(text.rstrip() + "\n")
+        click.echo(shown.rstrip() + "\n")
         if note:
             click.echo(click.style("Note: ", bold=True) + note)
-        for change in changes:
+        for change in rest:
             click.echo(colour_diff(change.diff))
 
     emit(as_json, data | {"note": note}, human)
 
 
 @click.command("reject")
-@click.argument("item_id", metavar="ID")
+@click.argument("item_id", metavar="ID", shell_complete=open_ids("proposal", "gradient"))
 @click.option("--reason", required=True, help="Why; kept in the audit trail as a git note.")
 @json_option
 @click.pass_context

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from pathlib import Path
 from typing import Literal, cast
 
@@ -109,7 +110,8 @@ def _print_run(report: SessionsRunReport) -> None:
 @click.option("--mode", type=click.Choice(["propose", "apply"]), default="propose",
               show_default=True, help="propose: stop at a proposal branch, main untouched; "
               "apply: apply the proposal to main.")
-@llm_options
+@partial(llm_options, concurrency_help="Sessions segmented, and segments labelled or "
+         "trained, at once.")
 @json_option
 @click.pass_context
 def run_cmd(ctx: click.Context, batch_size: int, mode: str, llm_choice: str | None,

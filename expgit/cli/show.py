@@ -19,6 +19,12 @@ from expgit.store.history import show_experience
 @click.pass_context
 def show_cmd(ctx: click.Context, name: str, rev: str | None, version: int | None,
              as_json: bool) -> None:
-    """Print experience NAME's file (front matter and body)."""
+    """Print experience NAME's file (front matter and body).
+
+    \b
+    Example:
+      expgit show refund-method-rules
+      expgit show refund-method-rules --version 1
+    """
     shown = show_experience(open_repo(ctx), name, rev=rev, version=version)
     emit(as_json, dataclasses.asdict(shown), lambda: click.echo(shown.content, nl=False))

@@ -59,6 +59,11 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
     branch (and the --pr-body FILE) as a pull request. --mode apply applies each proposal
     to main under the lock. Prints one line per phase and the LLM calls, tokens and cost
     per stage.
+
+    \b
+    Example:
+      expgit train --cases train.yaml --eval-cases eval.yaml --pr-body pr.md
+      expgit train --cases train.yaml --mode apply --report run.json
     """
     repo = open_repo(ctx)
     service = environment_service(repo, env_url, env_token_env, dataset, domain)

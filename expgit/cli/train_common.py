@@ -22,8 +22,12 @@ from expgit.train.report import RunReport, phase_line, render_text, write_report
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def llm_options(func: F) -> F:
-    """``--llm``, ``--model``, ``--base-url``, ``--concurrency``."""
+RUN_CONCURRENCY = "Cases and rollouts processed at once."
+
+
+def llm_options(func: F, concurrency_help: str = RUN_CONCURRENCY) -> F:
+    """``--llm``, ``--model``, ``--base-url``, ``--concurrency`` (``concurrency_help``
+    says what runs at once for this command)."""
     for option in reversed([
         click.option("--llm", "llm_choice", type=click.Choice(["local", "openai"]),
                      help="local: the embedded model; openai: an OpenAI-compatible endpoint "
@@ -33,7 +37,7 @@ def llm_options(func: F) -> F:
         click.option("--base-url", help="The endpoint URL, e.g. http://127.0.0.1:8080/v1 "
                      "(overrides [llm] base_url and OPENAI_BASE_URL)."),
         click.option("--concurrency", type=click.IntRange(min=1), default=4,
-                     show_default=True, help="Cases and rollouts processed at once."),
+                     show_default=True, help=concurrency_help),
     ]):
         func = option(func)
     return func

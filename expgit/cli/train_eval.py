@@ -43,6 +43,11 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
     \b
     With --env-url URL instead of --cases: the environment service runs and scores the
     cases of --split (default eval) against main's snapshot; no model starts here.
+
+    \b
+    Example:
+      expgit eval --cases example_repo/cases/eval.yaml
+      expgit eval --env-url http://127.0.0.1:1944 --split eval --json
     """
     repo = open_repo(ctx)
     service = environment_service(repo, env_url, env_token_env, dataset, domain)

@@ -45,6 +45,10 @@ def train_rollouts_cmd(ctx: click.Context, rollouts_file: Path, mode: str,
                        as_json: bool) -> None:
     """Train from recorded rollouts: FILE holds one Rollout JSON object per line, each
     with its case (and, ideally, its evaluation). One update against the current main.
+
+    \b
+    Example:
+      expgit train-rollouts recorded.jsonl --mode propose
     """
     options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
                          concurrency=concurrency, mode="apply" if mode == "apply" else "propose",

@@ -12,7 +12,13 @@ from expgit.store.validate import require_valid, validate_commit
 @click.pass_context
 def validate_cmd(ctx: click.Context, rev: str | None, as_json: bool) -> None:
     """Check every experience file at REV (default: main): schema, name = file name,
-    token budget, layout. Exit 5 and one line per problem when any file is invalid."""
+    token budget, layout. Exit 5 and one line per problem when any file is invalid.
+
+    \b
+    Example:
+      expgit validate
+      expgit validate main~1 --json
+    """
     repo = open_repo(ctx)
     commit = repo.commit(rev) if rev else repo.main_commit()
     problems = validate_commit(repo, commit)

@@ -36,6 +36,7 @@ from pathlib import Path
 from expgit.errors import LockHeldError, UsageError
 
 LOCK_NAME = "expgit.lock"
+NOTICE_AFTER = 0.5  # seconds of waiting for a live holder before saying so
 # errnos of link(2) on file systems without hard links
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS,
                             errno.EMLINK})
@@ -173,8 +174,12 @@ class RepoLock:
             return True
 
     def acquire(self) -> None:
-        deadline = time.monotonic() + self.wait_seconds
+        """Take the lock, waiting up to ``wait_seconds`` for a live holder. A wait longer
+        than :data:`NOTICE_AFTER` says once on stderr who holds the lock."""
+        started = time.monotonic()
+        deadline = started + self.wait_seconds
         delay = 0.005
+        noticed = False
         while not self._try_create():
             holder = self.holder()
             if holder is None:
@@ -191,6 +196,12 @@ class RepoLock:
                     if holder.get("corrupt") else
                     f"wait for that writer to finish; a lock whose process is gone is "
                     f"recovered automatically (file: {self.path})")
+            now = time.monotonic()
+            if not noticed and now - started >= NOTICE_AFTER:
+                noticed = True
+                print(f"expgit: waiting for the repository lock, held by {describe(holder)} "
+                      f"(up to {deadline - now:.0f} more seconds)", file=sys.stderr,
+                      flush=True)
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 0.2)
 

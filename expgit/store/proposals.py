@@ -148,7 +148,7 @@ def list_proposals(repo: ExperienceRepository, states: tuple[str, ...] = ("open"
     return sorted(found, key=lambda p: (p.time, p.id))
 
 
-def _open_proposal_gradients(repo: ExperienceRepository) -> dict[str, str]:
+def open_proposal_gradients(repo: ExperienceRepository) -> dict[str, str]:
     """``{gradient commit: proposal id}`` over the open proposals: what
     :func:`list_proposals` tells about them, from their messages alone (no diffs)."""
     found: list[tuple[int, str, list[str]]] = []
@@ -173,7 +173,7 @@ def _subject(items: Sequence[PlanItem]) -> str:
     return subject if len(subject) <= 72 else subject[:69] + "..."
 
 
-def _hunks(diff: str) -> str:
+def hunks(diff: str) -> str:
     """A diff without its ``--- a/``/``+++ b/`` header: in a commit message a line
     starting ``--- `` is where git (``interpret-trailers``, ``am``) sees a patch begin, and
     would lose the trailers after it. The heading above each diff names the file."""
@@ -190,7 +190,7 @@ def merge(repo: ExperienceRepository, gradient_ids: Sequence[str] | None = None,
           merger: GradientMerger | None = None, pr_body: Path | None = None) -> Proposal:
     """Merge the named gradients (all unmerged open ones if None) into a proposal."""
     merger = merger or MechanicalMerger()
-    in_proposals = _open_proposal_gradients(repo)
+    in_proposals = open_proposal_gradients(repo)
     if gradient_ids is None:
         gradients = [g for g in list_gradients(repo) if g.commit not in in_proposals]
         if not gradients:
@@ -243,7 +243,7 @@ def commit_plan(repo: ExperienceRepository, plan: MergePlan, main: str, snapshot
         rows.append({"name": item.name, "operation": change.operation, "added": added,
                      "removed": removed, "confidence": item.confidence,
                      "rationale": item.rationale, "evidence": item.evidence,
-                     "diff": _hunks(change.diff), "fence": _fence(change.diff)})
+                     "diff": hunks(change.diff), "fence": _fence(change.diff)})
     tree = repo.git.edit_tree(repo.git.read_commit(main).tree, blobs)
     description = templates.render(
         "proposal.md.j2", repo, base=main, main_branch=repo.settings.main_branch,

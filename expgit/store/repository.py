@@ -6,7 +6,7 @@ import os
 from functools import cached_property
 from pathlib import PurePosixPath
 
-from expgit.errors import InvalidInputError, NotFoundError
+from expgit.errors import InvalidInputError, NotFoundError, UsageError
 from expgit.git.repo import GitRepo
 from expgit.store.experience import check_name
 from expgit.store.lock import RepoLock
@@ -68,14 +68,35 @@ class ExperienceRepository:
         return self.snapshots.load(self.commit(rev) if rev else self.main_commit())
 
 
-def load_settings(git: GitRepo) -> Settings:
-    """Settings from ``expgit.toml`` at the tip of HEAD's branch, else of ``main``."""
+def _settings_file(git: GitRepo) -> tuple[str, str] | None:
+    """``(ref, blob id)`` of ``expgit.toml`` at the tip of HEAD's branch, else of
+    ``main``; None if neither has one."""
     for ref in (git.head_symref(), "refs/heads/main"):
         tip = git.ref(ref) if ref else None
         if tip is None:
             continue
         entry = git.path_entry(git.read_commit(tip).tree, SETTINGS_FILE)
         if entry is not None:
-            text = git.read_blob(entry.sha).decode("utf-8", "replace")
-            return parse_settings(text, f"{SETTINGS_FILE} at {ref}")
-    return Settings()
+            return ref or "", entry.sha
+    return None
+
+
+def load_settings(git: GitRepo) -> Settings:
+    """Settings from ``expgit.toml`` at the tip of HEAD's branch, else of ``main``."""
+    found = _settings_file(git)
+    if found is None:
+        return Settings()
+    ref, blob = found
+    text = git.read_blob(blob).decode("utf-8", "replace")
+    return parse_settings(text, f"{SETTINGS_FILE} at {ref}")
+
+
+def require_initialised(repo: ExperienceRepository) -> None:
+    """Refuse a git repository that is not an experience repository: one whose branch
+    (HEAD's, else ``main``) has no committed ``expgit.toml``. Raises UsageError."""
+    if _settings_file(repo.git) is None:
+        where = repo.git.work_tree or repo.git.git_dir
+        raise UsageError(
+            f"{where} is not an expgit repository: no {SETTINGS_FILE} is committed on "
+            f"{repo.settings.main_branch}",
+            hint="create one with `expgit init`, or `expgit init --from DIR` to seed it")

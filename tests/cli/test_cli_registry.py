@@ -53,3 +53,26 @@ def test_help_lists_the_same_lines_before_and_after_the_commands_load() -> None:
     assert before.exit_code == after.exit_code == 0
     assert before.output == after.output
     assert "train-rollouts  Train from recorded rollouts" in before.output
+
+
+def test_help_examples_use_only_options_the_command_has() -> None:
+    """Each ``Example:`` line of a command's help runs that command with its own options."""
+    checked = 0
+    for entry in REGISTRY:
+        command = entry.load()
+        commands = (command.commands.values() if isinstance(command, click.Group)
+                    else [command])
+        for cmd in commands:
+            help_text = cmd.help or ""
+            if "Example:" not in help_text:
+                continue
+            options = {opt for param in cmd.params for opt in param.opts}
+            for line in help_text.split("Example:", 1)[1].splitlines():
+                words = line.split("#")[0].split()
+                if not words:
+                    continue
+                assert words[0] == "expgit", line
+                used = {w.split("=")[0] for w in words if w.startswith("--")}
+                assert used <= options | {"--help"}, f"{entry.name}: {line}"
+                checked += 1
+    assert checked >= 20

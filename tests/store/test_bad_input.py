@@ -350,8 +350,23 @@ def test_usage_errors_exit_2(driver: Driver, args: list[str]) -> None:
     before = driver.state()
     result = driver.fails(2, *args)
     assert result.out == ""
-    assert "Usage:" in result.err or "Error:" in result.err
+    assert len(result.err.splitlines()) == 1
+    assert result.err.startswith("expgit: error: ") and "--help`)" in result.err
     assert driver.state() == before
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["propose", BAGS, "--delete", "--rationale", "r", "--confidence", "1.5"],
+     "Invalid value for '--confidence': 1.5 is not in the range 0<=x<=1. "
+     "(see `expgit propose --help`)"),
+    (["eval", "--cases", "c.yaml", "--llm", "gpt4"],
+     "Invalid value for '--llm': 'gpt4' is not one of"),
+    (["frobnicate"], "No such command 'frobnicate'. (see `expgit --help`)"),
+])
+def test_a_usage_error_is_one_line_saying_what_and_where_help_is(
+        driver: Driver, args: list[str], says: str) -> None:
+    result = driver.fails(2, *args)
+    assert result.err.count("\n") == 1 and says in result.err, result.err
 
 
 def test_process_exit_codes_and_one_line_errors(seeded_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -366,17 +381,34 @@ def test_process_exit_codes_and_one_line_errors(seeded_repo, tmp_path: Path) -> 
                       "--confidence", "1.5")
     assert proc.returncode == 2 and "1.5 is not in the range" in proc.stderr
     proc = run_expgit("-C", repo, "apply", "deadbeef", "--json")
-    assert (proc.returncode, proc.stdout) == (5, "")
+    assert proc.returncode == 5 and json.loads(proc.stdout)["exit_code"] == 5
+    assert proc.stderr.startswith("expgit: error: no proposal 'deadbeef'")
     assert repo_state(repo) == before
     assert git(repo, "status", "--porcelain") == ""
 
 
-def test_json_mode_keeps_errors_on_stderr(driver: Driver) -> None:
+def test_json_mode_reports_errors_on_stderr_and_as_an_object(driver: Driver) -> None:
     result = driver.fails(5, "review", "deadbeef", "--json")
-    assert result.out == ""
-    assert result.err.startswith("expgit: error: ")
+    assert result.err.startswith("expgit: error: ") and result.err.count("\n") == 1
+    assert json.loads(result.out) == {
+        "error": "no proposal or gradient 'deadbeef'",
+        "hint": "list them with `expgit proposals` and `expgit gradients`", "exit_code": 5}
+    usage = driver.fails(2, "gradients", "--state", "weird", "--json")
+    assert json.loads(usage.out)["exit_code"] == 2 and "--state" in usage.err
+    assert json.loads(usage.out)["error"] == usage.err.removeprefix("expgit: error: ").strip()
     ok = driver.ok("gradients", "--json")
     assert json.loads(ok.out) == [] and ok.err == ""
+
+
+NOT_EXPGIT = ("is not an expgit repository: no expgit.toml is committed on main "
+              "(create one with `expgit init`, or `expgit init --from DIR` to seed it)")
+EVERY_REPOSITORY_COMMAND = (
+    ["list"], ["show", BAGS], ["log"], ["validate"], ["gradients"], ["proposals"],
+    ["review", "deadbeef"], ["propose", BAGS, "--delete", "--rationale", "r"],
+    ["merge", "--all"], ["apply", "deadbeef"], ["revert", "HEAD"],
+    ["reject", "deadbeef", "--reason", "r"],
+    ["hooks", "install"], ["outcomes", "list"], ["eval", "--cases", "c.yaml"],
+    ["sessions", "status"])
 
 
 def test_git_repository_without_main(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
@@ -385,8 +417,26 @@ def test_git_repository_without_main(tmp_path: Path, run_cli) -> None:  # type: 
     for args in (["list"], ["log"], ["propose", BAGS, "--delete", "--rationale", "r"],
                  ["validate"]):
         result = run_cli("-C", plain, *args)
-        assert result.code == 5, args
-        assert result.err.strip() == ("expgit: error: branch 'main' does not exist yet "
-                                      "(create the repository with `expgit init`)")
+        assert result.code == 2, args
+        assert result.err.strip() == f"expgit: error: {plain} {NOT_EXPGIT}"
     assert git(plain, "for-each-ref") == ""
     assert git(plain, "count-objects").startswith("0 objects")
+
+
+def test_a_plain_project_repository_is_refused_except_by_init(tmp_path: Path, run_cli  # type: ignore[no-untyped-def]
+                                                              ) -> None:
+    plain = tmp_path / "project"
+    git(tmp_path, "init", "-q", "-b", "main", str(plain))
+    (plain / "README.md").write_text("a project, not an experience repository\n")
+    git(plain, "add", "-A")
+    git(plain, "commit", "-q", "-m", "project")
+    before = repo_state(plain)
+    for args in EVERY_REPOSITORY_COMMAND:
+        result = run_cli("-C", plain, *args)
+        assert (result.code, result.out) == (2, ""), args
+        assert result.err.strip() == f"expgit: error: {plain} {NOT_EXPGIT}", args
+    assert repo_state(plain) == before
+    assert not (plain / ".git" / "hooks" / "pre-commit").exists()
+    fresh = tmp_path / "fresh"
+    assert run_cli("init", fresh).code == 0
+    assert run_cli("-C", fresh, "list").code == 0

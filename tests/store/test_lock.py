@@ -385,3 +385,32 @@ def test_lock_in_a_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as info:
         make_lock(tmp_path / "nowhere").acquire()
     assert "cannot create the lock file" in str(info.value)
+
+
+def test_a_long_wait_says_once_who_holds_the_lock(git_dir: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    holder = start_holder(git_dir)
+    assert holder.stdin is not None and holder.stdout is not None
+
+    def let_go() -> None:
+        time.sleep(1.5)
+        holder.stdin.write("go\n")  # type: ignore[union-attr]
+        holder.stdin.flush()  # type: ignore[union-attr]
+
+    thread = threading.Thread(target=let_go)
+    thread.start()
+    try:
+        lock = make_lock(git_dir, wait=20)
+        lock.acquire()
+    finally:
+        thread.join()
+    lock.release()
+    assert holder.wait(timeout=30) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("expgit: waiting for the repository lock, held by ")
+    assert f"pid {holder.pid}" in lines[0] and "test holder" in lines[0]
+    assert lines[0].endswith(" more seconds)")
+    # a free lock is taken without a word
+    make_lock(git_dir).acquire()
+    assert capsys.readouterr().err == ""

@@ -150,7 +150,7 @@ def test_merge_all_makes_a_proposal_with_description_and_pr_body(driver: Driver,
     assert "Expgit-Gradient" not in pr
     # the gradients stay open until the proposal is applied; main has not moved
     assert driver.rev() == main
-    assert len(json.loads(driver.ok("gradients", "--json").out)) == 3
+    assert len(json.loads(driver.ok("gradients", "--merged", "--json").out)) == 3
 
 
 def test_merge_named_gradients_only(driver: Driver) -> None:
@@ -392,7 +392,12 @@ def test_review_proposal_shows_description_and_diff(driver: Driver) -> None:
     assert "## Changes" in out and "Count per passenger." in out
     assert f"--- a/experiences/{BAGS}.md" in out
     assert "+2. Multiply the per-passenger allowance" in out
+    # each diff once: in its place under "## Diffs", coloured, not again after the text
+    assert out.count("+2. Multiply the per-passenger allowance") == 1
+    assert out.count(f"--- a/experiences/{BAGS}.md") == 1
+    assert out.index("## Diffs") < out.index(f"--- a/experiences/{BAGS}.md")
     data = json.loads(driver.ok("review", pid, "--json").out)
+    assert out.count("@@ ") == data["diffs"][BAGS].count("@@ ") > 0
     assert set(data["diffs"]) == {BAGS}
     assert data["diffs"][BAGS].startswith(f"--- a/experiences/{BAGS}.md\n+++ b/experiences/")
     hunks = data["diffs"][BAGS].split("\n", 2)[2]  # the description omits the file header
@@ -408,12 +413,33 @@ def test_review_gradient_shows_rationale_and_diff(driver: Driver) -> None:
     assert "Ask which reservation." in out
     assert "confidence 0.65, base version 0, evidence: traj-3" in out
     assert f"+++ b/experiences/{MULTI}.md" in out
+    assert out.count(f"+++ b/experiences/{MULTI}.md") == 1
     data = json.loads(driver.ok("review", gid[:6], "--json").out)
     assert data["id"] == gid
     assert data["diffs"][MULTI].startswith(f"--- /dev/null\n+++ b/experiences/{MULTI}.md\n")
 
 
 # ---------------------------------------------------------------------- listing
+def test_gradients_merged_into_an_open_proposal_are_listed_only_on_request(
+        driver: Driver) -> None:
+    g1 = driver.propose(BAGS, demo(BAGS), rationale="bags rationale")
+    g2 = driver.propose(MULTI, demo(MULTI))
+    g3 = driver.propose(REFUND, None)
+    pid = driver.merge(g1, g2)
+    result = driver.ok("gradients")
+    assert [line.split()[0] for line in result.out.splitlines()] == [g3]
+    assert result.err.strip() == "(2 more, merged into open proposals: --merged lists them)"
+    merged = driver.ok("gradients", "--merged").out
+    assert sorted(line.split()[0] for line in merged.splitlines()) == sorted([g1, g2, g3])
+    assert re.search(rf"^{g1} .* in proposal {pid}$", merged, re.M)
+    assert not re.search(rf"^{g3} .* in proposal", merged, re.M)
+    data = json.loads(driver.ok("gradients", "--merged", "--json").out)
+    assert {g["id"]: g["proposal"] for g in data} == {g1: pid, g2: pid, g3: None}
+    assert [g["id"] for g in json.loads(driver.ok("gradients", "--json").out)] == [g3]
+    driver.ok("reject", pid, "--reason", "not these")  # its gradients close with it
+    assert json.loads(driver.ok("gradients", "--merged", "--json").out)[0]["id"] == g3
+
+
 def test_gradients_and_proposals_listings(driver: Driver) -> None:
     assert driver.ok("gradients").out.strip() == "no open gradients"
     assert driver.ok("proposals").out.strip() == "no open proposals"
@@ -785,3 +811,16 @@ def test_rejection_note_is_added_to_an_existing_note(driver: Driver) -> None:
     note = driver.git("notes", "--ref", "expgit", "show", commit)
     assert note.startswith("reviewer: looked at it\n\nRejected gradient")
     assert json.loads(driver.ok("review", gid, "--json").out)["note"] == note
+
+
+def test_review_shows_the_diffs_a_template_of_our_own_leaves_out(driver: Driver) -> None:
+    (driver.path / ".expgit" / "templates").mkdir(parents=True)
+    (driver.path / ".expgit" / "templates" / "proposal.md.j2").write_text(
+        "Our own description: {{ items|length }} change(s), diffs not included.\n")
+    driver.git("add", "-A")
+    driver.git("commit", "-q", "-m", "a proposal template of our own")
+    pid = driver.merge(driver.propose(BAGS, demo(BAGS), rationale="Count per passenger."))
+    out = driver.ok("review", pid).out
+    assert "Our own description: 1 change(s), diffs not included." in out
+    assert out.count(f"--- a/experiences/{BAGS}.md") == 1
+    assert out.index("Our own description") < out.index(f"--- a/experiences/{BAGS}.md")

@@ -18,7 +18,14 @@ from expgit.train.track_record import ExperienceStats
 @json_option
 @click.pass_context
 def list_cmd(ctx: click.Context, rev: str | None, with_stats: bool, as_json: bool) -> None:
-    """List the experiences on main (or at REV) with status, version and summary."""
+    """List the experiences on main (or at REV) with status, version and summary.
+
+    \b
+    Example:
+      expgit list
+      expgit list --stats
+      expgit list --at main~3 --json
+    """
     repo = open_repo(ctx)
     listed = catalog(repo, rev)
     rows = listed.rows
