@@ -15,13 +15,16 @@ import click
 from expgit import __version__
 from expgit.cli._json import json_printed
 from expgit.cli.commands import LazyGroup
-from expgit.errors import EXIT_UNEXPECTED, EXIT_USAGE, ExpgitError
+from expgit.errors import EXIT_UNEXPECTED, EXIT_USAGE, ExpgitError, UsageError
+from expgit.git.env import anchored_paths
 
 
 @click.group(cls=LazyGroup,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-C", "directory", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("."), help="Run as if expgit was started in DIR (as git -C).")
+              default=Path("."), metavar="DIR",
+              help="Run as if expgit was started in DIR, as git -C does: every relative "
+                   "path, in any option or argument, is relative to DIR.")
 @click.version_option(__version__, prog_name="expgit")
 @click.pass_context
 def cli(ctx: click.Context, directory: Path) -> None:
@@ -32,7 +35,15 @@ def cli(ctx: click.Context, directory: Path) -> None:
     Exit codes: 0 ok, 1 unexpected error, 2 usage, 3 conflict (guard or merge),
     4 repository locked by a live writer, 5 invalid input.
     """
-    ctx.obj = {"directory": directory}
+    if directory != Path("."):
+        # relative GIT_DIR and friends keep naming what they named where expgit started
+        os.environ.update(anchored_paths(os.environ, os.getcwd()))
+        try:
+            os.chdir(directory)  # restored by main() when the command ends
+        except OSError as exc:
+            raise UsageError(f"cannot change to {directory}: {exc.strerror}",
+                             hint="-C takes an existing folder") from None
+    ctx.obj = {"directory": Path(".")}
 
 
 def usage_line(exc: click.ClickException) -> str:
@@ -73,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     if (threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
         signal.signal(signal.SIGTERM, _terminate)
+    started_in, environ = os.getcwd(), dict(os.environ)
     try:
         cli.main(args=args, prog_name="expgit", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -90,6 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         return _failed(EXIT_UNEXPECTED, f"{type(exc).__name__}: {exc}",
                        "set EXPGIT_DEBUG=1 for a traceback", as_json,
                        prefix="expgit: unexpected error: ")
+    finally:  # -C moved this process: a caller of main() goes on where it was
+        os.chdir(started_in)
+        if os.environ != environ:
+            os.environ.clear()
+            os.environ.update(environ)
     return 0
 
 

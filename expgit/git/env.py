@@ -45,6 +45,27 @@ def inherited_repository(environ: Mapping[str, str],
     return None
 
 
+# the repository variables that hold paths, relative to the directory git starts in
+_PATH_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+                   "GIT_COMMON_DIR", "GIT_QUARANTINE_PATH", "GIT_SHALLOW_FILE",
+                   "GIT_GRAFT_FILE")
+
+
+def anchored_paths(environ: Mapping[str, str], cwd: str) -> dict[str, str]:
+    """The relative path-valued repository variables of ``environ`` made absolute from
+    ``cwd`` (the list of ``GIT_ALTERNATE_OBJECT_DIRECTORIES`` item by item): what to set
+    before changing directory so that they keep naming what they named."""
+    changed = {name: os.path.join(cwd, value) for name in _PATH_VARIABLES
+               if (value := environ.get(name)) and not os.path.isabs(value)}
+    alternates = environ.get("GIT_ALTERNATE_OBJECT_DIRECTORIES")
+    if alternates:
+        anchored = os.pathsep.join(os.path.join(cwd, item) if item else item
+                                   for item in alternates.split(os.pathsep))
+        if anchored != alternates:
+            changed["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = anchored
+    return changed
+
+
 def environ_key() -> object:
     """The current ``os.environ``, as a value that compares equal exactly while nothing in
     it changed (a copy of its raw bytes mapping: microseconds, where decoding every

@@ -260,8 +260,31 @@ def test_list_outside_a_git_repository_as_a_process(tmp_path: Path) -> None:
 def test_dash_c_to_a_missing_directory(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
     result = run_cli("-C", tmp_path / "missing", "list")
     assert result.code == 2
-    assert "not a git repository" in result.err
+    assert result.err == (f"expgit: error: cannot change to {tmp_path / 'missing'}: No such "
+                          "file or directory (-C takes an existing folder)\n")
     assert not (tmp_path / "missing").exists()
+    assert run_cli("-C", tmp_path / "missing", "init").code == 2  # as git -C: no folder made
+    assert not (tmp_path / "missing").exists()
+
+
+def test_dash_c_resolves_every_relative_path_against_its_folder(
+        tmp_path: Path, run_cli, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """As git's -C: relative paths in options and arguments are relative to DIR, and the
+    caller's own folder (and environment) is as it was afterwards."""
+    monkeypatch.chdir(tmp_path)
+    assert run_cli("init", "repo", "--from", EXAMPLE).code == 0
+    new = (Path("repo") / "experiences" / f"{BAGS}.md").read_text() + "One more line.\n"
+    Path("repo", "new.md").write_text(new)
+    proposed = run_cli("-C", "repo", "propose", BAGS, "--content-file", "new.md",
+                       "--rationale", "r")
+    assert proposed.code == 0, proposed.err
+    assert run_cli("-C", "repo", "merge", "--all", "--pr-body", "pr.md").code == 0
+    assert Path("repo", "pr.md").read_text().startswith("expgit: update 1 experience")
+    assert not Path("pr.md").exists()
+    assert Path.cwd() == tmp_path
+    assert run_cli("-C", "repo", "init", "nested").code == 0
+    assert (tmp_path / "repo" / "nested" / ".git").is_dir()
+    assert not (tmp_path / "nested").exists()
 
 
 def test_init_into_a_non_empty_directory(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
