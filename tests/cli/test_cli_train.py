@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from cli_support import agent, cases_file
-from conftest import fsck, git
+from conftest import EXAMPLE, fsck, git
 from scripted_pipeline import (
     BAGGAGE_CASE,
     PETS_CASE,
@@ -23,7 +23,9 @@ from scripted_pipeline import (
 )
 
 from expgit.llm.scripted import Step
+from expgit.runs.build import load_rollouts
 from expgit.store.repository import ExperienceRepository
+from expgit.train.cases import load_cases
 from expgit.train.domain import Message, Rollout, RubricEvaluation
 
 
@@ -225,3 +227,15 @@ def test_rejected_edits_are_reported_with_their_reason(
     assert "proposal: none (no gradient was planned)" in lines
     rejected = json.loads(report.read_text())["phases"][0]["rejected_edits"]
     assert rejected == [lines[at + 1].strip()]
+
+
+def test_the_example_recorded_rollouts_are_train_cases_with_a_failed_reply() -> None:
+    """example_repo/rollouts/recorded.jsonl, which the README trains from, stays valid and
+    in step with the training cases it was recorded on."""
+    rollouts = load_rollouts(EXAMPLE / "rollouts" / "recorded.jsonl")
+    cases = {c.name: c for c in load_cases(EXAMPLE / "cases" / "train.yaml")}
+    assert len(rollouts) == 2
+    for rollout in rollouts:
+        assert rollout.case == cases[rollout.case.name]
+        assert [m.role for m in rollout.messages] == ["user", "assistant"]
+        assert rollout.evaluation is not None and rollout.evaluation.passed is False
