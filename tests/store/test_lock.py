@@ -67,6 +67,18 @@ def start_holder(git_dir: Path) -> subprocess.Popen[str]:
     return proc
 
 
+def releasing_after(holder: subprocess.Popen[str], seconds: float) -> threading.Thread:
+    """A thread (not started) that tells ``holder`` to release the lock after ``seconds``."""
+    assert holder.stdin is not None
+
+    def let_go() -> None:
+        time.sleep(seconds)
+        holder.stdin.write("go\n")  # type: ignore[union-attr]
+        holder.stdin.flush()  # type: ignore[union-attr]
+
+    return threading.Thread(target=let_go)
+
+
 def dead_pid() -> int:
     """The pid of a process that has exited (and been reaped)."""
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
@@ -305,13 +317,7 @@ def test_release_twice_is_harmless(git_dir: Path) -> None:
 def test_live_holder_blocks_a_waiting_acquirer_until_released(git_dir: Path) -> None:
     holder = start_holder(git_dir)
     assert holder.stdin is not None and holder.stdout is not None
-
-    def let_go() -> None:
-        time.sleep(0.6)
-        holder.stdin.write("go\n")  # type: ignore[union-attr]
-        holder.stdin.flush()  # type: ignore[union-attr]
-
-    thread = threading.Thread(target=let_go)
+    thread = releasing_after(holder, 0.6)
     started = time.monotonic()
     thread.start()
     try:
@@ -390,14 +396,7 @@ def test_lock_in_a_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
 def test_a_long_wait_says_once_who_holds_the_lock(git_dir: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     holder = start_holder(git_dir)
-    assert holder.stdin is not None and holder.stdout is not None
-
-    def let_go() -> None:
-        time.sleep(1.5)
-        holder.stdin.write("go\n")  # type: ignore[union-attr]
-        holder.stdin.flush()  # type: ignore[union-attr]
-
-    thread = threading.Thread(target=let_go)
+    thread = releasing_after(holder, 1.5)
     thread.start()
     try:
         lock = make_lock(git_dir, wait=20)
