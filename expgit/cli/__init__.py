@@ -43,7 +43,6 @@ def cli(ctx: click.Context, directory: Path) -> None:
         except OSError as exc:
             raise UsageError(f"cannot change to {directory}: {exc.strerror}",
                              hint="-C takes an existing folder") from None
-    ctx.obj = {"directory": Path(".")}
 
 
 def usage_line(exc: click.ClickException) -> str:

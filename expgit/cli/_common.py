@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -19,11 +18,10 @@ json_option = click.option("--json", "as_json", is_flag=True,
 
 
 def open_repo(ctx: click.Context) -> ExperienceRepository:
-    """The experience repository of ``-C`` (or the current folder); a git repository
-    without a committed ``expgit.toml`` is refused with a hint to run ``expgit init``."""
-    root = ctx.find_root()
-    directory: Path = (root.obj or {}).get("directory", Path("."))
-    repo = ExperienceRepository.open(directory)
+    """The experience repository of the current folder (``-C`` has moved there); a git
+    repository without a committed ``expgit.toml`` is refused with a hint to run
+    ``expgit init``."""
+    repo = ExperienceRepository.open(".")
     require_initialised(repo)
     return repo
 

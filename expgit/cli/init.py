@@ -29,8 +29,7 @@ def init_cmd(ctx: click.Context, directory: Path | None, bare: bool, seed: Path 
       expgit init my-experiences --from example_repo
       expgit init --bare /srv/git/experiences.git --from example_repo
     """
-    base: Path = ctx.find_root().obj["directory"]
-    result = init_repository(base / directory if directory else base, bare=bare, seed=seed,
+    result = init_repository(directory or Path("."), bare=bare, seed=seed,
                              hooks=not no_hooks)
     emit(as_json, {"path": str(result.path), "bare": result.bare, "commit": result.commit,
                    "experiences": result.experiences, "hooks": result.messages},

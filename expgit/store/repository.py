@@ -15,14 +15,16 @@ from expgit.store.snapshot import Snapshot, SnapshotLoader
 
 
 class ExperienceRepository:
-    def __init__(self, git: GitRepo, settings: Settings) -> None:
+    def __init__(self, git: GitRepo, settings: Settings, *, initialised: bool = True) -> None:
         self.git = git
         self.settings = settings
+        self.initialised = initialised  # False: no expgit.toml committed, defaults in use
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] = ".") -> ExperienceRepository:
         git = GitRepo.discover(path)
-        return cls(git, load_settings(git))
+        found = _settings_file(git)
+        return cls(git, _parse_settings(git, found), initialised=found is not None)
 
     @property
     def main_ref(self) -> str:
@@ -81,9 +83,7 @@ def _settings_file(git: GitRepo) -> tuple[str, str] | None:
     return None
 
 
-def load_settings(git: GitRepo) -> Settings:
-    """Settings from ``expgit.toml`` at the tip of HEAD's branch, else of ``main``."""
-    found = _settings_file(git)
+def _parse_settings(git: GitRepo, found: tuple[str, str] | None) -> Settings:
     if found is None:
         return Settings()
     ref, blob = found
@@ -91,10 +91,15 @@ def load_settings(git: GitRepo) -> Settings:
     return parse_settings(text, f"{SETTINGS_FILE} at {ref}")
 
 
+def load_settings(git: GitRepo) -> Settings:
+    """Settings from ``expgit.toml`` at the tip of HEAD's branch, else of ``main``."""
+    return _parse_settings(git, _settings_file(git))
+
+
 def require_initialised(repo: ExperienceRepository) -> None:
     """Refuse a git repository that is not an experience repository: one whose branch
     (HEAD's, else ``main``) has no committed ``expgit.toml``. Raises UsageError."""
-    if _settings_file(repo.git) is None:
+    if not repo.initialised:
         where = repo.git.work_tree or repo.git.git_dir
         raise UsageError(
             f"{where} is not an expgit repository: no {SETTINGS_FILE} is committed on "
