@@ -25,8 +25,14 @@ from typing import Any
 
 from expgit import __version__
 from expgit.errors import InvalidInputError
-from expgit.store.derived import cache_file, read_cache, write_cache
-from expgit.store.experience import FrontMatter, check_fit, decode_experience, parse_experience
+from expgit.store.derived import cache_file, keyed_cache_file, read_cache, write_cache
+from expgit.store.experience import (
+    FrontMatter,
+    check_fit,
+    decode_experience,
+    parse_experience,
+    tokens_of_bytes,
+)
 from expgit.store.repository import ExperienceRepository
 
 CACHE_NAME = "front-matter.json"
@@ -83,20 +89,24 @@ def _parsed(data: bytes, path: str) -> dict[str, Any]:
     return {"name": fm.name, "status": fm.status, "summary": fm.summary, "size": len(data)}
 
 
+def _invalid(name: str, version: int, last: str | None, size: int,
+             problem: str) -> ExperienceRow:
+    return ExperienceRow(name, "invalid", version, "", last, size // 4, problem)
+
+
 def _row(name: str, path: str, found: dict[str, Any], version: int, last: str | None,
          budget: int) -> ExperienceRow:
     size = int(found["size"])
     try:
-        check_fit(str(found["name"]), (size + 3) // 4, path, name, budget)
+        check_fit(str(found["name"]), tokens_of_bytes(size), path, name, budget)
     except InvalidInputError as exc:
-        return ExperienceRow(name, "invalid", version, "", last, size // 4, exc.message)
+        return _invalid(name, version, last, size, exc.message)
     return ExperienceRow(name, str(found["status"]), version, str(found["summary"]), last,
-                         (size + 3) // 4)
+                         tokens_of_bytes(size))
 
 
 def rows_file(repo: ExperienceRepository, key: str) -> Path:
-    digest = hashlib.sha1(key.encode()).hexdigest()[:16]
-    return cache_file(repo.git.common_dir, f"{ROWS_PREFIX}{digest}.json")
+    return keyed_cache_file(repo.git.common_dir, ROWS_PREFIX, key)
 
 
 def _store_rows(repo: ExperienceRepository, key: str, listed: Catalog) -> None:
@@ -141,14 +151,14 @@ def _catalog(repo: ExperienceRepository, commit: str) -> Catalog:
     cached = read_cache(path, FORMAT) or {}
     missing = [blob for _, blob in files.values() if blob not in cached]
     fresh: dict[str, dict[str, Any]] = {}
-    failed: dict[str, str] = {}
+    failed: dict[str, tuple[int, str]] = {}  # blob -> (size, problem); never cached
     if missing:
         paths = {blob: file_path for file_path, blob in files.values()}
         for blob, data in repo.git.read_blobs(missing).items():
             try:
                 fresh[blob] = _parsed(data, paths[blob])
             except InvalidInputError as exc:
-                failed[blob] = exc.message
+                failed[blob] = (len(data), exc.message)
     rows: list[ExperienceRow] = []
     budget = repo.settings.token_budget
     for name in sorted(files):
@@ -156,12 +166,8 @@ def _catalog(repo: ExperienceRepository, commit: str) -> Catalog:
         info = versions.get(file_path)
         version, last = (info.version, info.last_commit) if info else (0, None)
         found = cached.get(blob) or fresh.get(blob)
-        if found is None:
-            size = len(repo.git.read_blob(blob))
-            rows.append(ExperienceRow(name, "invalid", version, "", last, size // 4,
-                                      failed.get(blob, f"{file_path}: cannot be read")))
-        else:
-            rows.append(_row(name, file_path, found, version, last, budget))
+        rows.append(_row(name, file_path, found, version, last, budget) if found is not None
+                    else _invalid(name, version, last, *failed[blob]))
     # rewriting the file costs about as much as parsing a few hundred files: a handful of
     # new ones (an edit or two since the last listing) wait until there are more
     if fresh and (len(fresh) >= REWRITE_AFTER or len(fresh) * 50 >= len(cached)):

@@ -14,6 +14,7 @@ file) and never fail a command: a read-only git directory simply goes without.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -24,6 +25,12 @@ CACHE_DIR = Path("expgit") / "cache"
 
 def cache_file(common_dir: Path, name: str) -> Path:
     return common_dir / CACHE_DIR / name
+
+
+def keyed_cache_file(common_dir: Path, prefix: str, key: str) -> Path:
+    """``<prefix><digest of key>.json``: one file per key, so a reader of another key
+    never opens it."""
+    return cache_file(common_dir, f"{prefix}{hashlib.sha1(key.encode()).hexdigest()[:16]}.json")
 
 
 def read_cache(path: Path, fmt: str) -> dict[str, Any] | None:

@@ -47,7 +47,12 @@ def check_name(name: str) -> str:
 
 def estimate_tokens(text: str) -> int:
     """Estimated token count: about four UTF-8 bytes per token (no tokenizer download)."""
-    return (len(text.encode("utf-8")) + 3) // 4
+    return tokens_of_bytes(len(text.encode("utf-8")))
+
+
+def tokens_of_bytes(size: int) -> int:
+    """:func:`estimate_tokens` of a text of ``size`` UTF-8 bytes."""
+    return (size + 3) // 4
 
 
 class FrontMatter(BaseModel):

@@ -1,4 +1,4 @@
-"""The audit trail, read from ``main``'s history: list, show, log.
+"""The audit trail, read from ``main``'s history: show, log (``list`` is the catalog).
 
 Every policy update is a commit on ``main``. Its kind comes from its message: a proposal
 carries ``Expgit-Gradient`` trailers, a revert ``Expgit-Reverts`` (or ``git revert``'s own

@@ -10,18 +10,16 @@ between, as within one process.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 
-from expgit.store.derived import cache_file, read_cache, write_cache
+from expgit.store.derived import keyed_cache_file, read_cache, write_cache
 
 FORMAT = "versions-1"
 
 
 def _file(common_dir: Path, root: str) -> Path:
-    return cache_file(common_dir, f"versions-{hashlib.sha1(root.encode()).hexdigest()[:12]}"
-                                  ".json")
+    return keyed_cache_file(common_dir, "versions-", root)
 
 
 def load_versions(common_dir: Path, root: str) -> tuple[str, dict[str, tuple[int, str]]] | None:
