@@ -73,7 +73,7 @@ def commit_repo(base: Path) -> tuple[Callable[[], float], Callable[[], float]]:
     from expgit.init import init_repository
 
     repo = base / "client"
-    init_repository(repo, seed=bench_core_seed(base))
+    init_repository(repo, seed=seed_folder(base))
     names = sorted(p.stem for p in (repo / "experiences").glob("*.md"))[:10]
     counter = iter(range(1_000_000))
 
@@ -95,7 +95,7 @@ def commit_repo(base: Path) -> tuple[Callable[[], float], Callable[[], float]]:
     return with_hook, plain
 
 
-def bench_core_seed(base: Path) -> Path:
+def seed_folder(base: Path) -> Path:
     """A seed folder of 50 valid experiences (``expgit init --from`` reads it)."""
     seed = base / "seed"
     (seed / "experiences").mkdir(parents=True)
