@@ -20,6 +20,9 @@ CONFIDENCE = "Expgit-Confidence"
 EVIDENCE = "Expgit-Evidence"
 GRADIENT = "Expgit-Gradient"
 REBASED_FROM = "Expgit-Rebased-From"
+# The proposal id a squash or rebase merge of its PR carries (`expgit pr` writes it into
+# the PR body, so a forge's squash commit message keeps it).
+PROPOSAL = "Expgit-Proposal"
 REVERTS = "Expgit-Reverts"
 KIND = "Expgit-Kind"
 
