@@ -17,6 +17,8 @@ def _print_update(u: PolicyUpdate) -> None:
     click.echo(click.style(f"{short(u.commit)} {u.kind}", fg="yellow")
                + f"  {when:%Y-%m-%d %H:%M} UTC  {u.author}")
     click.echo(f"    {u.subject}")
+    if u.proposal and u.proposal != short(u.commit):  # merged by a forge, or rebuilt
+        click.echo(f"    proposal {u.proposal}")
     for c in u.changes:
         click.echo(f"    {c.operation:<6} {c.name}  +{c.added}/-{c.removed}")
     for g in u.gradients:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from expgit.errors import ConflictError, ExpgitError, UsageError
@@ -27,7 +28,7 @@ from expgit.store import trailers as tr
 from expgit.store.changes import root_blobs
 from expgit.store.proposals import Proposal, find_proposal
 from expgit.store.publish import publish
-from expgit.store.refnames import GRADIENT_STATES, PROPOSAL_STATES
+from expgit.store.refnames import GRADIENT_STATES, ID_LEN, PROPOSAL_STATES
 from expgit.store.repository import ExperienceRepository
 
 ATTEMPTS = 5  # moves of the local main by plain git that one apply rides out
@@ -47,23 +48,40 @@ class ApplyResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def closing_updates(repo: ExperienceRepository, proposal: Proposal, state: str
-                    ) -> list[RefUpdate]:
-    """Move a proposal and its still-open gradients from their branches to ``state``."""
-    updates = [RefUpdate(proposal.ref, None, proposal.commit),
-               RefUpdate(PROPOSAL_STATES[state] + proposal.id, proposal.commit, None)]
-    # its gradients' branches by name: no listing of every open gradient
-    open_gradients = repo.git.refs_named(GRADIENT_STATES["open"] + sha[:12]
-                                         for sha in proposal.gradient_commits)
-    for sha in proposal.gradient_commits:
-        gid = sha[:12]
-        if open_gradients.get(GRADIENT_STATES["open"] + gid) == sha:
-            updates += [RefUpdate(GRADIENT_STATES["open"] + gid, None, sha),
-                        RefUpdate(GRADIENT_STATES[state] + gid, sha, None)]
+def settling_updates(repo: ExperienceRepository, items: Sequence[tuple[dict[str, str], str]],
+                     state: str) -> list[RefUpdate]:
+    """Keep each of ``items`` (``(namespaces, commit)``: a proposal or gradient) under
+    ``state`` alone: its ref there made, its refs in the other namespaces removed. The
+    refs are read, not assumed, so a transaction a crash cut short settles too."""
+    names = [states[where] + sha[:ID_LEN] for states, sha in items for where in states]
+    current = repo.git.refs_named(names)
+    updates: list[RefUpdate] = []
+    for states, sha in items:
+        kept = {where: current.get(prefix + sha[:ID_LEN]) for where, prefix in states.items()}
+        if sha not in kept.values():
+            continue  # not one of ours (never opened here, or pruned)
+        for where, prefix in states.items():
+            if where == state and kept[where] is None:
+                updates.append(RefUpdate(prefix + sha[:ID_LEN], sha, None))
+            elif where != state and kept[where] == sha:
+                updates.append(RefUpdate(prefix + sha[:ID_LEN], None, sha))
     return updates
 
 
-def ensure_open(proposal: Proposal) -> None:
+def closing_updates(repo: ExperienceRepository, proposal: Proposal, state: str
+                    ) -> list[RefUpdate]:
+    """Move a proposal and its gradients to ``state``: ``applied`` or ``rejected``."""
+    return settling_updates(repo, [(PROPOSAL_STATES, proposal.commit),
+                                   *((GRADIENT_STATES, g) for g in proposal.gradient_commits)],
+                            state)
+
+
+def ensure_open(repo: ExperienceRepository, proposal: Proposal) -> None:
+    if proposal.state == "applied" and proposal.applied_in is not None:
+        raise ConflictError(
+            f"proposal {proposal.id} was already applied: {repo.settings.main_branch} has "
+            f"it in {proposal.applied_in[:ID_LEN]}",
+            hint="see `expgit log` for what main holds now")
     if proposal.state != "open":
         raise ConflictError(f"proposal {proposal.id} was already {proposal.state}",
                             hint="see `expgit log` for what main holds now")
@@ -93,7 +111,7 @@ def apply_proposal(repo: ExperienceRepository, proposal_id: str, *,
                    remote: str | None = None) -> ApplyResult:
     with repo.lock(f"expgit apply {proposal_id}").held():
         proposal = find_proposal(repo, proposal_id)
-        ensure_open(proposal)
+        ensure_open(repo, proposal)
         if remote is not None:
             return _apply_remote(repo, proposal, remote)
         return _apply_local(repo, proposal)
@@ -103,7 +121,7 @@ def apply_proposal_locked(repo: ExperienceRepository, proposal_id: str) -> Apply
     """:func:`apply_proposal` for a caller that already holds the repository lock
     (the training engine: lock -> reload -> plan -> apply -> release)."""
     proposal = find_proposal(repo, proposal_id)
-    ensure_open(proposal)
+    ensure_open(repo, proposal)
     return _apply_local(repo, proposal)
 
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, field_validator
 from expgit.errors import InvalidInputError
 from expgit.git.repo import RefMovedError, RefUpdate
 from expgit.store import trailers as tr
+from expgit.store.applied import NOTHING_APPLIED, AppliedIndex, applied_index, state_of
 from expgit.store.changes import FileChange, Operation, tree_changes
 from expgit.store.experience import check_experience, check_name, decode_experience
 from expgit.store.refnames import GRADIENT_STATES, GRADIENTS, ID_LEN, find_by_id
@@ -60,6 +61,10 @@ class Gradient:
     time: int
     change: FileChange
     extra_trailers: list[tuple[str, str]] = field(default_factory=list)
+    # where its ref is kept (a namespace of GRADIENT_STATES); main's history overrides
+    # it: ``state`` is "applied" whenever ``applied_in`` (main's commit) is set
+    location: str = "open"
+    applied_in: str | None = None
 
     @property
     def operation(self) -> Operation:
@@ -67,7 +72,7 @@ class Gradient:
 
     @property
     def ref(self) -> str:
-        return GRADIENT_STATES[self.state] + self.id
+        return GRADIENT_STATES[self.location] + self.id
 
 
 def _check_request(repo: ExperienceRepository, req: GradientRequest) -> None:
@@ -133,10 +138,14 @@ def propose(repo: ExperienceRepository, req: GradientRequest,
     except RefMovedError:
         if git.ref(ref) != commit:
             raise
-    return load_gradient(repo, commit, "open")
+    return load_gradient(repo, commit, "open", NOTHING_APPLIED)
 
 
-def load_gradient(repo: ExperienceRepository, commit: str, state: str) -> Gradient:
+def load_gradient(repo: ExperienceRepository, commit: str, location: str,
+                  index: AppliedIndex | None = None) -> Gradient:
+    """The gradient at ``commit``, kept in the ``location`` namespace; its state from
+    main's history (``index``, read now if not given)."""
+    applied_in = (index or applied_index(repo)).gradient(commit)
     info = repo.git.read_commit(commit)
     msg = tr.parse_message(info.message)
     target = msg.value(tr.TARGET)
@@ -148,7 +157,8 @@ def load_gradient(repo: ExperienceRepository, commit: str, state: str) -> Gradie
     base_blob = msg.value(tr.BASE_BLOB)
     known = {tr.TARGET, tr.BASE_VERSION, tr.BASE_BLOB, tr.CONFIDENCE, tr.EVIDENCE}
     return Gradient(
-        id=commit[:ID_LEN], commit=commit, parent=info.parents[0], state=state,
+        id=commit[:ID_LEN], commit=commit, parent=info.parents[0],
+        state=state_of(location, applied_in), location=location, applied_in=applied_in,
         target=target, base_version=int(msg.value(tr.BASE_VERSION) or 0),
         base_blob=None if base_blob in (None, "none") else base_blob,
         confidence=float(msg.value(tr.CONFIDENCE) or 0.0), rationale=msg.body,
@@ -158,14 +168,20 @@ def load_gradient(repo: ExperienceRepository, commit: str, state: str) -> Gradie
 
 def list_gradients(repo: ExperienceRepository, states: tuple[str, ...] = ("open",)
                    ) -> list[Gradient]:
-    found: list[Gradient] = []
-    for state in states:
-        found.extend(load_gradient(repo, sha, state)
-                     for sha in repo.git.refs(GRADIENT_STATES[state]).values())
+    """The gradients in ``states``, as main's history decides them: a gradient is
+    applied when a commit of main carries it, wherever its ref is kept. Only those
+    wanted are read."""
+    index = applied_index(repo)
+    seen: dict[str, str] = {}
+    for location in ("open", "rejected", "applied"):
+        for sha in repo.git.refs(GRADIENT_STATES[location]).values():
+            seen.setdefault(sha, location)  # two refs of one (a crash): the open one
+    found = [load_gradient(repo, sha, location, index) for sha, location in seen.items()
+             if state_of(location, index.gradient(sha)) in states]
     return sorted(found, key=lambda g: (g.time, g.id))
 
 
 def find_gradient(repo: ExperienceRepository, gid: str) -> Gradient:
-    state, sha = find_by_id(repo, GRADIENT_STATES, gid, "gradient",
-                            "list them with `expgit gradients`")
-    return load_gradient(repo, sha, state)
+    location, sha = find_by_id(repo, GRADIENT_STATES, gid, "gradient",
+                               "list them with `expgit gradients`")
+    return load_gradient(repo, sha, location)

@@ -8,12 +8,14 @@ commit. Nothing is stored besides git objects, refs and notes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from expgit.errors import InvalidInputError, NotFoundError
 from expgit.git.repo import GitRepo
 from expgit.store import trailers as tr
 from expgit.store.gradients import Gradient, load_gradient
+from expgit.store.proposals import kept_gradient_sets
 from expgit.store.repository import ExperienceRepository
 from expgit.store.review import read_note
 
@@ -43,6 +45,38 @@ class PolicyUpdate:
     note: str | None = None
 
 
+def _carrier(git: GitRepo, sha: str, parents: Sequence[str], msg: tr.Message
+             ) -> tuple[str, tr.Message]:
+    """The commit whose message describes the update ``sha`` made on the first-parent
+    line, and that message: ``sha`` itself, or for a merge commit (a forge's "merge
+    pull request") the merged parent that is a proposal."""
+    if len(parents) > 1 and not msg.values(tr.GRADIENT):
+        for parent in parents[1:]:
+            merged = tr.parse_message(git.read_commit(parent).message)
+            if merged.values(tr.GRADIENT):
+                return parent, merged
+    return sha, msg
+
+
+class _ProposalOwners:
+    """The proposal id an applied update stands for: the id it carries (a squash merge
+    of ``expgit pr``'s body, a rebuilt proposal), else the kept proposal with exactly
+    its gradients (a forge's rebase merge copies the message to a new commit), else
+    the commit's own id (a fast-forward or a merged proposal commit)."""
+
+    def __init__(self, repo: ExperienceRepository) -> None:
+        self.repo = repo
+        self._by_gradients: dict[frozenset[str], str] | None = None
+
+    def of(self, commit: str, msg: tr.Message) -> str:
+        named = msg.value(tr.PROPOSAL) or msg.value(tr.REBASED_FROM)
+        if named:
+            return named[:12].lower()
+        if self._by_gradients is None:
+            self._by_gradients = kept_gradient_sets(self.repo)
+        return self._by_gradients.get(frozenset(msg.values(tr.GRADIENT)), commit[:12])
+
+
 def _object_exists(git: GitRepo, sha: str) -> bool:
     return git.run("cat-file", "-e", f"{sha}^{{commit}}", check=False).returncode == 0
 
@@ -57,9 +91,10 @@ def policy_log(repo: ExperienceRepository, name: str | None = None, *, rev: str 
     shas = repo.git.out("log", "--first-parent", "--format=%H",
                         *(["-n", str(limit)] if limit else []), tip, "--", path).split()
     updates = []
+    owners = _ProposalOwners(repo)
     for sha in shas:
         info = repo.git.read_commit(sha)
-        msg = tr.parse_message(info.message)
+        carrier, msg = _carrier(repo.git, sha, info.parents, tr.parse_message(info.message))
         changes = tree_changes(repo.git, info.parents[0] if info.parents else None, sha,
                                repo.root)
         grads = msg.values(tr.GRADIENT)
@@ -71,7 +106,7 @@ def policy_log(repo: ExperienceRepository, name: str | None = None, *, rev: str 
             author=info.author, time=info.author_time,
             changes=[ChangeSummary(c.name, c.operation, *c.counts) for c in changes
                      if name is None or c.name == name],
-            proposal=(msg.value(tr.REBASED_FROM) or sha)[:12] if grads else None,
+            proposal=owners.of(carrier, msg) if grads else None,
             reverts=reverts, note=read_note(repo.git, sha))
         for g in grads:
             try:

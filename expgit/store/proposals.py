@@ -21,6 +21,7 @@ from expgit.errors import ConflictError, InvalidInputError
 from expgit.git.repo import RefUpdate
 from expgit.store import templates
 from expgit.store import trailers as tr
+from expgit.store.applied import NOTHING_APPLIED, AppliedIndex, applied_index, state_of
 from expgit.store.changes import FileChange, tree_changes
 from expgit.store.experience import check_experience
 from expgit.store.gradients import Gradient, find_gradient, list_gradients
@@ -122,49 +123,96 @@ class Proposal:
     time: int
     changes: list[FileChange]
     rebased_from: str | None = None
+    # where its ref is kept (a namespace of PROPOSAL_STATES), which main's history
+    # overrides: ``state`` is "applied" whenever ``applied_in`` (main's commit) is set
+    location: str = "open"
+    applied_in: str | None = None
 
     @property
     def ref(self) -> str:
-        return PROPOSAL_STATES[self.state] + self.id
+        return PROPOSAL_STATES[self.location] + self.id
 
 
-def load_proposal(repo: ExperienceRepository, commit: str, state: str) -> Proposal:
+def load_proposal(repo: ExperienceRepository, commit: str, location: str,
+                  index: AppliedIndex | None = None) -> Proposal:
+    """The proposal at ``commit``, kept in the ``location`` namespace; its state from
+    main's history (``index``, read now if not given)."""
     info = repo.git.read_commit(commit)
     msg = tr.parse_message(info.message)
     if not info.parents:
         raise InvalidInputError(f"commit {commit[:12]} is not an expgit proposal")
+    gradients = msg.values(tr.GRADIENT)
+    applied_in = (index or applied_index(repo)).proposal(commit, gradients)
     return Proposal(
-        id=commit[:ID_LEN], commit=commit, base=info.parents[0], state=state,
-        subject=msg.subject, description=msg.body, gradient_commits=msg.values(tr.GRADIENT),
+        id=commit[:ID_LEN], commit=commit, base=info.parents[0],
+        state=state_of(location, applied_in),
+        subject=msg.subject, description=msg.body, gradient_commits=gradients,
         author=info.author, time=info.author_time,
         changes=tree_changes(repo.git, info.parents[0], commit, repo.root),
-        rebased_from=msg.value(tr.REBASED_FROM))
+        rebased_from=msg.value(tr.REBASED_FROM), location=location, applied_in=applied_in)
+
+
+def _kept(repo: ExperienceRepository) -> list[tuple[str, str]]:
+    """``(location, commit)`` of every proposal ref, each commit once (a crash between
+    namespaces may leave two refs of one proposal: the open one wins)."""
+    seen: dict[str, str] = {}
+    for location in ("open", "rejected", "applied"):
+        for sha in repo.git.refs(PROPOSAL_STATES[location]).values():
+            seen.setdefault(sha, location)
+    return [(location, sha) for sha, location in seen.items()]
+
+
+def _headline(repo: ExperienceRepository, sha: str) -> tuple[int, list[str]]:
+    info = repo.git.read_commit(sha)
+    if not info.parents:
+        raise InvalidInputError(f"commit {sha[:12]} is not an expgit proposal")
+    return info.author_time, tr.parse_message(info.message).values(tr.GRADIENT)
+
+
+def _in_states(repo: ExperienceRepository, index: AppliedIndex, states: tuple[str, ...]
+               ) -> list[tuple[str, str, int, list[str]]]:
+    """``(location, commit, time, gradient commits)`` of the kept proposals whose state
+    is one of ``states``. One applied by id (the common case of the archive) is decided
+    without reading its commit."""
+    found = []
+    for location, sha in _kept(repo):
+        if sha[:ID_LEN] in index.proposals:
+            if "applied" in states:
+                found.append((location, sha, *_headline(repo, sha)))
+            continue
+        when, gradients = _headline(repo, sha)
+        if state_of(location, index.proposal(sha, gradients)) in states:
+            found.append((location, sha, when, gradients))
+    return found
+
+
+def kept_gradient_sets(repo: ExperienceRepository) -> dict[frozenset[str], str]:
+    """``{its gradient commits: proposal id}`` of every kept proposal."""
+    return {frozenset(_headline(repo, sha)[1]): sha[:ID_LEN] for _, sha in _kept(repo)}
 
 
 def list_proposals(repo: ExperienceRepository, states: tuple[str, ...] = ("open",)
                    ) -> list[Proposal]:
-    found = [load_proposal(repo, sha, state) for state in states
-             for sha in repo.git.refs(PROPOSAL_STATES[state]).values()]
+    """The proposals in ``states``, as main's history decides them (a proposal merged
+    by a forge is applied although its branch is still there)."""
+    index = applied_index(repo)
+    found = [load_proposal(repo, sha, location, index)
+             for location, sha, _, _ in _in_states(repo, index, states)]
     return sorted(found, key=lambda p: (p.time, p.id))
 
 
 def open_proposal_gradients(repo: ExperienceRepository) -> dict[str, str]:
     """``{gradient commit: proposal id}`` over the open proposals: what
     :func:`list_proposals` tells about them, from their messages alone (no diffs)."""
-    found: list[tuple[int, str, list[str]]] = []
-    for sha in repo.git.refs(PROPOSAL_STATES["open"]).values():
-        info = repo.git.read_commit(sha)
-        if not info.parents:
-            raise InvalidInputError(f"commit {sha[:12]} is not an expgit proposal")
-        found.append((info.author_time, sha[:ID_LEN],
-                      tr.parse_message(info.message).values(tr.GRADIENT)))
-    return {gradient: pid for _, pid, gradients in sorted(found) for gradient in gradients}
+    found = sorted((when, sha[:ID_LEN], gradients) for _, sha, when, gradients
+                   in _in_states(repo, applied_index(repo), ("open",)))
+    return {gradient: pid for _, pid, gradients in found for gradient in gradients}
 
 
 def find_proposal(repo: ExperienceRepository, pid: str) -> Proposal:
-    state, sha = find_by_id(repo, PROPOSAL_STATES, pid, "proposal",
-                            "list them with `expgit proposals`")
-    return load_proposal(repo, sha, state)
+    location, sha = find_by_id(repo, PROPOSAL_STATES, pid, "proposal",
+                               "list them with `expgit proposals`")
+    return load_proposal(repo, sha, location)
 
 
 def _subject(items: Sequence[PlanItem]) -> str:
@@ -256,4 +304,4 @@ def commit_plan(repo: ExperienceRepository, plan: MergePlan, main: str, snapshot
         repo.git.update_refs([RefUpdate(ref, commit, None)], "expgit merge")
     if pr_body is not None:
         pr_body.write_text(f"{message.subject}\n\n{description}")
-    return load_proposal(repo, commit, "open")
+    return load_proposal(repo, commit, "open", NOTHING_APPLIED)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from expgit.errors import ConflictError, InvalidInputError, NotFoundError
 from expgit.git.repo import GitRepo, RefUpdate
-from expgit.store.apply import closing_updates, ensure_open
+from expgit.store.apply import closing_updates, ensure_open, settling_updates
 from expgit.store.gradients import Gradient, find_gradient
 from expgit.store.proposals import Proposal, find_proposal, list_proposals
 from expgit.store.refnames import GRADIENT_STATES, NOTES_REF
@@ -73,7 +73,7 @@ def reject(repo: ExperienceRepository, item_id: str, reason: str) -> RejectResul
     with repo.lock(f"expgit reject {item_id}").held():
         item = find_any(repo, item_id)
         if isinstance(item, Proposal):
-            ensure_open(item)
+            ensure_open(repo, item)
             updates = closing_updates(repo, item, "rejected")
             kind = "proposal"
             gradients = [u.ref.rsplit("/", 1)[1] for u in updates
@@ -87,8 +87,7 @@ def reject(repo: ExperienceRepository, item_id: str, reason: str) -> RejectResul
                     f"gradient {item.id} is in open proposal {', '.join(holders)}",
                     hint="reject that proposal instead; its gradients are rejected with it")
             kind, gradients = "gradient", []
-            updates = [RefUpdate(item.ref, None, item.commit),
-                       RefUpdate(GRADIENT_STATES["rejected"] + item.id, item.commit, None)]
+            updates = settling_updates(repo, [(GRADIENT_STATES, item.commit)], "rejected")
         who = repo.git.identity("COMMITTER").rsplit(" ", 2)[0]
         note = f"Rejected {kind} {item.id} by {who}\nReason: {reason}"
         updates.append(note_update(repo.git, item.commit, note, f"expgit reject {item.id}"))
