@@ -85,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _terminate)
     started_in, environ = os.getcwd(), dict(os.environ)
     try:
-        cli.main(args=args, prog_name="expgit", standalone_mode=False)
+        # a command's own ctx.exit(N) (doctor's verdict) comes back as the result
+        code = cli.main(args=args, prog_name="expgit", standalone_mode=False)
+        if isinstance(code, int) and not isinstance(code, bool):
+            return code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:

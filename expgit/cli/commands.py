@@ -59,6 +59,9 @@ REGISTRY: tuple[CommandEntry, ...] = (
                  "time, reverts."),
     CommandEntry("revert", "expgit.cli.revert:revert_cmd",
                  "Undo REV's experience changes in a new commit on main."),
+    CommandEntry("doctor", "expgit.cli.doctor:doctor_cmd",
+                 "Show what a crashed writer or a forge merge left behind, without "
+                 "changing anything."),
     CommandEntry("validate", "expgit.cli.validate:validate_cmd",
                  "Check every experience file at REV (default: main): schema, name = file "
                  "name, token budget, layout."),

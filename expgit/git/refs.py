@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from expgit.errors import ConflictError
+from expgit.errors import ConflictError, LockHeldError
 from expgit.git.objects import is_sha
 
 # refs that live in each worktree's own git dir, not in the common dir
@@ -41,6 +41,21 @@ class RefUpdate:
 
 class RefMovedError(ConflictError):
     """A compare-and-swap failed: a ref was not where the writer expected it."""
+
+
+class RefLockedError(LockHeldError):
+    """A ref this write needs is locked (``<ref>.lock`` exists) by another process:
+    a running git, or a crashed writer no expgit lock record owns. ``files``: every
+    such lock file."""
+
+    def __init__(self, files: list[str]) -> None:
+        self.files = list(files)
+        super().__init__(
+            "cannot lock " + ("a ref: " if len(files) == 1 else f"{len(files)} refs: ")
+            + ", ".join(files) + (" exists" if len(files) == 1 else " exist")
+            + "; another git process is writing",
+            hint="wait for it to finish; if no git process runs, a crashed one left "
+                 "them: `expgit doctor` shows them, then remove them")
 
 
 def plain_ref_name(name: str) -> bool:

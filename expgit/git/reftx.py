@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from expgit.git.objects import ZERO_SHA
-from expgit.git.refs import RefUpdate
-from expgit.git.refwrite import FilesRefWriter, GitMustWrite, moved
+from expgit.git.refs import RefLockedError, RefUpdate
+from expgit.git.refwrite import FilesRefWriter, GitMustWrite, Journal, moved
 
 
 def transaction_lines(updates: Sequence[RefUpdate]) -> list[str]:
@@ -53,21 +53,36 @@ class RefWriter:
     in_process: Callable[[], bool]
     log_all: Callable[[], str]
     committer: Callable[[], str | None]
+    # told of each transaction before it takes a lock file (see FilesRefWriter.apply)
+    journal: Journal | None = None
     # this process's own transactions one at a time (no waiting on each other's locks)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def apply(self, updates: Sequence[RefUpdate], message: str) -> None:
-        """All updates in one atomic transaction, or none (RefMovedError)."""
+        """All updates in one atomic transaction, or none: RefMovedError, or
+        RefLockedError naming the lock files in the way."""
         if self.in_process():  # (another ref backend: the writer declines it)
             with self._lock:
                 try:
                     self.files.apply(updates, message, log_all=self.log_all(),
-                                     committer=self.committer)
+                                     committer=self.committer, journal=self.journal)
                     return
                 except GitMustWrite:
                     pass  # declined before anything changed: git decides
+        if self.journal is not None:
+            self.journal([], updates)  # git's own locks are git's to clean up
         lines = transaction_lines(updates)
         proc = self.run("update-ref", "-m", message, "--stdin",
                         input=("\n".join(lines) + "\n").encode(), check=False)
         if proc.returncode != 0:
-            raise moved(proc.stderr.decode(errors="replace").strip())
+            error = proc.stderr.decode(errors="replace").strip()
+            held = self._locks_in_the_way(updates) if "File exists" in error else []
+            if held:
+                raise RefLockedError(held)
+            raise moved(error)
+
+    def _locks_in_the_way(self, updates: Sequence[RefUpdate]) -> list[str]:
+        common = self.files.refs.common_dir
+        candidates = [common / f"{u.ref}.lock" for u in updates]
+        candidates += [common / "packed-refs.lock", self.files.git_dir / "HEAD.lock"]
+        return [str(path) for path in candidates if path.exists()]

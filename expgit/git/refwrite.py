@@ -35,7 +35,7 @@ from pathlib import Path
 from expgit.git.fsswap import swap
 from expgit.git.loose import loose_kind, loose_path, write_all
 from expgit.git.objects import ZERO_SHA, is_sha
-from expgit.git.refs import FilesRefs, RefMovedError, RefUpdate, read_ref_file
+from expgit.git.refs import FilesRefs, RefLockedError, RefMovedError, RefUpdate, read_ref_file
 
 REF_LOCK_TIMEOUT = 0.1  # git's default core.filesRefLockTimeout, in seconds
 PACKED_LOCK_TIMEOUT = 1.0  # git's default core.packedRefsTimeout
@@ -85,29 +85,42 @@ class FilesRefWriter:
     is_commit: Callable[[str], bool] = lambda sha: False
 
     def apply(self, updates: Sequence[RefUpdate], message: str, *, log_all: str,
-              committer: Callable[[], str | None]) -> None:
-        """All ``updates`` or none: RefMovedError when one is not where it was expected
-        or is locked; GitMustWrite when git must do it (nothing changed then).
+              committer: Callable[[], str | None], journal: Journal | None = None) -> None:
+        """All ``updates`` or none: RefMovedError when one is not where it was expected;
+        RefLockedError (naming every lock file in the way) when one is locked;
+        GitMustWrite when git must do it (nothing changed then).
         ``log_all``: ``core.logAllRefUpdates`` as ``always``/``true``/``false``;
-        ``committer()``: the reflog identity, None when only git can tell."""
+        ``committer()``: the reflog identity, None when only git can tell;
+        ``journal(lock files, updates)``: told before the first lock file is made, so a
+        crash leaves a record of what this process may have left behind."""
         self._check_shape(updates)
         common = str(self.refs.common_dir)
         locks = [_Lock(u.ref, os.path.join(common, u.ref), u)
                  for u in sorted(updates, key=lambda u: u.ref)]
         deleting = any(u.new is None for u in updates)
+        head = self._head_logged(locks, log_all)
         extra: list[_Lock] = []
+        if deleting:  # as git: packed-refs.lock too, so nobody packs a ref meanwhile
+            extra.append(_Lock("packed-refs", os.path.join(common, "packed-refs")))
+        if head is not None:
+            extra.append(_Lock("HEAD", str(self.git_dir / "HEAD")))
+        if journal is not None:
+            journal([item.lock for item in [*locks, *extra]], updates)
         try:
-            for item in locks:
-                _take(item, REF_LOCK_TIMEOUT)
-            if deleting:  # as git: packed-refs.lock too, so nobody packs a ref meanwhile
-                extra.append(_Lock("packed-refs", os.path.join(common, "packed-refs")))
-                _take(extra[-1], PACKED_LOCK_TIMEOUT)
+            try:
+                for item in locks:
+                    _take(item, REF_LOCK_TIMEOUT)
+                if deleting:
+                    _take(extra[0], PACKED_LOCK_TIMEOUT)
+            except _Locked:
+                raise RefLockedError(_in_the_way([*locks, *extra])) from None
             self._read_current(locks, deleting)
-            head = self._head_logged(locks, log_all)
             entries = self._log_entries(locks, message, log_all, head, committer)
             if head is not None:
-                extra.append(_Lock("HEAD", str(self.git_dir / "HEAD")))
-                _take(extra[-1], REF_LOCK_TIMEOUT)
+                try:
+                    _take(extra[-1], REF_LOCK_TIMEOUT)
+                except _Locked:
+                    raise RefLockedError(_in_the_way(extra[-1:])) from None
             for item in locks:
                 if item.update is not None and item.update.new is not None:
                     assert item.fd is not None
@@ -248,6 +261,18 @@ class FilesRefWriter:
                         break  # not empty (or gone): its parents are not empty either
 
 
+Journal = Callable[[list[str], Sequence[RefUpdate]], None]
+
+
+class _Locked(Exception):
+    """A lock file stayed in the way past its timeout."""
+
+
+def _in_the_way(items: Sequence[_Lock]) -> list[str]:
+    """The lock files of ``items`` that exist and are not this transaction's."""
+    return [item.lock for item in items if not item.owned and os.path.exists(item.lock)]
+
+
 def _take(item: _Lock, timeout: float) -> None:
     """Create ``item``'s lock file (its folders if needed), waiting up to ``timeout``
     for another holder to let go."""
@@ -260,9 +285,7 @@ def _take(item: _Lock, timeout: float) -> None:
             return
         except FileExistsError:
             if time.monotonic() >= deadline:
-                what = f"ref '{item.name}'" if item.update else f"'{item.name}'"
-                raise moved(f"cannot lock {what}: {item.lock} exists; another process is "
-                            "writing it (if none is, the lock is stale: remove it)") from None
+                raise _Locked(item.lock) from None
             time.sleep(pause)
             pause = min(pause * 2, 0.02)
         except FileNotFoundError:  # the first ref of its folder

@@ -41,7 +41,7 @@ from expgit.git.loose import message_needs_git, read_loose, serialise_commit, wr
 from expgit.git.objects import EMPTY_TREE, TREE_MODE, ZERO_SHA, CommitInfo, Pair, Tree, TreeEntry
 from expgit.git.refs import FilesRefs, RefMovedError, RefUpdate
 from expgit.git.reftx import RefWriter
-from expgit.git.refwrite import FilesRefWriter
+from expgit.git.refwrite import FilesRefWriter, Journal
 
 __all__ = ["EMPTY_TREE", "ZERO_SHA", "CommitInfo", "GitRepo", "RefMovedError", "RefUpdate",
            "TreeEntry"]
@@ -218,6 +218,11 @@ class GitRepo:
     def update_refs(self, updates: Sequence[RefUpdate], message: str) -> None:
         """Apply all updates in one atomic transaction, or none (RefMovedError)."""
         self._ref_writer.apply(updates, message)
+
+    def set_ref_journal(self, journal: Journal | None) -> None:
+        """``journal(lock files, updates)`` is told of every ref transaction before it
+        takes a lock file, until set to None (the expgit lock records them there)."""
+        self._ref_writer.journal = journal
 
     def head_symref(self) -> str | None:
         try:

@@ -34,6 +34,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from expgit.errors import LockHeldError, UsageError
+from expgit.git.repo import GitRepo
+from expgit.store.crash import LockJournal, Recovery, recover
 
 LOCK_NAME = "expgit.lock"
 NOTICE_AFTER = 0.5  # seconds of waiting for a live holder before saying so
@@ -80,13 +82,20 @@ def _number(value: object) -> float | None:
 
 
 class RepoLock:
+    """``git``: the repository whose ref transactions the holder records in the lock
+    (:mod:`expgit.store.crash`), so that whoever finds the lock stale can clear what a
+    crash left; without it the lock only serialises."""
+
     def __init__(self, git_dir: Path, *, wait_seconds: float, stale_seconds: float,
-                 purpose: str = "") -> None:
+                 purpose: str = "", git: GitRepo | None = None) -> None:
         self.path = git_dir / LOCK_NAME
         self.wait_seconds = wait_seconds
         self.stale_seconds = stale_seconds
         self.purpose = purpose or " ".join(sys.argv[:3])
+        self.git = git
+        self.recovered: Recovery | None = None  # what taking the lock cleared up
         self._token: str | None = None
+        self._journal: LockJournal | None = None
 
     def holder(self) -> dict[str, object] | None:
         """The holder record, None if the lock is free.
@@ -110,7 +119,7 @@ class RepoLock:
             return {"corrupt": True, "time": mtime}
         return record
 
-    def _is_stale(self, holder: dict[str, object]) -> bool:
+    def is_stale(self, holder: dict[str, object]) -> bool:
         started = _number(holder.get("time")) or 0.0
         if time.time() - started > self.stale_seconds:
             return True
@@ -150,6 +159,9 @@ class RepoLock:
                              hint="expgit writers need write access to the git "
                              "directory") from None
         self._token = token
+        if self.git is not None:
+            self._journal = LockJournal.open(self.path, record, len(data))
+            self.git.set_ref_journal(self._journal.write)
         return True
 
     @contextlib.contextmanager
@@ -166,10 +178,15 @@ class RepoLock:
             current = self.holder()
             if current is None:
                 return True
-            if current != seen or not self._is_stale(current):
+            if current != seen or not self.is_stale(current):
                 return False
             print(f"expgit: warning: removing stale lock held by {describe(current)}",
                   file=sys.stderr)
+            self.recovered = recover(self.git, current)
+            if self.recovered.did_something:
+                print(f"expgit: {self.recovered.summary()}", file=sys.stderr)
+                for warning in self.recovered.warnings:
+                    print(f"expgit: warning: {warning}", file=sys.stderr)
             self.path.unlink(missing_ok=True)
             return True
 
@@ -184,7 +201,7 @@ class RepoLock:
             holder = self.holder()
             if holder is None:
                 continue
-            if self._is_stale(holder):
+            if self.is_stale(holder):
                 if self._break_if_stale(holder):
                     continue
                 holder = self.holder() or holder  # someone else got there first
@@ -210,6 +227,11 @@ class RepoLock:
         was judged stale and taken over meanwhile is never removed)."""
         if self._token is None:
             return
+        if self._journal is not None:
+            assert self.git is not None
+            self.git.set_ref_journal(None)
+            self._journal.close()
+            self._journal = None
         with self._guard():
             holder = self.holder()
             if holder is not None and holder.get("token") == self._token:

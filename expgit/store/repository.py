@@ -60,7 +60,8 @@ class ExperienceRepository:
 
     def lock(self, purpose: str = "") -> RepoLock:
         return RepoLock(self.git.common_dir, wait_seconds=self.settings.lock_wait_seconds,
-                        stale_seconds=self.settings.lock_stale_seconds, purpose=purpose)
+                        stale_seconds=self.settings.lock_stale_seconds, purpose=purpose,
+                        git=self.git)
 
     @cached_property
     def snapshots(self) -> SnapshotLoader:

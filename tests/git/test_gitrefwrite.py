@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLE, commits
 
-from expgit.git.refs import FilesRefs
+from expgit.git.refs import FilesRefs, RefLockedError
 from expgit.git.reftx import RefWriter
 from expgit.git.refwrite import FilesRefWriter, reflog_message
 from expgit.git.repo import GitRepo, RefMovedError, RefUpdate, TreeEntry
@@ -96,9 +96,15 @@ def test_a_held_lock_refuses_the_transaction_and_is_left_alone(
     w.apply([RefUpdate("refs/heads/x", a, None)])
     stale = path / "refs" / "heads" / "x.lock"
     stale.write_text("left by a crashed process\n")
-    with pytest.raises(RefMovedError, match="stale") as caught:
-        w.apply([RefUpdate("refs/heads/new", b, None), RefUpdate("refs/heads/x", b, a)])
-    assert "remove it" in caught.value.message
+    other = path / "refs" / "heads" / "y.lock"
+    other.write_text("")
+    with pytest.raises(RefLockedError) as caught:
+        w.apply([RefUpdate("refs/heads/new", b, None), RefUpdate("refs/heads/x", b, a),
+                 RefUpdate("refs/heads/y", b, None)])
+    assert caught.value.exit_code == 4  # a lock held, not a conflict
+    assert caught.value.files == [str(stale), str(other)]  # every one in the way, named
+    assert str(stale) in caught.value.message and "expgit doctor" in (caught.value.hint or "")
+    other.unlink()
     assert stale.read_text() == "left by a crashed process\n"  # not ours to remove
     assert lock_files(path) == [stale]  # the lock taken on refs/heads/new is gone
     assert git_in(path, "rev-parse", "x") == a

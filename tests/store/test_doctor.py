@@ -1,0 +1,90 @@
+"""``expgit doctor``: a diagnosis that changes nothing, and ``--fix``."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import EXAMPLE, git, repo_state, run_expgit
+
+from expgit.init import init_repository
+from expgit.store.gradients import GradientRequest, propose
+from expgit.store.proposals import list_proposals, merge
+from expgit.store.repository import ExperienceRepository
+
+
+def _repo(tmp_path: Path) -> tuple[Path, str]:
+    path = tmp_path / "repo"
+    init_repository(path, seed=EXAMPLE)
+    repo = ExperienceRepository.open(path)
+    entry = repo.snapshot().get("refund-method-rules")
+    assert entry is not None
+    propose(repo, GradientRequest(name="refund-method-rules", content=entry.text + "\n- x\n",
+                                  rationale="why"))
+    return path, merge(repo).id
+
+
+def _dead_pid() -> int:
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    return int(proc.stdout)
+
+
+def test_healthy(tmp_path: Path) -> None:
+    path, _ = _repo(tmp_path)
+    result = run_expgit("doctor", "--json", cwd=path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["healthy"] is True
+
+
+def test_a_forge_merge_leaves_branches_that_fix_settles(tmp_path: Path) -> None:
+    path, pid = _repo(tmp_path)
+    git(path, "merge", "-q", "--ff-only", f"expgit/proposals/{pid}")
+    before = repo_state(path)
+    shown = run_expgit("doctor", cwd=path)
+    assert shown.returncode == 3, shown.stdout + shown.stderr
+    assert f"refs/heads/expgit/proposals/{pid}" in shown.stdout
+    assert "expgit doctor --fix" in shown.stdout
+    assert repo_state(path) == before  # a diagnosis writes nothing
+    fixed = run_expgit("doctor", "--fix", cwd=path)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert git(path, "branch", "--list", "expgit/*") == ""
+    repo = ExperienceRepository.open(path)
+    assert [p.id for p in list_proposals(repo, ("applied",))] == [pid]
+
+
+def test_a_dead_writers_leftovers_are_shown_then_recovered(tmp_path: Path) -> None:
+    path, pid = _repo(tmp_path)
+    git_dir = path / ".git"
+    main = git(path, "rev-parse", "main").strip()
+    proposal = git(path, "rev-parse", f"expgit/proposals/{pid}").strip()
+    mine = git_dir / "refs" / "heads" / "main.lock"
+    mine.write_text(proposal + "\n")
+    foreign = git_dir / "refs" / "heads" / "other.lock"
+    foreign.write_text("")
+    record = {"pid": _dead_pid(), "host": socket.gethostname(), "time": time.time(),
+              "token": "t", "purpose": "expgit apply " + pid,
+              "pidns": os.readlink("/proc/self/ns/pid"),
+              "ref_locks": [str(mine)], "updates": [["refs/heads/main", main, proposal]]}
+    (git_dir / "expgit.lock").write_text(json.dumps(record))
+
+    shown = run_expgit("doctor", cwd=path)
+    assert shown.returncode == 4, shown.stdout + shown.stderr  # the foreign lock is held
+    assert "lock: stale" in shown.stdout and "refs/heads/main.lock" in shown.stdout
+    assert "refs/heads/other.lock" in shown.stdout
+    assert mine.exists() and foreign.exists()
+
+    fixed = run_expgit("doctor", "--fix", cwd=path)
+    assert "removed 1 ref lock file" in fixed.stderr, fixed.stderr
+    assert not mine.exists() and not (git_dir / "expgit.lock").exists()
+    assert foreign.exists()  # not the dead writer's: never touched
+    assert fixed.returncode == 4 and "refs/heads/other.lock" in fixed.stdout
+    assert git(path, "rev-parse", "main").strip() == main  # nothing was installed
+    foreign.unlink()
+    assert run_expgit("apply", pid, cwd=path).returncode == 0
+    assert run_expgit("doctor", cwd=path).returncode == 0
