@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 import click
@@ -14,7 +15,8 @@ from expgit.store.repository import ExperienceRepository, require_initialised
 F = TypeVar("F", bound=Callable[..., Any])
 
 json_option = click.option("--json", "as_json", is_flag=True,
-                           help="Print the result as JSON for scripts.")
+                           help="Print the result as one JSON object for scripts (its "
+                                "fields: README.md, JSON output).")
 
 
 def open_repo(ctx: click.Context) -> ExperienceRepository:
@@ -38,6 +40,11 @@ def emit(as_json: bool, data: Any, human: Callable[[], None]) -> None:
 def warn(messages: list[str]) -> None:
     for message in messages:
         click.echo(f"expgit: warning: {message}", err=True)
+
+
+def epoch(when: datetime | None) -> int | None:
+    """A time as ``--json`` prints it: whole seconds since the epoch."""
+    return None if when is None else int(when.timestamp())
 
 
 def short(sha: str | None) -> str:

@@ -1,4 +1,9 @@
-"""JSON views of library objects, shared by the read commands."""
+"""JSON views of library objects, shared by the read commands.
+
+The convention (README, "JSON output"): every ``--json`` document is one object; a field
+that names a proposal or a gradient holds its 12-hex id; ``commit`` and the other commit
+fields hold full 40-hex object ids; times are whole seconds since the epoch.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,8 @@ from typing import Any
 
 from expgit.store.gradients import Gradient
 from expgit.store.proposals import Proposal
+
+ID_LENGTH = 12
 
 
 def gradient_view(g: Gradient) -> dict[str, Any]:
@@ -20,7 +27,10 @@ def gradient_view(g: Gradient) -> dict[str, Any]:
 
 def proposal_view(p: Proposal) -> dict[str, Any]:
     return {"id": p.id, "commit": p.commit, "state": p.state, "base": p.base,
-            "subject": p.subject, "gradients": p.gradient_commits, "author": p.author,
+            "subject": p.subject,
+            "gradients": [sha[:ID_LENGTH] for sha in p.gradient_commits],
+            "gradient_commits": list(p.gradient_commits), "author": p.author,
             "time": p.time, "branch": p.ref.removeprefix("refs/heads/"),
             "changes": [{"experience": c.name, "operation": c.operation,
                          "added": c.counts[0], "removed": c.counts[1]} for c in p.changes]}
+

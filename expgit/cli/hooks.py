@@ -36,4 +36,4 @@ def install(ctx: click.Context, server: bool, as_json: bool) -> None:
         for message in messages:
             click.echo(message)
 
-    emit(as_json, messages, human)
+    emit(as_json, {"hooks": messages}, human)

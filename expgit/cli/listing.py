@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from expgit.cli._common import emit, json_option, open_repo, short
+from expgit.cli._common import emit, epoch, json_option, open_repo, short
 from expgit.store.catalog import ExperienceRow, catalog
 from expgit.train.track_record import ExperienceStats
 
@@ -58,7 +58,8 @@ def list_cmd(ctx: click.Context, rev: str | None, with_stats: bool, as_json: boo
     def view(r: ExperienceRow) -> dict[str, object]:
         data = r.as_dict()
         if with_stats:
-            data["stats"] = (stats.get(r.name) or ExperienceStats(r.name)).as_dict()
+            used = stats.get(r.name) or ExperienceStats(r.name)
+            data["stats"] = used.as_dict() | {"last_used": epoch(used.last_used)}
         return data
 
     emit(as_json, {"commit": listed.commit, "snapshot_id": listed.snapshot_id,

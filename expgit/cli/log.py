@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 
@@ -36,6 +36,20 @@ def _print_update(u: PolicyUpdate) -> None:
     click.echo()
 
 
+def update_view(u: PolicyUpdate) -> dict[str, Any]:
+    """One entry of ``expgit log --json``: the gradients it merged, in full; the trailer
+    values it names but cannot load, as ``missing_gradient_commits`` (commits, not ids);
+    ``reverts`` and ``reverted_by`` are commits."""
+    return {"commit": u.commit, "kind": u.kind, "subject": u.subject,
+            "description": u.description, "author": u.author, "time": u.time,
+            "changes": [{"experience": c.name, "operation": c.operation,
+                         "added": c.added, "removed": c.removed} for c in u.changes],
+            "gradients": [gradient_view(g) for g in u.gradients],
+            "missing_gradient_commits": list(u.missing_gradients),
+            "proposal": u.proposal, "reverts": u.reverts,
+            "reverted_by": list(u.reverted_by), "note": u.note}
+
+
 @click.command("log")
 @click.argument("name", required=False)
 @click.option("-n", "--max-count", type=click.IntRange(min=1), help="Show at most N updates.")
@@ -51,15 +65,12 @@ def log_cmd(ctx: click.Context, name: str | None, max_count: int | None,
       expgit log
       expgit log refund-method-rules -n 5 --json
     """
-    updates = policy_log(open_repo(ctx), name, limit=max_count)
-
-    def view(u: PolicyUpdate) -> dict[str, object]:
-        data = dataclasses.asdict(u)
-        data["gradients"] = [gradient_view(g) for g in u.gradients]
-        return data
+    repo = open_repo(ctx)
+    tip = repo.main_commit()  # read once: the log and its "commit" name the same tip
+    updates = policy_log(repo, name, rev=tip, limit=max_count)
 
     def human() -> None:
         for update in updates:
             _print_update(update)
 
-    emit(as_json, [view(u) for u in updates], human)
+    emit(as_json, {"commit": tip, "updates": [update_view(u) for u in updates]}, human)

@@ -7,7 +7,7 @@ from typing import cast
 import click
 from pydantic import ValidationError
 
-from expgit.cli._common import emit, json_option, open_repo
+from expgit.cli._common import emit, epoch, json_option, open_repo
 from expgit.errors import InvalidInputError
 from expgit.outcomes.records import (
     TARGET_KINDS,
@@ -59,7 +59,7 @@ def add_cmd(ctx: click.Context, target_kind: str, target_id: str, verdict: str, 
         raise InvalidInputError(f"--{str(first['loc'][0]).replace('_', '-')}: "
                                 f"{first['msg']}") from None
     record, created = OutcomeStore(open_repo(ctx)).add(request, key)
-    emit(as_json, {"created": created, "outcome": record.model_dump(mode="json")},
+    emit(as_json, {"created": created, "outcome": _view(record)},
          lambda: click.echo(f"{'Recorded' if created else 'Already recorded'} outcome "
                             f"{record.id}: {_line(record)}"))
 
@@ -81,7 +81,13 @@ def list_cmd(ctx: click.Context, target_kind: str | None, target_id: str | None,
             click.echo(f"{record.id}  {record.created_at:%Y-%m-%d %H:%M}  {_line(record)}")
         click.echo(f"{len(records)} outcomes", err=True)
 
-    emit(as_json, {"outcomes": [r.model_dump(mode="json") for r in records]}, human)
+    emit(as_json, {"outcomes": [_view(r) for r in records]}, human)
+
+
+def _view(record: OutcomeRecord) -> dict[str, object]:
+    """The stored record, its ``created_at`` in seconds since the epoch (as every time
+    in ``--json`` output; the record on the outcomes branch keeps ISO 8601)."""
+    return record.model_dump(mode="json") | {"created_at": epoch(record.created_at)}
 
 
 def _line(record: OutcomeRecord) -> str:

@@ -39,7 +39,7 @@ def gradients_cmd(ctx: click.Context, state: str, with_merged: bool, as_json: bo
     """List gradients: one proposed edit each, with confidence and rationale.
 
     Each open gradient merged into an open proposal names it (in JSON: "proposal"); they
-    are left out unless --merged is given.
+    are left out unless --merged is given (in JSON: "hidden_merged" counts them).
 
     \b
     Example:
@@ -66,8 +66,8 @@ def gradients_cmd(ctx: click.Context, state: str, with_merged: bool, as_json: bo
             click.echo(f"({hidden} more, merged into open proposals: --merged lists them)",
                        err=True)
 
-    emit(as_json, [gradient_view(g) | {"proposal": holding.get(g.commit)} for g in items],
-         human)
+    emit(as_json, {"gradients": [gradient_view(g) | {"proposal": holding.get(g.commit)}
+                                 for g in items], "hidden_merged": hidden}, human)
 
 
 @click.command("proposals")
@@ -86,7 +86,7 @@ def proposals_cmd(ctx: click.Context, state: str, as_json: bool) -> None:
             click.echo(f"{p.id}  {p.state:<8} {_when(p.time)}  {len(p.gradient_commits)} "
                        f"gradient(s)  {p.subject}")
 
-    emit(as_json, [proposal_view(p) for p in items], human)
+    emit(as_json, {"proposals": [proposal_view(p) for p in items]}, human)
 
 
 def inline_diffs(text: str, changes: Sequence[FileChange]) -> tuple[str, list[FileChange]]:

@@ -95,7 +95,7 @@ def test_reinstall_is_idempotent(client: Path, run_cli) -> None:  # type: ignore
     before = hook.read_bytes()
     result = run_cli("-C", client, "hooks", "install", "--json")
     assert result.code == 0, result.err
-    messages = json.loads(result.out)
+    messages = json.loads(result.out)["hooks"]
     assert len(messages) == 1 and messages[0].startswith("rewrote the pre-commit hook")
     assert hook.read_bytes() == before
     assert sorted(p.name for p in hook.parent.iterdir() if not p.name.endswith(".sample")) \
@@ -300,7 +300,7 @@ def server(repo: Path, tmp_path: Path, run_cli) -> Path:  # type: ignore[no-unty
     git(tmp_path, "clone", "-q", "--bare", str(repo), str(path))
     result = run_cli("-C", path, "hooks", "install", "--server", "--json")
     assert result.code == 0, result.err
-    messages = json.loads(result.out)
+    messages = json.loads(result.out)["hooks"]
     assert [m.split(" hook at ")[0] for m in messages] == [
         "installed the pre-receive", "installed the update"]
     for hook in ("pre-receive", "update"):

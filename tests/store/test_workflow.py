@@ -150,7 +150,7 @@ def test_merge_all_makes_a_proposal_with_description_and_pr_body(driver: Driver,
     assert "Expgit-Gradient" not in pr
     # the gradients stay open until the proposal is applied; main has not moved
     assert driver.rev() == main
-    assert len(json.loads(driver.ok("gradients", "--merged", "--json").out)) == 3
+    assert len(json.loads(driver.ok("gradients", "--merged", "--json").out)["gradients"]) == 3
 
 
 def test_merge_named_gradients_only(driver: Driver) -> None:
@@ -158,12 +158,14 @@ def test_merge_named_gradients_only(driver: Driver) -> None:
     g2 = driver.propose(MULTI, demo(MULTI))
     pid = driver.merge(g2)
     data = json.loads(driver.ok("review", pid, "--json").out)
-    assert data["gradients"] == [driver.rev(f"expgit/gradients/{g2}")]
+    assert data["gradients"] == [g2]
+    assert data["gradient_commits"] == [driver.rev(f"expgit/gradients/{g2}")]
     assert [c["experience"] for c in data["changes"]] == [MULTI]
     # merge --all takes only what is not in a proposal yet
     pid2 = driver.merge()
     data2 = json.loads(driver.ok("review", pid2, "--json").out)
-    assert data2["gradients"] == [driver.rev(f"expgit/gradients/{g1}")]
+    assert data2["gradients"] == [g1]
+    assert data2["gradient_commits"] == [driver.rev(f"expgit/gradients/{g1}")]
 
 
 def test_identical_edits_collapse_into_one_item(driver: Driver) -> None:
@@ -275,7 +277,7 @@ def test_apply_after_main_moved_on_another_file_rebuilds(driver: Driver) -> None
     assert on_disk(driver, CANCEL).read_text() == demo(CANCEL) and clean(driver)
     assert driver.rev(f"refs/expgit/applied/proposals/{p2}") == p2_commit
     # the log knows the rebuilt commit by its proposal id
-    log = json.loads(driver.ok("log", "-n", "1", "--json").out)
+    log = json.loads(driver.ok("log", "-n", "1", "--json").out)["updates"]
     assert log[0]["commit"] == new and log[0]["proposal"] == p2
     assert log[0]["gradients"][0]["evidence"] == ["t9"]
 
@@ -331,7 +333,7 @@ def test_reject_proposal_moves_refs_and_records_the_reason(driver: Driver) -> No
     assert review["state"] == "rejected" and "Too broad" in review["note"]
     assert "Too broad" in driver.ok("review", pid).out
     listed = json.loads(driver.ok("proposals", "--state", "rejected", "--json").out)
-    assert [p["id"] for p in listed] == [pid]
+    assert [p["id"] for p in listed["proposals"]] == [pid]
 
 
 def test_reject_gradient(driver: Driver) -> None:
@@ -343,9 +345,9 @@ def test_reject_gradient(driver: Driver) -> None:
     assert driver.git("for-each-ref", "refs/heads/expgit/") == ""
     assert driver.rev(f"refs/expgit/rejected/gradients/{gid}") == commit
     assert "Reason: wrong lesson" in driver.git("notes", "--ref", "expgit", "show", commit)
-    assert json.loads(driver.ok("gradients", "--json").out) == []
+    assert json.loads(driver.ok("gradients", "--json").out)["gradients"] == []
     rejected = json.loads(driver.ok("gradients", "--state", "rejected", "--json").out)
-    assert [(g["id"], g["state"]) for g in rejected] == [(gid, "rejected")]
+    assert [(g["id"], g["state"]) for g in rejected["gradients"]] == [(gid, "rejected")]
     before = driver.state()
     assert "already rejected" in driver.fails(3, "merge", gid).err
     assert "already rejected" in driver.fails(3, "reject", gid, "--reason", "x").err
@@ -434,10 +436,13 @@ def test_gradients_merged_into_an_open_proposal_are_listed_only_on_request(
     assert re.search(rf"^{g1} .* in proposal {pid}$", merged, re.M)
     assert not re.search(rf"^{g3} .* in proposal", merged, re.M)
     data = json.loads(driver.ok("gradients", "--merged", "--json").out)
-    assert {g["id"]: g["proposal"] for g in data} == {g1: pid, g2: pid, g3: None}
-    assert [g["id"] for g in json.loads(driver.ok("gradients", "--json").out)] == [g3]
+    assert {g["id"]: g["proposal"] for g in data["gradients"]} == {g1: pid, g2: pid, g3: None}
+    assert data["hidden_merged"] == 0
+    hidden = json.loads(driver.ok("gradients", "--json").out)
+    assert [g["id"] for g in hidden["gradients"]] == [g3] and hidden["hidden_merged"] == 2
     driver.ok("reject", pid, "--reason", "not these")  # its gradients close with it
-    assert json.loads(driver.ok("gradients", "--merged", "--json").out)[0]["id"] == g3
+    [only] = json.loads(driver.ok("gradients", "--merged", "--json").out)["gradients"]
+    assert only["id"] == g3
 
 
 def test_gradients_and_proposals_listings(driver: Driver) -> None:
@@ -454,13 +459,15 @@ def test_gradients_and_proposals_listings(driver: Driver) -> None:
     driver.apply(pid)
     driver.ok("reject", g3, "--reason", "keep it")
     assert driver.ok("gradients").out.strip() == "no open gradients"
-    everything = json.loads(driver.ok("gradients", "--state", "all", "--json").out)
+    everything = json.loads(driver.ok("gradients", "--state", "all", "--json").out
+                            )["gradients"]
     assert {g["id"]: g["state"] for g in everything} == {
         g1: "applied", g2: "applied", g3: "rejected"}
-    applied = json.loads(driver.ok("gradients", "--state", "applied", "--json").out)
+    applied = json.loads(driver.ok("gradients", "--state", "applied", "--json").out
+                         )["gradients"]
     assert {g["id"] for g in applied} == {g1, g2}
     assert driver.ok("proposals").out.strip() == "no open proposals"
-    props = json.loads(driver.ok("proposals", "--state", "all", "--json").out)
+    props = json.loads(driver.ok("proposals", "--state", "all", "--json").out)["proposals"]
     assert len(props) == 1 and props[0]["id"] == pid and props[0]["state"] == "applied"
     assert props[0]["branch"] == f"refs/expgit/applied/proposals/{pid}"
     assert {c["experience"] for c in props[0]["changes"]} == {BAGS, MULTI}
@@ -518,14 +525,16 @@ def test_log_understands_proposals_manual_commits_and_git_reverts(driver: Driver
     driver.git("revert", "--no-edit", "HEAD")
     git_revert = driver.rev()
     fsck(driver.path)
-    log = json.loads(driver.ok("log", "--json").out)
+    document = json.loads(driver.ok("log", "--json").out)
+    assert document["commit"] == git_revert
+    log = document["updates"]
     assert [(u["commit"], u["kind"]) for u in log] == [
         (git_revert, "revert"), (manual, "manual"), (proposal_commit, "proposal"),
         (driver.rev("main~3"), "init")]
     rev_u, manual_u, prop_u, init_u = log
     assert rev_u["reverts"] == manual and rev_u["subject"] == 'Revert "Manual: refund lesson"'
     assert manual_u["reverted_by"] == [git_revert]
-    assert manual_u["changes"] == [{"name": REFUND, "operation": "update", "added": 2,
+    assert manual_u["changes"] == [{"experience": REFUND, "operation": "update", "added": 2,
                                     "removed": 0}]
     assert manual_u["author"] == "Test Author <author@example.com>"
     assert prop_u["proposal"] == pid and prop_u["reverted_by"] == []
@@ -540,18 +549,18 @@ def test_log_understands_proposals_manual_commits_and_git_reverts(driver: Driver
     assert f"{manual[:12]} manual" in human and f"reverted by {git_revert[:12]}" in human
     assert f"reverts {manual[:12]}" in human
     # filtered by experience and limited
-    only = json.loads(driver.ok("log", BAGS, "--json").out)
+    only = json.loads(driver.ok("log", BAGS, "--json").out)["updates"]
     assert [u["kind"] for u in only] == ["proposal", "init"]
-    assert only[1]["changes"] == [{"name": BAGS, "operation": "create", "added": 31,
+    assert only[1]["changes"] == [{"experience": BAGS, "operation": "create", "added": 31,
                                    "removed": 0}]
-    assert len(json.loads(driver.ok("log", "-n", "2", "--json").out)) == 2
+    assert len(json.loads(driver.ok("log", "-n", "2", "--json").out)["updates"]) == 2
 
 
 def test_log_links_an_expgit_revert_both_ways(driver: Driver) -> None:
     pid = driver.merge(driver.propose(BAGS, demo(BAGS)))
     driver.apply(pid)
     driver.ok("revert", "main")
-    log = json.loads(driver.ok("log", "--json").out)
+    log = json.loads(driver.ok("log", "--json").out)["updates"]
     assert [u["kind"] for u in log] == ["revert", "proposal", "init"]
     assert log[1]["reverted_by"] == [log[0]["commit"]]
     assert log[0]["reverts"] == log[1]["commit"]
@@ -688,12 +697,12 @@ def test_whole_flow_in_a_bare_repository(bare_repo, run_cli, tmp_path: Path,  # 
     assert git(server, "show", f"main:experiences/{MULTI}.md") == demo(MULTI)
     names = {r["name"] for r in json.loads(ok("list", "--json"))["experiences"]}
     assert MULTI in names and TRANSFER not in names
-    log = json.loads(ok("log", "--json"))
+    log = json.loads(ok("log", "--json"))["updates"]
     assert log[0]["kind"] == "proposal"
     assert {g["id"] for g in log[0]["gradients"]} == {g1, g2, g3}
     ok("revert", pid)
     assert git(server, "diff", "--stat", init, "main") == ""
-    assert json.loads(ok("log", "-n", "2", "--json"))[1]["reverted_by"] == [
+    assert json.loads(ok("log", "-n", "2", "--json"))["updates"][1]["reverted_by"] == [
         git(server, "rev-parse", "main").strip()]
     # a clone sees everything, including the closed refs and the notes
     g4 = ok("propose", REFUND, "--delete", "--rationale", "r")
@@ -739,9 +748,9 @@ def test_log_survives_a_hand_written_gradient_trailer(driver: Driver) -> None:
     # a trailer naming a commit that is not a gradient, and one naming no commit at all
     driver.git("commit", "-q", "-am", "manual", "-m",
                f"Expgit-Gradient: {init}\nExpgit-Gradient: {'1' * 40}")
-    log = json.loads(driver.ok("log", "-n", "1", "--json").out)
+    log = json.loads(driver.ok("log", "-n", "1", "--json").out)["updates"]
     assert log[0]["gradients"] == []
-    assert log[0]["missing_gradients"] == [init, "1" * 40]
+    assert log[0]["missing_gradient_commits"] == [init, "1" * 40]
     assert "(not in the repository, or not a gradient)" in driver.ok("log", "-n", "1").out
 
 
@@ -750,8 +759,8 @@ def test_subject_continuation_is_not_a_trailer_block(driver: Driver) -> None:
     path.write_text(path.read_text() + "\nlesson\n")
     driver.git("commit", "-q", "-am", f"manual\nExpgit-Gradient: {driver.rev()}")
     assert git(driver.path, "log", "-1", "--format=%(trailers)").strip() == ""
-    log = json.loads(driver.ok("log", "-n", "1", "--json").out)
-    assert log[0]["kind"] == "manual" and log[0]["missing_gradients"] == []
+    log = json.loads(driver.ok("log", "-n", "1", "--json").out)["updates"]
+    assert log[0]["kind"] == "manual" and log[0]["missing_gradient_commits"] == []
 
 
 def test_custom_settings_nested_root_and_many_experiences(tmp_path: Path, run_cli  # type: ignore[no-untyped-def]
@@ -782,8 +791,8 @@ def test_custom_settings_nested_root_and_many_experiences(tmp_path: Path, run_cl
     assert not (d.path / "docs" / "exp" / "rule-3.md").exists()
     assert (d.path / "docs" / "exp" / "rule-20.md").read_text().endswith("Changed.\n")
     assert clean(d)
-    assert {g["id"] for g in json.loads(d.ok("log", "-n", "1", "--json").out)[0]["gradients"]
-            } == {g1, g2, g3}
+    [update] = json.loads(d.ok("log", "-n", "1", "--json").out)["updates"]
+    assert {g["id"] for g in update["gradients"]} == {g1, g2, g3}
     d.ok("revert", "trunk")
     assert len(json.loads(d.ok("list", "--json").out)["experiences"]) == 30
     assert d.ok("show", "rule-20", "--version", "2").out.endswith("Changed.\n")
