@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from cli_support import agent, cases_file
 from conftest import EXAMPLE, fsck, git
+from json_shapes import assert_shape
 from scripted_pipeline import (
     BAGGAGE_CASE,
     PETS_CASE,
@@ -112,6 +113,7 @@ def test_train_apply_mode_moves_main_and_final_eval_sees_it(
     assert result.code == 0, result.err
     server.chat.assert_done()
     data = json.loads(result.out)
+    assert_shape("train", data)
     baseline, epoch, final = data["phases"]
     assert (baseline["passed"], final["passed"]) == (0, 1)  # final eval saw the lesson
     assert epoch["commits"] == 1 and data["applied_commits"] == [data["main_after"]]

@@ -1,15 +1,24 @@
-"""``--json`` output is exactly what ``json.dumps(data, indent=2, default=str)`` writes."""
+"""``--json`` output: exactly what ``json.dumps(data, indent=2, default=str)`` writes, and
+each command's document has the shape README.md's "JSON output" tables document."""
 
 from __future__ import annotations
 
 import json
 import random
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import agent, cases_file
+from conftest import EXAMPLE, ROOT, CliResult, Driver, edited
+from json_shapes import assert_shape, documented, documented_keys
+from scripted_pipeline import BAGGAGE_CASE, analyze, edit_reply
 
 from expgit.cli._json import pretty_json
+from expgit.llm.scripted import Step
+from expgit.store.repository import ExperienceRepository
+from expgit.train.domain import Message, Rollout, RubricEvaluation
 
 EDGES: list[Any] = [
     {}, [], (), "", 0, None, True, 1.5, float("nan"), "ünïcode ✓",
@@ -58,3 +67,148 @@ def test_random_tables_of_rows_match_the_standard_library() -> None:
                  for j in range(rng.randrange(1, 5))} for _ in range(rng.randrange(1, 6))]
         value: Any = {"rows": rows} if rng.random() < 0.5 else rows
         assert pretty_json(value) == json.dumps(value, indent=2, default=str)
+
+
+# ------------------------------------------------------ each command's shape, real CLI
+# README.md's "JSON output" tables are the spec: json_shapes reads them, and each test
+# runs one command and compares its document with its row (exact key sets, ids 12 hex,
+# commits 40 hex, times whole seconds).
+
+BAGS = "checked-baggage-allowance"
+# Rows whose command needs a scripted model or a fixture of another test module: that
+# module checks the shape (it must call assert_shape with the row's name).
+ELSEWHERE = {
+    "train": "tests/cli/test_cli_train.py",
+    "learn": "tests/learn/test_learn_report.py",
+    "export-sft": "tests/sessions/test_sessions_export.py",
+    "sessions ingest": "tests/sessions/test_sessions_run.py",
+    "sessions status": "tests/sessions/test_sessions_run.py",
+    "sessions run": "tests/sessions/test_sessions_run.py",
+}
+
+
+def shape(label: str, result: CliResult) -> dict[str, Any]:
+    """``result``'s document, checked against README's row ``label``."""
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    assert_shape(label, data)
+    return data  # type: ignore[no-any-return]
+
+
+def test_the_tables_parse_into_key_sets() -> None:
+    """The check below can fail: the README's rows are read, spreads resolved."""
+    assert documented_keys("proposals") == {"proposals"}
+    assert documented_keys("review GRADIENT") == documented_keys("propose") | {"diffs",
+                                                                               "note"}
+    assert "gradient_commits" in documented_keys("merge")
+    with pytest.raises(AssertionError, match="undocumented"):
+        assert_shape("validate", {"commit": "0" * 40, "valid": True, "problems": [],
+                                  "extra": 1})
+    with pytest.raises(AssertionError):  # a 40-hex value where an id belongs
+        assert_shape("reject", {"id": "0" * 12, "kind": "proposal", "commit": "0" * 40,
+                                "reason": "r", "gradients": ["0" * 40]})
+    with pytest.raises(AssertionError, match="bare list"):
+        assert_shape("proposals", [])
+
+
+def test_the_workflow_commands(driver: Driver, seeded_repo: ExperienceRepository,
+                               run_cli: Any, tmp_path: Path) -> None:
+    """init, propose, gradients, merge, proposals, review, apply, list, show, log,
+    revert, validate, reject: every document an object of exactly its row's keys."""
+    shape("init", run_cli("init", tmp_path / "other", "--from", EXAMPLE, "--json"))
+    content = driver.file(edited(BAGS, "\nOne more rule.\n", seeded_repo))
+    gradient = shape("propose", driver("propose", BAGS, "--content-file", content,
+                                       "--rationale", "a rule", "--evidence", "e1",
+                                       "--json"))
+    other = driver.propose("pets-in-cabin", "---\nname: pets-in-cabin\nsummary: pets\n"
+                           "---\nCats may fly in the cabin.\n")
+    proposal = shape("merge", driver("merge", gradient["id"], "--json"))
+    assert proposal["gradients"] == [gradient["id"]]
+    assert proposal["gradient_commits"] == [gradient["commit"]]
+    listed = shape("gradients", driver("gradients", "--json"))
+    assert [g["id"] for g in listed["gradients"]] == [other]
+    assert listed["hidden_merged"] == 1
+    merged = shape("gradients", driver("gradients", "--merged", "--json"))
+    assert {g["id"]: g["proposal"] for g in merged["gradients"]} == {
+        gradient["id"]: proposal["id"], other: None} and merged["hidden_merged"] == 0
+    assert shape("proposals", driver("proposals", "--json"))["proposals"] == [proposal]
+    shape("review PROPOSAL", driver("review", proposal["id"], "--json"))
+    shape("review GRADIENT", driver("review", other, "--json"))
+    applied = shape("apply", driver("apply", proposal["id"], "--json"))
+    assert applied["proposal"] == proposal["id"]
+    shape("list", driver("list", "--json"))
+    shape("list --stats", driver("list", "--stats", "--json"))
+    shape("show", driver("show", BAGS, "--json"))
+    log = shape("log", driver("log", "--json"))
+    assert log["commit"] == applied["commit"] == log["updates"][0]["commit"]
+    assert log["updates"][0]["proposal"] == proposal["id"]
+    assert [g["id"] for g in log["updates"][0]["gradients"]] == [gradient["id"]]
+    reverted = shape("revert", driver("revert", applied["commit"], "--json"))
+    log = shape("log", driver("log", "-n", "2", "--json"))
+    assert log["updates"][0]["reverts"] == applied["commit"]
+    assert log["updates"][1]["reverted_by"] == [reverted["commit"]]
+    shape("validate", driver("validate", "--json"))
+    shape("reject", driver("reject", other, "--reason", "not now", "--json"))
+    assert shape("proposals", driver("proposals", "--json")) == {"proposals": []}
+
+
+def test_a_proposal_rejected_names_its_gradients_by_id(
+        driver: Driver, seeded_repo: ExperienceRepository) -> None:
+    gid = driver.propose(BAGS, edited(BAGS, "\nOne more rule.\n", seeded_repo))
+    pid = driver.merge(gid)
+    rejected = shape("reject", driver("reject", pid, "--reason", "no", "--json"))
+    assert rejected["gradients"] == [gid]
+
+
+def test_hooks_and_outcomes(driver: Driver) -> None:
+    assert shape("hooks install", driver("hooks", "install", "--json"))["hooks"]
+    added = shape("outcomes add", driver(
+        "outcomes", "add", "--target-kind", "experience", "--target", BAGS, "--verdict",
+        "helpful", "--score", "0.9", "--idempotency-key", "k1", "--json"))
+    assert type(added["outcome"]["created_at"]) is int
+    listed = shape("outcomes list", driver("outcomes", "list", "--json"))
+    assert listed["outcomes"] == [added["outcome"]]
+
+
+def test_eval_and_train_rollouts(driver: Driver, serve: Any, tmp_path: Path) -> None:
+    server = serve([Step("rollout", agent)])
+    shape("eval", driver("eval", "--cases", cases_file(tmp_path / "e.yaml", BAGGAGE_CASE),
+                         "--llm", "openai", "--base-url", server.url, "--json"))
+    refusal = json.dumps({"edits": [edit_reply("no-such-lesson", "delete", "")]})
+    server = serve([Step("analyze", analyze), Step("estimate", refusal)])
+    rollout = Rollout(case=BAGGAGE_CASE, policy_snapshot_id="recorded",
+                      messages=[Message.text("user", "gold member baggage?"),
+                                Message.text("assistant", "Sorry, I do not know.")],
+                      evaluation=RubricEvaluation(passed=False, score=0.0))
+    file = tmp_path / "rollouts.jsonl"
+    file.write_text(rollout.model_dump_json() + "\n")
+    shape("train-rollouts", driver("train-rollouts", file, "--llm", "openai", "--base-url",
+                                   server.url, "--json"))
+
+
+def test_every_json_command_has_a_row_and_a_check() -> None:
+    """Each command with --json is in the README table, and each row is checked: by a
+    test above, or in the module ELSEWHERE names."""
+    import click
+
+    from expgit.cli.commands import REGISTRY
+
+    with_json: set[str] = set()
+    for entry in REGISTRY:
+        command = entry.load()
+        subcommands = (command.commands.items() if isinstance(command, click.Group)
+                       else [("", command)])
+        for sub, leaf in subcommands:
+            if any(p.name == "as_json" for p in leaf.params):
+                with_json.add(f"{entry.name} {sub}".strip())
+    _, rows = documented()
+    # a row per variant: "review PROPOSAL", "review GRADIENT", "list --stats"
+    labels = {label.split()[0] if label.startswith("review") or label == "list --stats"
+              else label for label in rows}
+    assert with_json == labels
+    here = Path(__file__).read_text()
+    for label in rows:
+        if label in ELSEWHERE:
+            assert f'assert_shape("{label}"' in (ROOT / ELSEWHERE[label]).read_text(), label
+        else:
+            assert f'shape("{label}"' in here, label

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, Driver, fsck, repo_state
+from json_shapes import assert_shape
 
 from expgit.store.proposals import find_proposal
 from expgit.store.repository import ExperienceRepository
@@ -22,7 +23,9 @@ FILES = ["metrics.json", "findings.json", "experience_seed_pack.json"]
 def learn(driver: Driver, out: Path, *extra: str | Path) -> dict[str, Any]:
     result = driver.ok("learn", "--rollouts", ROLLOUTS, "--outcomes", OUTCOMES, "-o", out,
                        "--json", *extra)
-    return json.loads(result.out)  # type: ignore[no-any-return]
+    summary = json.loads(result.out)
+    assert_shape("learn", summary)
+    return summary  # type: ignore[no-any-return]
 
 
 def read(out: Path, name: str) -> Any:

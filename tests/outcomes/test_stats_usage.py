@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import git
+from json_shapes import assert_shape
 from scripted_pipeline import BAGGAGE_CASE, PETS_CASE, Handles, script
 
 from expgit.llm.port import UsageMeter
@@ -118,7 +119,10 @@ def test_list_stats_cli(trained: tuple[ExperienceRepository, dict[str, str]],  #
     refs = git(path, "for-each-ref")
     result = run_cli("-C", path, "list", "--stats", "--json")
     assert result.code == 0, result.err
-    rows = {r["name"]: r for r in json.loads(result.out)["experiences"]}
+    listed = json.loads(result.out)
+    assert_shape("list --stats", listed)
+    rows = {r["name"]: r for r in listed["experiences"]}
+    assert type(rows["checked-baggage-allowance"]["stats"]["last_used"]) is int  # seconds
     assert rows["checked-baggage-allowance"]["stats"] | {"last_used": None} == {
         "name": "checked-baggage-allowance", "times_used": 2, "passed": 1, "failed": 1,
         "helpful": 0, "harmful": 1, "outcomes": 1, "mean_score": 0.5, "last_used": None}

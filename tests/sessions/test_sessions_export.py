@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, git
+from json_shapes import assert_shape
 
 from expgit.sessions.export import export_sft
 from expgit.sessions.fingerprint import fingerprint, hash_id
@@ -109,6 +110,7 @@ def test_cli_export_sft(seeded_repo: ExperienceRepository, hub: dict[str, list[M
                      "--json")
     assert result.code == 0, result.err
     data = json.loads(result.out)
+    assert_shape("export-sft", data)
     assert data["written"] == 2 and data["out"] == str(out)
     assert len(read(out)) == 2
     human = run_cli("-C", tmp_path / "repo", "export-sft", "-o", out, "--task-type",

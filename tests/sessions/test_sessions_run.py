@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import fsck, git, repo_state
+from json_shapes import assert_shape
 from scripted_pipeline import analyze, estimate_for, lesson_bodies, merge_of
 
 from expgit.llm.factory import LLMRuntime
@@ -171,9 +172,11 @@ def test_cli_ingest_status_run(run_cli: Any, seeded_repo: ExperienceRepository,
                   "--json")
     assert out.code == 0, out.err
     data = json.loads(out.out)
+    assert_shape("sessions ingest", data)
     assert data["files"][0]["invalid_lines"] == [2] and data["invalid_lines"] == 1
     assert "1 invalid line(s) skipped: 2" in out.err
     status = json.loads(run_cli("-C", repo_dir, "sessions", "status", "--json").out)
+    assert_shape("sessions status", status)
     assert (status["sessions"], status["segments"], status["labelled"]) == (2, 2, 0)
 
     server = serve(training_script(seeded_repo).steps)
@@ -181,6 +184,7 @@ def test_cli_ingest_status_run(run_cli: Any, seeded_repo: ExperienceRepository,
     assert out.code == 0, out.err
     assert server.unexpected == [] and server.requests == 5
     result = json.loads(out.out)
+    assert_shape("sessions run", result)
     assert len(result["proposals"]) == 1 and len(result["trained"]) == 1
     assert result["usage"]["total"]["calls"] == 5
     assert result["main_before"] == result["main_after"]
