@@ -84,8 +84,9 @@ class TrainingRunner:
         while self._tasks and loop.time() < deadline:
             with contextlib.suppress(Exception):  # a failed batch is its jobs' business
                 await asyncio.wait_for(self.trainer.flush(), max(deadline - loop.time(), 0))
-            await asyncio.wait(list(self._tasks.values()),
-                               timeout=min(0.05, max(deadline - loop.time(), 0)))
+            if self._tasks:  # the flush may have finished every job
+                await asyncio.wait(list(self._tasks.values()),
+                                   timeout=min(0.05, max(deadline - loop.time(), 0)))
         for task in list(self._tasks.values()):
             task.cancel()
         if self._tasks:
