@@ -30,7 +30,8 @@ expgit train --cases "$train_cases" --eval-cases "$eval_cases" --epochs 1 \
   --mode propose --pr-body "$work/train-pr-body.md" --report "$work/train-report.json"
 echo "run report: $work/train-report.json"
 
-trained=$(expgit proposals --json | python3 -c 'import json,sys; print(" ".join(p["id"] for p in json.load(sys.stdin)["proposals"]))')
+trained=$(python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["proposals"]))' \
+  "$work/train-report.json")
 if [ -n "$trained" ]; then
   for proposal in $trained; do
     step "expgit review $proposal (from training)"
