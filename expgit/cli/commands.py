@@ -38,6 +38,9 @@ REGISTRY: tuple[CommandEntry, ...] = (
                  "Merge GRADIENTS (ids) into one proposal commit with a PR description."),
     CommandEntry("apply", "expgit.cli.apply:apply_cmd",
                  "Apply PROPOSAL to main under the repository lock."),
+    CommandEntry("pr", "expgit.cli.pr:pr_cmd",
+                 "Push PROPOSAL's branch to a remote and write its pull request's title "
+                 "and body."),
     CommandEntry("gradients", "expgit.cli.review:gradients_cmd",
                  "List gradients: one proposed edit each, with confidence and rationale."),
     CommandEntry("proposals", "expgit.cli.review:proposals_cmd",
