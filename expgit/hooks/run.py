@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from expgit.errors import ExpgitError, InvalidInputError
 from expgit.git.repo import ZERO_SHA, GitRepo
-from expgit.hooks.install import LEGACY_SUFFIX, hooks_dir
+from expgit.hooks.install import LEGACY_SUFFIX, hooks_dir, is_stub
 from expgit.store.repository import ExperienceRepository, load_settings
 from expgit.store.settings import SETTINGS_FILE, Settings, parse_settings
 from expgit.store.validate import validate_commit, validate_index
@@ -41,6 +41,10 @@ def _run_legacy(git: GitRepo, hook: str, args: list[str], stdin: bytes | None) -
     legacy = hooks_dir(git) / (hook + LEGACY_SUFFIX)
     if not legacy.is_file() or not os.access(legacy, os.X_OK):
         return 0  # like git, which skips hooks that are not executable
+    if is_stub(legacy):
+        # expgit's own stub, moved aside by another hook manager (`pre-commit install`
+        # does that): running it would run this very check again, and it again, forever
+        return 0
     sys.stdout.flush()
     sys.stderr.flush()
     try:
