@@ -6,6 +6,11 @@
   commits whose experience files (or ``expgit.toml``) are invalid. Other refs pass. The
   rules are those committed on the server's main; a push creating main uses its own.
 
+``expgit-validate`` (a console script, the ``pre-commit`` framework's hook in
+``.pre-commit-hooks.yaml``) runs the ``pre-commit`` check alone: the framework runs the
+other hooks itself, and moves a hook that was there before it to ``pre-commit.legacy``,
+which may be expgit's own stub, so chaining that from here would run it twice, or loop.
+
 A ``<hook>.legacy`` next to the stub (a hook that was there before expgit's) runs first
 with the same arguments and stdin; if it fails, its exit code is the hook's.
 
@@ -160,6 +165,19 @@ def main(argv: list[str] | None = None) -> int:
             git.close()
 
     return _guarded(hook, checks)
+
+
+def validate_staged() -> None:
+    """``expgit-validate``: the staged experience files must be valid (exit 1 if not)."""
+
+    def check() -> int:
+        git = GitRepo.discover(".")
+        try:
+            return _pre_commit(ExperienceRepository(git, load_settings(git)))
+        finally:
+            git.close()
+
+    sys.exit(_guarded("pre-commit", check))
 
 
 if __name__ == "__main__":
