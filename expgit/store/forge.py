@@ -87,5 +87,5 @@ def run_forge(forge: Forge, argv: list[str], cwd: Path, stdin: str | None) -> st
         detail = " ".join((proc.stderr or proc.stdout).split()) or f"exit {proc.returncode}"
         raise ExpgitError(f"{forge.cli} {' '.join(argv[1:3])} failed: {detail}",
                           hint="the branch is pushed; fix the cause and run the command "
-                               "again (the push is not repeated)")
+                               "again, which does not push it twice")
     return proc.stdout.strip()
