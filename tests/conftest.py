@@ -216,3 +216,46 @@ def commits(repo: GitRepo, count: int) -> list[str]:
     for i in range(count):
         made.append(repo.write_commit(tree, made[-1:], f"c{i}\n"))
     return made
+
+
+# ------------------------------------------------------------- several machines
+# Added for the shared-remote tests: one bare server that logs every ref update, its
+# clones, and the check that no update of the server was ever forced.
+
+
+def shared_server(tmp_path: Path, clones: int) -> tuple[Path, list[Path]]:
+    """A bare repository seeded from example_repo/ (server hooks installed) that logs
+    every ref update (``core.logAllRefUpdates=always``), and ``clones`` clones of it."""
+    server = tmp_path / "server.git"
+    init_repository(server, bare=True, seed=EXAMPLE)
+    git(server, "config", "core.logAllRefUpdates", "always")
+    paths = [tmp_path / f"clone{i}" for i in range(1, clones + 1)]
+    for path in paths:
+        git(tmp_path, "clone", "-q", str(server), str(path))
+    return server, paths
+
+
+def ref_updates(server: Path) -> list[tuple[str, str, str]]:
+    """``(ref, old, new)`` of every update the server's reflogs hold."""
+    found = []
+    for log in (server / "logs").rglob("*"):
+        if log.is_file():
+            ref = log.relative_to(server / "logs").as_posix()
+            for line in log.read_text().splitlines():
+                old, new = line.split()[:2]
+                found.append((ref, old, new))
+    return found
+
+
+def assert_only_fast_forwards(server: Path) -> int:
+    """Every logged update of every ref of ``server`` created it or fast-forwarded it
+    (no push was forced, no ref deleted); the number of updates."""
+    updates = ref_updates(server)
+    zero = "0" * 40
+    for ref, old, new in updates:
+        assert new != zero, f"{ref} was deleted"
+        if old != zero:
+            proc = subprocess.run(["git", "merge-base", "--is-ancestor", old, new],
+                                  cwd=server, capture_output=True)
+            assert proc.returncode == 0, f"{ref}: {old[:12]} -> {new[:12]} was forced"
+    return len(updates)

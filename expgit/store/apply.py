@@ -200,3 +200,12 @@ def _apply_remote(repo: ExperienceRepository, proposal: Proposal, remote: str
                         f"{new[:12]} (the proposal is applied on {remote}): "
                         f"git merge --ff-only {remote}/{branch}")
     return ApplyResult(proposal.id, new, remote_old, rebased, remote, attempt, warnings)
+
+
+def apply_proposal_remote_locked(repo: ExperienceRepository, proposal_id: str, remote: str
+                                 ) -> ApplyResult:
+    """:func:`apply_proposal` with ``remote`` for a caller that already holds the
+    repository lock (the training engine with ``--remote``): lease and retry."""
+    proposal = find_proposal(repo, proposal_id)
+    ensure_open(proposal)
+    return _apply_remote(repo, proposal, remote)
