@@ -29,11 +29,15 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
               help="Require `Authorization: Bearer <token>`, the token being the value "
               "of the environment variable VAR. Default: [serve] token_env (EXPGIT_TOKEN), "
               "when it is set.")
+@click.option("--remote", metavar="NAME", help="Share one repository with other "
+              "trainers: push each update's trajectories, gradients and proposal to this "
+              "remote (never forced), the side branches at shutdown; --mode apply "
+              "applies to its main.")
 @llm_options
 @click.pass_context
 def serve_cmd(ctx: click.Context, host: str, port: int, mode: str, token_env: str | None,
-              llm_choice: str | None, model: str | None, base_url: str | None,
-              concurrency: int) -> None:
+              remote: str | None, llm_choice: str | None, model: str | None,
+              base_url: str | None, concurrency: int) -> None:
     """Serve the training service: POST /v1/train/rollouts takes one Rollout JSON object
     (its case, messages with tool calls as ToolParts, its evaluation) and answers 202
     with a job id; GET /v1/train/jobs/ID answers the job's status and, once finished,
@@ -61,7 +65,7 @@ def serve_cmd(ctx: click.Context, host: str, port: int, mode: str, token_env: st
     app = create_training_app(
         path, runtime, mode="apply" if mode == "apply" else "propose", token=token,
         limits=ServiceLimits(max_concurrency=concurrency if explicit else None),
-        routers=[outcomes_router(Path(path))])
+        routers=[outcomes_router(Path(path))], remote=remote)
     if token is None and host not in LOOPBACK:
         click.echo(f"expgit: warning: no token ({variable} is not set): anyone who can "
                    f"reach {host}:{port} can train this repository", err=True)

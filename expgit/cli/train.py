@@ -42,8 +42,8 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
               env_url: str | None, env_token_env: str | None, dataset: str | None,
               domain: str | None, split: str | None, eval_split: str | None, epochs: int,
               batch_size: int | None, mode: str, pr_body: Path | None, report: Path | None,
-              llm_choice: str | None, model: str | None, base_url: str | None,
-              concurrency: int, as_json: bool) -> None:
+              remote: str | None, llm_choice: str | None, model: str | None,
+              base_url: str | None, concurrency: int, as_json: bool) -> None:
     """Train the experiences on the --cases FILE: run each case, turn the runs into trajectories (on
     the expgit/trajectories branch) and gradients, and merge each batch's gradients into
     a proposal.
@@ -60,10 +60,15 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
     to main under the lock. Prints one line per phase and the LLM calls, tokens and cost
     per stage.
 
+    With --remote NAME, several trainers share the repository on that remote: each
+    update's trajectories, gradients and proposal are pushed there (never forced), and
+    --mode apply applies to the remote's main by lease and retry, as `apply --remote`.
+
     \b
     Example:
       expgit train --cases train.yaml --eval-cases eval.yaml --pr-body pr.md
       expgit train --cases train.yaml --mode apply --report run.json
+      expgit train --cases train.yaml --remote origin
     """
     repo = open_repo(ctx)
     service = environment_service(repo, env_url, env_token_env, dataset, domain)
@@ -74,7 +79,7 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
                            split_option="--eval-split")
     options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
                          concurrency=concurrency, mode="apply" if mode == "apply" else "propose",
-                         pr_body=pr_body, progress=Progress)
+                         pr_body=pr_body, progress=Progress, remote=remote)
     result = asyncio.run(run_train(repo, train_set, options, eval_cases=eval_set,
                                    epochs=epochs, batch_size=batch_size))
     output(result, as_json, report)

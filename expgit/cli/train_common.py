@@ -142,7 +142,8 @@ class Progress:
 
 def output(report: RunReport, as_json: bool, report_file: Path | None = None) -> None:
     """Write ``--report``, print the run (text or JSON) on stdout; then fail (exit 1) if
-    the run did not work (a phase whose every rollout failed)."""
+    the run did not work (a phase whose every rollout failed) or a push to ``--remote``
+    did not land."""
     if report_file is not None:
         write_report(report, report_file)
     emit(as_json, report.model_dump(mode="json"),
@@ -152,3 +153,8 @@ def output(report: RunReport, as_json: bool, report_file: Path | None = None) ->
                  if report.llm == NO_LLM else
                  "the model endpoint: --llm, --base-url, [llm] in expgit.toml")
         raise ExpgitError(report.problems[0], hint=f"check {where}")
+    if report.remote is not None and report.remote.errors:
+        raise ExpgitError(f"push to {report.remote.remote!r} failed: "
+                          f"{report.remote.errors[0]}",
+                          hint="everything is kept in this repository; the next run with "
+                          f"--remote {report.remote.remote} pushes it")

@@ -17,7 +17,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def train_write_options(func: F) -> F:
-    """``--mode``, ``--pr-body``, ``--report`` (train and train-rollouts)."""
+    """``--mode``, ``--pr-body``, ``--report``, ``--remote`` (train and train-rollouts)."""
     for option in reversed([
         click.option("--mode", type=click.Choice(["propose", "apply"]), default="propose",
                      show_default=True, help="propose: stop at a proposal branch, main "
@@ -27,6 +27,9 @@ def train_write_options(func: F) -> F:
                      "body) to FILE."),
         click.option("--report", type=click.Path(path_type=Path, dir_okay=False),
                      help="Also write the whole run as JSON to FILE."),
+        click.option("--remote", metavar="NAME", help="Share one repository with other "
+                     "trainers: push the trajectories, gradients and proposals to this "
+                     "remote (never forced); --mode apply applies to its main."),
     ]):
         func = option(func)
     return func
@@ -40,18 +43,22 @@ def train_write_options(func: F) -> F:
 @json_option
 @click.pass_context
 def train_rollouts_cmd(ctx: click.Context, rollouts_file: Path, mode: str,
-                       pr_body: Path | None, report: Path | None, llm_choice: str | None,
-                       model: str | None, base_url: str | None, concurrency: int,
-                       as_json: bool) -> None:
+                       pr_body: Path | None, report: Path | None, remote: str | None,
+                       llm_choice: str | None, model: str | None, base_url: str | None,
+                       concurrency: int, as_json: bool) -> None:
     """Train from recorded rollouts: FILE holds one Rollout JSON object per line, each
     with its case (and, ideally, its evaluation). One update against the current main.
+
+    With --remote NAME, what it makes is pushed to that remote, which other trainers
+    share (never a forced push; see README, "Several machines, one repository").
 
     \b
     Example:
       expgit train-rollouts recorded.jsonl --mode propose
+      expgit train-rollouts recorded.jsonl --remote origin
     """
     options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
                          concurrency=concurrency, mode="apply" if mode == "apply" else "propose",
-                         pr_body=pr_body)
+                         pr_body=pr_body, remote=remote)
     output(asyncio.run(run_train_rollouts(open_repo(ctx), rollouts_file, options)), as_json,
            report)

@@ -9,6 +9,7 @@ Cases and rollouts files are read (and refused, exit 5) before any model is star
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ from expgit.train.pipeline import (
     add_training,
 )
 from expgit.train.relevance import EmbeddingRanker, ExperienceRanker
+from expgit.train.remote_push import RemotePublisher
 from expgit.train.report import RunReport, UsageReport
 
 if TYPE_CHECKING:
@@ -87,6 +89,7 @@ class RunOptions:
     mode: Mode = "propose"
     pr_body: Path | None = None
     progress: ObserverFactory | None = None
+    remote: str | None = None  # push to this remote (several trainers, one repository)
 
 
 def _ranker(runtime: LLMHandles) -> ExperienceRanker | None:
@@ -106,12 +109,14 @@ def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
 
 def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurrency: int = 4,
                    top_k: int | None = None, observer: PipelineObserver | None = None,
-                   executor: RolloutExecutor | None = None
+                   executor: RolloutExecutor | None = None,
+                   publisher: RemotePublisher | None = None
                    ) -> OfflinePolicyOptimizationPipeline:
     """The RFC's default chain on ``repo``: single-turn executor with the rubric
     evaluator (unless another ``executor`` is given, e.g. a remote one), trajectory
     analyzer, gradient estimator, patch-merge optimizer, git updater, batch trainer;
-    relevance by embeddings when the runtime has them."""
+    relevance by embeddings when the runtime has them. With a ``publisher``, each
+    update is pushed to its remote, and applied there in apply mode."""
     llm = runtime.structured
     ranker = _ranker(runtime)
     evaluator = RubricRolloutEvaluator(llm, repo=repo)
@@ -124,7 +129,8 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
     optimizer = PatchMergePolicyOptimizer(
         repo, llm, ranker, limits=LOCAL_EDIT_LIMITS if local else None,
         similar_experiences=LOCAL_SIMILAR_EXPERIENCES if local else 5, prompt_tokens=budget)
-    engine = PolicyTrainingEngine(repo, optimizer, GitPolicyUpdater(repo))
+    updater = GitPolicyUpdater(repo, remote=publisher.remote if publisher else None)
+    engine = PolicyTrainingEngine(repo, optimizer, updater, publisher=publisher)
     analyzer = TrajectoryRolloutAnalyzer(
         repo, llm, evaluator, limits=LOCAL_ANALYSIS_LIMITS if local else None,
         prompt_tokens=budget)
@@ -183,6 +189,17 @@ def _llm(repo: ExperienceRepository, options: RunOptions) -> LLMRuntime:
                     base_url=options.llm.base_url, meter=None)
 
 
+def _publisher(repo: ExperienceRepository, options: RunOptions) -> RemotePublisher | None:
+    """``--remote``: its publisher; an unknown remote is refused first (exit 2)."""
+    return RemotePublisher(repo, options.remote) if options.remote is not None else None
+
+
+async def _push_rest(report: RunReport, publisher: RemotePublisher | None) -> None:
+    """The last round of pushes (every side branch, what earlier ones left behind)."""
+    if publisher is not None:
+        report.remote = await asyncio.to_thread(publisher.finish)
+
+
 def _observer(options: RunOptions, totals: dict[str, int]) -> PipelineObserver | None:
     return options.progress(totals) if options.progress is not None else None
 
@@ -204,6 +221,7 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
                     eval_cases: CaseSource | None = None, epochs: int = 1,
                     batch_size: int | None = None) -> RunReport:
     """Baseline eval (with ``eval_cases``), ``epochs`` training epochs, final eval."""
+    publisher = _publisher(repo, options)
     executor = await _remote_executor(repo, cases, options)
     train_set = await _cases(cases)
     eval_set = await _cases(eval_cases) if eval_cases is not None else None
@@ -212,7 +230,8 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
               "baseline_eval": len(eval_set or []), "final_eval": len(eval_set or [])}
     async with _llm(repo, options) as runtime:
         pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
-                                  observer=_observer(options, totals), executor=executor)
+                                  observer=_observer(options, totals), executor=executor,
+                                  publisher=publisher)
         result = await pipeline.train(
             ListCaseLoader(train_set, batch_size or len(train_set)),
             PipelineContext(max_epochs=epochs, mode=options.mode),
@@ -220,6 +239,7 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
         report = _report("train", repo, runtime, options, result.phases, started)
     report.main_before, report.main_after = result.main_before, result.main_after
     report.notes = result.notes
+    await _push_rest(report, publisher)
     return report
 
 
@@ -250,11 +270,13 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
 async def run_train_rollouts(repo: ExperienceRepository, rollouts_file: Path,
                              options: RunOptions) -> RunReport:
     """Train once on recorded rollouts against the current ``main``."""
+    publisher = _publisher(repo, options)
     rollouts = load_rollouts(rollouts_file)
     started = time.monotonic()
     main_before = repo.main_commit()
     async with _llm(repo, options) as runtime:
-        pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency)
+        pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
+                                  publisher=publisher)
         context = PipelineContext(mode=options.mode)
         result = await pipeline.train_from_rollouts(rollouts, context)
         metrics = PhaseMetrics(phase="train_rollouts", epoch=0)
@@ -263,4 +285,5 @@ async def run_train_rollouts(repo: ExperienceRepository, rollouts_file: Path,
         add_training(metrics, record, rollouts, result, options.mode)
         report = _report("train-rollouts", repo, runtime, options, [metrics], started)
     report.main_before, report.main_after = main_before, repo.main_commit()
+    await _push_rest(report, publisher)
     return report

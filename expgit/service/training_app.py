@@ -15,12 +15,15 @@ Routes (bearer token and body limit by :mod:`expgit.asgi.guards`):
 
 The trainer is made, and the LLM runtime opened (when it is an async context manager,
 like ``LLMRuntime``), by the app's lifespan; shutdown lets running jobs finish for
-``shutdown_grace_seconds`` and closes the trainer (flushing what is pending).
+``shutdown_grace_seconds`` and closes the trainer (flushing what is pending). With a
+``remote``, each update is pushed there, and shutdown pushes the side branches and
+whatever is left (``/health`` reports what was pushed).
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -43,6 +46,7 @@ from expgit.service.training_runner import Mode, ShuttingDownError, TrainingRunn
 from expgit.service.training_wiring import TrainerFactory, streaming_trainer_factory
 from expgit.store.repository import ExperienceRepository
 from expgit.train.domain import Rollout
+from expgit.train.remote_push import RemotePublisher
 
 SERVICE_NAME = "expgit-training"
 
@@ -62,11 +66,12 @@ def create_training_app(repo_path: Path | str, llm: LLMHandles | None = None, *,
                         mode: Mode = "propose", token: str | None = None,
                         limits: ServiceLimits | None = None,
                         trainer_factory: TrainerFactory | None = None,
-                        routers: Sequence[APIRouter] = ()) -> FastAPI:
+                        routers: Sequence[APIRouter] = (), remote: str | None = None
+                        ) -> FastAPI:
     """The training service of the repository at ``repo_path`` (opened now: a bad path
-    fails here, before serving). ``llm``: the model the default components use;
-    ``trainer_factory``: other components instead (one of the two is needed).
-    ``routers`` are mounted as they are (behind the same guards)."""
+    or an unknown ``remote`` fails here, before serving). ``llm``: the model the default
+    components use; ``trainer_factory``: other components instead (one of the two is
+    needed). ``routers`` are mounted as they are (behind the same guards)."""
     if mode not in ("propose", "apply"):
         raise UsageError(f"mode must be 'propose' or 'apply', not {mode!r}")
     repo = ExperienceRepository.open(Path(repo_path))
@@ -77,10 +82,11 @@ def create_training_app(repo_path: Path | str, llm: LLMHandles | None = None, *,
     if concurrency < 1 or queue < 0 or limits.shutdown_grace_seconds < 0:
         raise UsageError("service limits: max_concurrency must be >= 1, max_queue and "
                          "shutdown_grace_seconds >= 0")
+    publisher = RemotePublisher(repo, remote) if remote is not None else None
     if trainer_factory is None:
         if llm is None:
             raise UsageError("the training service needs an LLM or a trainer factory")
-        trainer_factory = streaming_trainer_factory()
+        trainer_factory = streaming_trainer_factory(publisher=publisher)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -97,12 +103,14 @@ def create_training_app(repo_path: Path | str, llm: LLMHandles | None = None, *,
                 yield
             finally:
                 await runner.shutdown(limits.shutdown_grace_seconds)
+                if publisher is not None:
+                    await _push_rest(publisher)
 
     app = FastAPI(title="expgit training service", version=expgit.__version__,
                   lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     install_guards(app, token=token, max_body_bytes=limits.max_body_bytes
                    or serve.max_body_bytes)
-    app.include_router(_routes(repo, _Info(mode, concurrency, queue)))
+    app.include_router(_routes(repo, _Info(mode, concurrency, queue, publisher)))
     for router in routers:
         app.include_router(router)
     return app
@@ -113,6 +121,15 @@ class _Info:
     mode: Mode
     max_concurrency: int
     max_queue: int
+    publisher: RemotePublisher | None = None
+
+
+async def _push_rest(publisher: RemotePublisher) -> None:
+    """The last pushes at shutdown; what did not land is said on stderr (it stays here,
+    and the next push sends it)."""
+    report = await asyncio.to_thread(publisher.finish)
+    for error in report.errors:
+        print(f"expgit: warning: not pushed to {report.remote}: {error}", file=sys.stderr)
 
 
 def _runner(request: Request) -> TrainingRunner:
@@ -131,7 +148,9 @@ def _routes(repo: ExperienceRepository, info: _Info) -> APIRouter:
         jobs = runner.registry.counts() if isinstance(runner, TrainingRunner) else {}
         return Health(service=SERVICE_NAME, version=expgit.__version__, metadata={
             "mode": info.mode, "main_branch": repo.settings.main_branch, "jobs": jobs,
-            "max_concurrency": info.max_concurrency, "max_queue": info.max_queue})
+            "max_concurrency": info.max_concurrency, "max_queue": info.max_queue,
+            **({"remote": info.publisher.report.model_dump(mode="json")}
+               if info.publisher is not None else {})})
 
     @router.post("/v1/train/rollouts", status_code=202, response_model=TrainingJob)
     async def submit(request: Request, response: Response) -> TrainingJob | JSONResponse:

@@ -1,7 +1,8 @@
 """The training service's trainer: the default components of ``expgit train`` (trajectory
 analyzer, gradient estimator, patch-merge optimizer, git updater, all on one LLM) in a
 StreamingPolicyTrainer, with analysis and estimation bounded by the service's StageGate.
-Batching (``max_gradients_per_update``, ``max_wait_seconds``) from ``[train]``."""
+Batching (``max_gradients_per_update``, ``max_wait_seconds``) from ``[train]``; with a
+``publisher`` (``--remote``), each update is pushed to its remote."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from expgit.service.stage_gate import GatedAnalyzer, GatedEstimator, StageGate
 from expgit.store.repository import ExperienceRepository
 from expgit.train.components.policy_trainer import BatchPolicyTrainer
 from expgit.train.components.streaming import StreamingPolicyTrainer
+from expgit.train.remote_push import RemotePublisher
 
 # (repository, the opened LLM or None, the stage gate) -> the service's trainer
 TrainerFactory = Callable[[ExperienceRepository, LLMHandles | None, StageGate],
@@ -21,7 +23,8 @@ TrainerFactory = Callable[[ExperienceRepository, LLMHandles | None, StageGate],
 
 def streaming_trainer_factory(*, max_gradients_per_update: int | None = None,
                               max_wait_seconds: float | None = None,
-                              timer_check_interval_seconds: float = 0.5) -> TrainerFactory:
+                              timer_check_interval_seconds: float = 0.5,
+                              publisher: RemotePublisher | None = None) -> TrainerFactory:
     """A factory of the default streaming trainer; None: the repository's ``[train]``."""
 
     def make(repo: ExperienceRepository, llm: LLMHandles | None, gate: StageGate
@@ -29,7 +32,7 @@ def streaming_trainer_factory(*, max_gradients_per_update: int | None = None,
         if llm is None:
             raise UsageError("the default training components need an LLM")
         # the components of the batch chain, reused as they are (one wiring for both)
-        batch = build_pipeline(repo, llm, concurrency=gate.limit).trainer
+        batch = build_pipeline(repo, llm, concurrency=gate.limit, publisher=publisher).trainer
         if not isinstance(batch, BatchPolicyTrainer):
             raise UsageError("build_pipeline no longer makes a BatchPolicyTrainer")
         train = repo.settings.train

@@ -6,7 +6,8 @@ processes) each plan on the ``main`` the previous one left. Analysis and estimat
 happen before, outside the lock. The lock waits ``lock_wait_seconds`` (expgit.toml) and
 then raises LockHeldError. Git work runs through :func:`expgit.git.executor.run_git` (the
 caller's git executor, if any); waiting for the lock never does (it could hold up every
-git call behind it).
+git call behind it). With a ``publisher`` (``--remote``), each update's trajectories,
+gradients and proposal are pushed after the lock is released.
 """
 
 from __future__ import annotations
@@ -21,16 +22,19 @@ from expgit.train.components.policy_updater import set_ref
 from expgit.train.context import PipelineContext
 from expgit.train.domain import PolicyApplyResult, PolicyUpdatePlan, SemanticGradient
 from expgit.train.interfaces import PolicyOptimizer, PolicyUpdater
+from expgit.train.remote_push import RemotePublisher
 
 
 class PolicyTrainingEngine:
     """Lock, reload ``main``, plan (optimizer), apply (updater), unlock."""
 
     def __init__(self, repo: ExperienceRepository, optimizer: PolicyOptimizer,
-                 updater: PolicyUpdater) -> None:
+                 updater: PolicyUpdater, *, publisher: RemotePublisher | None = None
+                 ) -> None:
         self.repo = repo
         self.optimizer = optimizer
         self.updater = updater
+        self.publisher = publisher
 
     async def plan_and_apply(self, gradients: Sequence[SemanticGradient],
                              context: PipelineContext
@@ -39,6 +43,9 @@ class PolicyTrainingEngine:
         if not gradients:
             snapshot = await run_git(self.repo.snapshot)
             return PolicyUpdatePlan(), PolicyApplyResult(updated_policy_set=set_ref(snapshot))
+        ids = [g.gradient_id for g in gradients]
+        if self.publisher is not None:
+            self.publisher.track(ids)  # pushed later even if this update fails
         lock = self.repo.lock(f"expgit train: update from {len(gradients)} gradients")
         await _acquire(lock)
         try:
@@ -47,6 +54,8 @@ class PolicyTrainingEngine:
             result = await self.updater.apply(plan, latest, context)
         finally:
             lock.release()  # quick, and must run even when the task is being cancelled
+        if self.publisher is not None:  # outside the lock: a push never holds it
+            await run_git(self.publisher.after_update, ids, result.proposal_id)
         return plan, result
 
 

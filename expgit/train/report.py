@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from expgit.errors import InvalidInputError
 from expgit.llm.port import StageUsage, UsageMeter
 from expgit.train.pipeline import PhaseMetrics
+from expgit.train.remote_push import RemoteReport
 
 STAGE_ORDER = ("rollout", "judge", "analyze", "estimate", "merge", "compress")
 TRAINING_PHASES = ("train_epoch", "train_rollouts")
@@ -50,6 +51,7 @@ class RunReport(BaseModel):
     pr_body: str | None = None
     notes: list[str] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)  # the run did not work: exit 1
+    remote: RemoteReport | None = None  # --remote: what was pushed there
     usage: UsageReport = Field(default_factory=UsageReport)
     seconds: float = 0.0
 
@@ -121,6 +123,18 @@ def rejected_lines(phases: list[PhaseMetrics]) -> list[str]:
             + ([f"  ... and {more} more (see --report)"] if more > 0 else []))
 
 
+def remote_lines(remote: RemoteReport | None) -> list[str]:
+    """``pushed to origin: 3 gradients, 1 proposals, 1 trajectories (1 replayed)``."""
+    if remote is None:
+        return []
+    counts = ", ".join(f"{n} {kind}" for kind, n in remote.pushed.items() if n) or "nothing new"
+    replayed = f" ({remote.replayed} replayed on a tip another trainer pushed)" \
+        if remote.replayed else ""
+    return ([f"pushed to {remote.remote}: {counts}{replayed}"]
+            + [f"kept {remote.remote}'s version of {path}" for path in remote.kept_remote]
+            + [f"not pushed to {remote.remote}: {error}" for error in remote.errors])
+
+
 def render_text(report: RunReport) -> str:
     """The human output of a run: phase lines, accuracy delta, proposals, cost table."""
     lines = [phase_line(p) for p in report.phases]
@@ -138,6 +152,7 @@ def render_text(report: RunReport) -> str:
         lines += [f"applied: {sha[:12]}" for sha in report.applied_commits]
         if report.pr_body:
             lines.append(f"PR body: {report.pr_body}")
+        lines += remote_lines(report.remote)
     return "\n".join([*lines, "", *cost_table(report.usage)]) + "\n"
 
 

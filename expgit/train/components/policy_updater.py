@@ -4,14 +4,15 @@
 * :class:`GitPolicyUpdater` turns the plan into a proposal (the core's ``commit_plan``:
   a proposal branch and its PR description) and, in apply mode, applies it to ``main``
   with the core's guarded compare-and-swap (``apply_proposal_locked``: the caller, the
-  training engine, holds the repository lock).
+  training engine, holds the repository lock); with a ``remote``, to the remote's
+  ``main`` by lease and retry (``apply_proposal_remote_locked``, as ``apply --remote``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from expgit.errors import ConflictError, InvalidInputError
+from expgit.errors import ConflictError, ExpgitError, InvalidInputError
 from expgit.git.executor import run_git
 from expgit.store import apply as core_apply
 from expgit.store.gradients import Gradient, find_gradient
@@ -61,9 +62,11 @@ class GitPolicyUpdater:
     the guard leaves ``main`` and the open proposal as they are and is reported in
     ``errors``."""
 
-    def __init__(self, repo: ExperienceRepository, pr_body: Path | None = None) -> None:
+    def __init__(self, repo: ExperienceRepository, pr_body: Path | None = None, *,
+                 remote: str | None = None) -> None:
         self.repo = repo
         self.pr_body = pr_body
+        self.remote = remote
 
     async def apply(self, plan: PolicyUpdatePlan, policy_set: Snapshot,
                     context: PipelineContext) -> PolicyApplyResult:
@@ -79,8 +82,15 @@ class GitPolicyUpdater:
         if context.mode != "apply":
             return result
         try:
-            applied = await run_git(core_apply.apply_proposal_locked, self.repo, proposal.id)
-        except ConflictError as exc:
+            if self.remote is None:
+                applied = await run_git(core_apply.apply_proposal_locked, self.repo,
+                                        proposal.id)
+            else:
+                applied = await run_git(core_apply.apply_proposal_remote_locked, self.repo,
+                                        proposal.id, self.remote)
+        except ExpgitError as exc:  # with a remote: a refused or failed push as well
+            if self.remote is None and not isinstance(exc, ConflictError):
+                raise
             result.errors.append(f"proposal {proposal.id} was not applied: {exc.message}")
             return result
         snapshot = await run_git(self.repo.snapshot, applied.commit)
