@@ -156,3 +156,17 @@ def test_apply_mode_applies_to_the_remote_main_and_pushes_the_closed_refs(
                                           "trajectories": 1, "outcomes": 0, "sessions": 0}
     fsck(server)
     assert_only_fast_forwards(server)
+
+
+def test_a_push_that_does_not_land_exits_1_and_keeps_everything_here(
+        serve: Any, tmp_path: Path) -> None:
+    server, (path,) = shared_server(tmp_path, 1)
+    model = serve(script(ExperienceRepository.open(path), 1))
+    server.rename(tmp_path / "away.git")
+    result = run_expgit("-C", path, "train-rollouts", recorded(1, tmp_path / "r.jsonl", 1),
+                        "--remote", "origin", "--llm", "openai", "--base-url", model.url)
+    assert result.returncode == 1
+    assert "expgit: error: push to 'origin' failed: expgit/trajectories:" in result.stderr
+    assert "not pushed to origin: gradients and proposals:" in result.stdout
+    assert len(names(path, "refs/heads/expgit/gradients/")) == 1
+    assert len(names(path, "refs/heads/expgit/proposals/")) == 1
