@@ -207,5 +207,5 @@ def apply_proposal_remote_locked(repo: ExperienceRepository, proposal_id: str, r
     """:func:`apply_proposal` with ``remote`` for a caller that already holds the
     repository lock (the training engine with ``--remote``): lease and retry."""
     proposal = find_proposal(repo, proposal_id)
-    ensure_open(proposal)
+    ensure_open(repo, proposal)
     return _apply_remote(repo, proposal, remote)

@@ -99,7 +99,7 @@ def push_proposal(repo: ExperienceRepository, proposal_id: str, remote: str, *,
     """Push the open proposal's branch to ``remote``; with ``open_pr``, open its pull
     request with the forge's CLI. ``body_file``: also write the body there."""
     proposal = find_proposal(repo, proposal_id)
-    ensure_open(proposal)
+    ensure_open(repo, proposal)
     url = _remote_url(repo, remote)
     chosen = forge_for(forge, url)
     branch = proposal.ref.removeprefix("refs/heads/")
