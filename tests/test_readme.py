@@ -62,7 +62,7 @@ SKIPPED = [  # the first line of each skipped block
 #   env serve train: as run_example.sh (the rollouts run in the service); eval: 7 rollouts
 #   serve: the recorded rollout again (no analyze), 1 estimate, 1 merge
 #   sessions run: 1 segment (the 6-message session), 2 score, 2 analyze/estimate, 1 merge
-CALLS = {"rollout": 86, "judge": 3, "analyze": 34, "estimate": 35, "merge": 6,
+CALLS = {"rollout": 86, "judge": 3, "analyze": 36, "estimate": 37, "merge": 7,
          "segment": 1, "score": 2}
 
 

@@ -47,7 +47,7 @@ class PullRequest:
     remote: str
     remote_url: str
     branch: str
-    base: str
+    base_branch: str  # the branch the pull request targets (main)
     forge: str
     title: str
     body: str

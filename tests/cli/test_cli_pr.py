@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import Driver, edited, git
 from forge_stub import URLS, install_stubs, records, stub_env
+from json_shapes import assert_shape
 
 from expgit.store import trailers as tr
 from expgit.store.forge import forge_for, remote_host
@@ -80,13 +81,14 @@ def test_pr_again_is_already_pushed_and_json_has_the_title_and_body(
         tmp_path: Path) -> None:
     pid, gradient = proposal(driver, seeded_repo)
     first = json.loads(driver.ok("pr", pid, "--json").out)
+    assert_shape("pr", first)
     assert first["pushed"] is True and first["url"] is None and records(stubs) == []
     refs = remote_refs(forge)
     body_file = tmp_path / "body.md"
     again = json.loads(driver.ok("pr", pid, "--json", "--body-file", body_file).out)
     assert remote_refs(forge) == refs
-    assert sorted(again) == ["base", "body", "branch", "command", "commit", "forge",
-                             "proposal", "pushed", "remote", "remote_url", "title", "url"]
+    assert_shape("pr", again)
+    assert again["base_branch"] == "main"
     assert again["pushed"] is False and again["proposal"] == pid and again["forge"] == "github"
     assert again["commit"] == driver.rev(f"expgit/proposals/{pid}")
     assert again["remote_url"] == str(forge) and again["branch"] == f"expgit/proposals/{pid}"

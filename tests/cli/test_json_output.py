@@ -84,6 +84,8 @@ ELSEWHERE = {
     "sessions ingest": "tests/sessions/test_sessions_run.py",
     "sessions status": "tests/sessions/test_sessions_run.py",
     "sessions run": "tests/sessions/test_sessions_run.py",
+    "pr": "tests/cli/test_cli_pr.py",
+    "doctor": "tests/store/test_doctor.py",
 }
 
 

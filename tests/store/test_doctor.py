@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from conftest import EXAMPLE, git, repo_state, run_expgit
+from json_shapes import assert_shape
 
 from expgit.init import init_repository
 from expgit.store.gradients import GradientRequest, propose
@@ -39,7 +40,9 @@ def test_healthy(tmp_path: Path) -> None:
     path, _ = _repo(tmp_path)
     result = run_expgit("doctor", "--json", cwd=path)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["healthy"] is True
+    data = json.loads(result.stdout)
+    assert_shape("doctor", data)
+    assert data["healthy"] is True and data["lock"] == "free"
 
 
 def test_a_forge_merge_leaves_branches_that_fix_settles(tmp_path: Path) -> None:
