@@ -76,12 +76,21 @@ def _walk(git: GitRepo, revs: list[str], proposals: dict[str, str],
     keys = ",".join(f"key={k}" for k in _KEYS)
     fmt = f"%H{_FIELD}%(trailers:{keys},unfold,separator=%x1f){_RECORD}"
     text = git.out("log", f"--format={fmt}", *revs, "--")
-    for record in reversed(text.split(_RECORD)):
-        fields = record.strip("\n").split(_FIELD)
-        sha = fields[0]
-        if not sha:
-            continue
-        for line in fields[1:]:
+    carried: dict[str, list[str]] = {}
+    for record in text.split(_RECORD):
+        sha, *lines = record.strip("\n").split(_FIELD)
+        if sha:
+            carried[sha] = lines
+    # a squash merge whose forge added a paragraph after the PR body's trailers: read
+    # the whole message of those few (only they carry Expgit-Proposal)
+    squashed = git.out("log", f"--format=%H{_FIELD}%B{_RECORD}", "-i",
+                       f"--grep=^{tr.PROPOSAL}:", *revs, "--")
+    for record in squashed.split(_RECORD):
+        sha, _, body = record.strip("\n").partition(_FIELD)
+        if sha in carried:
+            carried[sha] = [f"{k}: {v}" for k, v in tr.scattered(body).trailers]
+    for sha, lines in reversed(carried.items()):
+        for line in lines:
             key, _, value = line.partition(":")
             key, value = key.strip().lower(), value.strip().lower()
             if not value:

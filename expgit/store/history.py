@@ -94,7 +94,7 @@ def policy_log(repo: ExperienceRepository, name: str | None = None, *, rev: str 
     owners = _ProposalOwners(repo)
     for sha in shas:
         info = repo.git.read_commit(sha)
-        carrier, msg = _carrier(repo.git, sha, info.parents, tr.parse_message(info.message))
+        carrier, msg = _carrier(repo.git, sha, info.parents, tr.scattered(info.message))
         changes = tree_changes(repo.git, info.parents[0] if info.parents else None, sha,
                                repo.root)
         grads = msg.values(tr.GRADIENT)

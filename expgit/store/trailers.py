@@ -88,3 +88,25 @@ def reverted_commit(message: Message) -> str | None:
     """The commit a revert undoes: expgit's trailer, or ``git revert``'s own sentence."""
     return message.value(REVERTS) or next(
         (m.group(1) for m in [_GIT_REVERT_RE.search(message.body)] if m), None)
+
+
+_OURS = re.compile(r"^(Expgit-(?:Gradient|Proposal|Rebased-From)): *(\S+) *$",
+                   re.IGNORECASE | re.MULTILINE)
+
+
+def scattered(message: str) -> Message:
+    """``message`` with expgit's gradient and proposal trailers wherever they are.
+
+    A forge may end a squash merge's message with a paragraph of its own
+    (``Co-authored-by:``), so the PR body's trailers are no longer the last paragraph
+    git and :func:`parse_message` read. Lines of the exact trailer form are taken from
+    anywhere (a description's diff lines start with ``+``, ``-`` or a space: never one).
+    """
+    parsed = parse_message(message)
+    _, _, rest = message.partition("\n\n")  # never the subject's paragraph
+    found = tuple((m.group(1), m.group(2)) for m in _OURS.finditer(rest))
+    if not any(key.lower() == PROPOSAL.lower() for key, _ in found):
+        return parsed  # only a squash merge's PR body carries its id
+    return Message(parsed.subject, parsed.body, parsed.trailers + tuple(
+        t for t in found if t not in parsed.trailers))
+

@@ -51,9 +51,12 @@ def _merge_on_forge(tmp_path: Path, forge: Path, branch: str, style: str, body: 
         git(work, "merge", "-q", "--ff-only", branch)
     elif style == "merge-commit":
         git(work, "merge", "-q", "--no-ff", "-m", f"Merge pull request #1 from {branch}", branch)
-    elif style == "squash":
+    elif style.startswith("squash"):
         git(work, "merge", "-q", "--squash", branch)
-        git(work, "commit", "-q", "-F", "-", input=f"Update refund rules (#1)\n\n{body}")
+        # a forge may add a paragraph of its own after the PR body's trailers
+        tail = "\n\nCo-authored-by: Reviewer <r@example.com>\n" if style != "squash" else ""
+        git(work, "commit", "-q", "-F", "-",
+            input=f"Update refund rules (#1)\n\n{body}{tail}")
     else:
         git(work, "cherry-pick", branch)
     git(work, "push", "-q", "origin", "main")
@@ -66,7 +69,8 @@ def _pr_body(repo: ExperienceRepository, pid: str) -> str:
     return tr.Message("", proposal.description, tuple(trailers)).render().lstrip("\n")
 
 
-@pytest.mark.parametrize("style", ["fast-forward", "merge-commit", "squash", "rebase"])
+@pytest.mark.parametrize("style", ["fast-forward", "merge-commit", "squash",
+                                   "squash-co-authored", "rebase"])
 def test_a_pull_request_merged_on_the_forge_is_applied(tmp_path: Path, style: str) -> None:
     forge, clone = _forge(tmp_path)
     pid = _proposal(clone, "\n- Gift cards: refunds arrive within 24 hours.\n")
