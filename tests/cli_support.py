@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from expgit.train.domain import Case
+from expgit.train.domain import Case, Message, Rollout, RubricEvaluation
 
 
 def agent(messages: list[dict[str, str]]) -> str:
@@ -21,4 +21,14 @@ def agent(messages: list[dict[str, str]]) -> str:
 
 def cases_file(path: Path, *cases: Case) -> Path:
     path.write_text(yaml.safe_dump({"cases": [c.model_dump(mode="json") for c in cases]}))
+    return path
+
+
+def unanswered_rollouts(path: Path, case: Case) -> Path:
+    """A recorded-rollouts file of one failed run of ``case`` (the agent did not know)."""
+    rollout = Rollout(case=case, policy_snapshot_id="recorded",
+                      messages=[Message.text("user", "gold member baggage?"),
+                                Message.text("assistant", "Sorry, I do not know.")],
+                      evaluation=RubricEvaluation(passed=False, score=0.0))
+    path.write_text(rollout.model_dump_json() + "\n")
     return path

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import agent, cases_file
+from cli_support import agent, cases_file, unanswered_rollouts
 from conftest import EXAMPLE, fsck, git
 from json_shapes import assert_shape
 from scripted_pipeline import (
@@ -211,12 +211,7 @@ def test_rejected_edits_are_reported_with_their_reason(
     path = tmp_path / "repo"
     refusal = json.dumps({"edits": [edit_reply("no-such-lesson", "delete", "")]})
     server = serve([Step("analyze", analyze), Step("estimate", refusal)])
-    rollout = Rollout(case=BAGGAGE_CASE, policy_snapshot_id="recorded",
-                      messages=[Message.text("user", "gold member baggage?"),
-                                Message.text("assistant", "Sorry, I do not know.")],
-                      evaluation=RubricEvaluation(passed=False, score=0.0))
-    file = tmp_path / "rollouts.jsonl"
-    file.write_text(rollout.model_dump_json() + "\n")
+    file = unanswered_rollouts(tmp_path / "rollouts.jsonl", BAGGAGE_CASE)
     report = tmp_path / "report.json"
     result = run_cli("-C", path, "train-rollouts", file, "--llm", "openai", "--base-url",
                      server.url, "--report", report)

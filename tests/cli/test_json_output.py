@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import agent, cases_file
+from cli_support import agent, cases_file, unanswered_rollouts
 from conftest import EXAMPLE, ROOT, CliResult, Driver, edited
 from json_shapes import assert_shape, documented, documented_keys
 from scripted_pipeline import BAGGAGE_CASE, analyze, edit_reply
@@ -18,7 +18,6 @@ from scripted_pipeline import BAGGAGE_CASE, analyze, edit_reply
 from expgit.cli._json import pretty_json
 from expgit.llm.scripted import Step
 from expgit.store.repository import ExperienceRepository
-from expgit.train.domain import Message, Rollout, RubricEvaluation
 
 EDGES: list[Any] = [
     {}, [], (), "", 0, None, True, 1.5, float("nan"), "ünïcode ✓",
@@ -178,12 +177,7 @@ def test_eval_and_train_rollouts(driver: Driver, serve: Any, tmp_path: Path) -> 
                          "--llm", "openai", "--base-url", server.url, "--json"))
     refusal = json.dumps({"edits": [edit_reply("no-such-lesson", "delete", "")]})
     server = serve([Step("analyze", analyze), Step("estimate", refusal)])
-    rollout = Rollout(case=BAGGAGE_CASE, policy_snapshot_id="recorded",
-                      messages=[Message.text("user", "gold member baggage?"),
-                                Message.text("assistant", "Sorry, I do not know.")],
-                      evaluation=RubricEvaluation(passed=False, score=0.0))
-    file = tmp_path / "rollouts.jsonl"
-    file.write_text(rollout.model_dump_json() + "\n")
+    file = unanswered_rollouts(tmp_path / "rollouts.jsonl", BAGGAGE_CASE)
     shape("train-rollouts", driver("train-rollouts", file, "--llm", "openai", "--base-url",
                                    server.url, "--json"))
 
