@@ -147,7 +147,8 @@ class LLMRuntime:
         # for a small model, should not) show it
         self._structured = StructuredLLM(
             chat, self.meter, mode=self.resolved.mode, max_tokens=self.max_tokens,
-            temperature=self.settings.temperature, schema_in_prompt=not self.is_local)
+            temperature=self.settings.temperature, schema_in_prompt=not self.is_local,
+            grammar_bounds=self.is_local)
 
     def _require(self) -> tuple[ChatModel, StructuredLLM]:
         if self._chat is None or self._structured is None:
@@ -182,7 +183,10 @@ class LLMRuntime:
                 client = OpenAIChatModel(
                     base_url=server.base_url, api_key=None, model=resolved.model,
                     timeout_seconds=max(settings.timeout_seconds, LOCAL_MIN_TIMEOUT_SECONDS),
-                    max_retries=settings.max_retries, max_concurrency=1)
+                    max_retries=settings.max_retries, max_concurrency=1,
+                    # the embedded model on 2 cores: a long reply is slow, not hung
+                    deadline_seconds=max(settings.call_deadline_seconds,
+                                         LOCAL_MIN_TIMEOUT_SECONDS * 2))
             except BaseException:
                 await server.__aexit__(None, None, None)
                 raise
@@ -192,7 +196,8 @@ class LLMRuntime:
             client = OpenAIChatModel(
                 base_url=resolved.base_url, api_key=resolved.api_key, model=resolved.model,
                 timeout_seconds=settings.timeout_seconds, max_retries=settings.max_retries,
-                embeddings_model=settings.embeddings_model)
+                embeddings_model=settings.embeddings_model,
+                deadline_seconds=settings.call_deadline_seconds)
             self._description = f"{resolved.model} at {client.endpoint}"
         self._client = client
         self._wire(client, client if client.embeddings_model else None)

@@ -30,6 +30,8 @@ R = TypeVar("R")
 _RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 MAX_RETRY_AFTER_SECONDS = 120.0  # a longer server-requested wait fails instead
 MAX_BACKOFF_SECONDS = 20.0
+# one call's whole time, retries and backoff included: a hung endpoint stops a call here
+DEFAULT_DEADLINE_SECONDS = 120.0
 _HINTS = {
     401: "check the API key: expgit reads it from the environment variable named by "
          "[llm] api_key_env (default OPENAI_API_KEY)",
@@ -91,7 +93,8 @@ class OpenAIChatModel:
     def __init__(self, *, base_url: str | None, api_key: str | None, model: str,
                  timeout_seconds: float = 60.0, max_retries: int = 4,
                  backoff_seconds: float = 0.5, embeddings_model: str | None = None,
-                 max_concurrency: int | None = None) -> None:
+                 max_concurrency: int | None = None,
+                 deadline_seconds: float | None = DEFAULT_DEADLINE_SECONDS) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
         self.model = model
@@ -105,6 +108,8 @@ class OpenAIChatModel:
             base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_seconds,
             max_retries=0)
         self.timeout_seconds = timeout_seconds
+        # one call's whole time, retries and waits included (None: unbounded)
+        self.deadline_seconds = deadline_seconds
 
     @property
     def endpoint(self) -> str:
@@ -142,20 +147,42 @@ class OpenAIChatModel:
                             f"{MAX_RETRY_AFTER_SECONDS:.0f}s)"), 0.0
         return None, self._backoff(attempt) if wait is None else wait
 
-    async def _with_retries(self, what: str, call: Callable[[], Awaitable[R]]) -> R:
+    def _past_deadline(self, what: str, attempt: int) -> LLMError:
+        return LLMError(
+            f"{what}: no answer from {self.endpoint} within the per-call deadline of "
+            f"{self.deadline_seconds:g}s ({attempt} attempt{'s' if attempt != 1 else ''})",
+            hint="check the endpoint, or raise [llm] call_deadline_seconds in expgit.toml")
+
+    async def _with_retries(self, what: str, call: Callable[[float], Awaitable[R]]) -> R:
+        """``call(timeout)`` with bounded retries, each attempt's timeout cut to what is
+        left of the per-call deadline. The deadline starts once the call has its slot
+        (``max_concurrency``): a wait in this process's own queue is not a hung endpoint."""
+        if self._limit is None:
+            return await self._attempts(what, call)
+        async with self._limit:
+            return await self._attempts(what, call)
+
+    async def _attempts(self, what: str, call: Callable[[float], Awaitable[R]]) -> R:
         attempt = 0
+        deadline = (None if self.deadline_seconds is None
+                    else time.monotonic() + self.deadline_seconds)
         while True:
+            timeout = self.timeout_seconds
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise self._past_deadline(what, attempt)
+                timeout = min(timeout, left)
             self.attempts += 1
             try:
-                if self._limit is None:
-                    return await call()
-                async with self._limit:
-                    return await call()
+                return await call(timeout)
             except openai.APIStatusError as exc:
                 error, delay = self._status_failure(what, exc, attempt)
                 if error is not None:
                     raise error from None
             except openai.APITimeoutError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise self._past_deadline(what, attempt + 1) from None
                 if attempt >= self.max_retries:
                     raise LLMError(
                         f"{what}: {self.endpoint} timed out ({self.timeout_seconds:g}s per "
@@ -174,6 +201,8 @@ class OpenAIChatModel:
                 raise LLMError(f"{what}: {self.endpoint} returned an unreadable response: "
                                f"{_short(exc)}") from None
             attempt += 1
+            if deadline is not None:
+                delay = min(delay, max(0.0, deadline - time.monotonic()))
             await asyncio.sleep(delay)
 
     async def complete(self, messages: ChatMessages, *, stage: str,
@@ -181,10 +210,10 @@ class OpenAIChatModel:
                        temperature: float) -> Completion:
         extra: dict[str, Any] = {"response_format": response_format} if response_format else {}
 
-        async def call() -> Any:
+        async def call(timeout: float) -> Any:
             return await self.client.chat.completions.create(
                 model=self.model, messages=messages,  # type: ignore[arg-type]
-                max_tokens=max_tokens, temperature=temperature, **extra)
+                max_tokens=max_tokens, temperature=temperature, timeout=timeout, **extra)
 
         response = await self._with_retries(f"{stage} ({self.model})", call)
         try:
@@ -208,8 +237,9 @@ class OpenAIChatModel:
             return []
         model = self.embeddings_model
 
-        async def call() -> Any:
-            return await self.client.embeddings.create(model=model, input=texts)
+        async def call(timeout: float) -> Any:
+            return await self.client.embeddings.create(model=model, input=texts,
+                                                       timeout=timeout)
 
         response = await self._with_retries(f"{stage} ({model})", call)
         try:

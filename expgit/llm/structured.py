@@ -48,6 +48,41 @@ def output_schema(output: type[BaseModel]) -> tuple[dict[str, Any], str]:
     return cached
 
 
+# Keys whose bounds a grammar-compiling server (llama.cpp, Ollama) spells out rule by rule:
+# a long maxLength becomes thousands of rules and the server refuses the grammar, or dies.
+_GRAMMAR_BOUNDS = ("maxLength", "maxItems", "maxProperties")
+_WIRE: weakref.WeakKeyDictionary[type[BaseModel], dict[str, Any]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _unbounded(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {key: _unbounded(value) for key, value in node.items()
+                if key not in _GRAMMAR_BOUNDS
+                and not (key == "pattern" and "{" in str(value))}
+    if isinstance(node, list):
+        return [_unbounded(item) for item in node]
+    return node
+
+
+def wire_schema(output: type[BaseModel], *, bounded: bool = False) -> dict[str, Any]:
+    """The schema sent to the endpoint. Without ``bounded``, length and count bounds (and
+    patterns with repetition counts) are left out: every OpenAI-compatible server can
+    compile it, and :func:`parse_json_reply` still enforces them on the reply. The embedded
+    server (``bounded``) keeps them: its converter is patched to handle them, and the
+    grammar is what makes a small model stop."""
+    schema = output_schema(output)[0]
+    if bounded:
+        return schema
+    with _SCHEMAS_LOCK:
+        cached = _WIRE.get(output)
+    if cached is None:
+        cached = _unbounded(schema)
+        with _SCHEMAS_LOCK:
+            _WIRE[output] = cached
+    return cached
+
+
 def parse_json_reply(text: str, output: type[T]) -> T:
     """Validate a reply as ``output``; tolerates a ```json fence around it."""
     stripped = text.strip()
@@ -68,7 +103,8 @@ def parse_json_reply(text: str, output: type[T]) -> T:
 class StructuredLLM:
     def __init__(self, model: ChatModel, meter: UsageMeter, *, mode: Mode = "json_schema",
                  max_tokens: int = 2048, temperature: float = 0.2,
-                 schema_in_prompt: bool = True) -> None:
+                 schema_in_prompt: bool = True, grammar_bounds: bool = False) -> None:
+        self.grammar_bounds = grammar_bounds  # see wire_schema
         self.model = model
         self.meter = meter
         self.mode = mode
@@ -77,7 +113,7 @@ class StructuredLLM:
         self.schema_in_prompt = schema_in_prompt
 
     def _format(self, output: type[BaseModel]) -> dict[str, Any] | None:
-        schema = output_schema(output)[0]
+        schema = wire_schema(output, bounded=self.grammar_bounds)
         if self.mode == "json_schema":
             return {"type": "json_schema",
                     "json_schema": {"name": output.__name__, "schema": schema}}
@@ -89,7 +125,7 @@ class StructuredLLM:
         if not self.schema_in_prompt:
             return "\n\nReply with exactly one JSON object, no other text."
         return ("\n\nReply with exactly one JSON object, no other text, matching this JSON "
-                f"Schema:\n{output_schema(output)[1]}")
+                f"Schema:\n{output_schema(output)[1]}")  # the bounds too: the model reads them
 
     async def _call(self, messages: ChatMessages, stage: str, fmt: dict[str, Any] | None
                     ) -> str:

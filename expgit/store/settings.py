@@ -36,6 +36,8 @@ class LLMSettings(BaseModel):
     structured_output: Literal["json_schema", "json_object", "prompt"] = "json_schema"
     timeout_seconds: float = Field(default=60.0, gt=0)
     max_retries: int = Field(default=4, ge=0)
+    # one call's whole time, retries and waits included (a hung endpoint ends here)
+    call_deadline_seconds: float = Field(default=120.0, gt=0)
     temperature: float = Field(default=0.2, ge=0, le=2)
     max_tokens: int = Field(default=2048, gt=0)
     embeddings_model: str | None = None

@@ -253,6 +253,21 @@ def test_timeout_is_retried_then_reported(fake: FakeOpenAI) -> None:
     assert info.value.hint is not None and "timeout_seconds" in info.value.hint
 
 
+def test_a_hung_endpoint_ends_at_the_per_call_deadline(fake: FakeOpenAI) -> None:
+    """Timeouts of 1 s and 5 retries would take over 6 s; the 1.5 s deadline ends the
+    call after the second attempt, cut to what is left of it."""
+    fake.script(*(Reply(chat(GOOD).body, delay=3) for _ in range(6)))
+    model = model_for(fake, timeout_seconds=1.0, max_retries=5)
+    model.deadline_seconds = 1.5
+    started = time.monotonic()
+    with pytest.raises(LLMError, match=r"per-call deadline of 1\.5s") as info:
+        generate(model, UsageMeter())
+    assert time.monotonic() - started < 3.0
+    assert len(fake.requests) == 2
+    assert info.value.hint is not None and "call_deadline_seconds" in info.value.hint
+    fake.replies.clear()
+
+
 def test_client_errors_are_not_retried_and_carry_hints(fake: FakeOpenAI) -> None:
     fake.script(error(401, "bad key"))
     with pytest.raises(LLMError, match="HTTP 401") as info:
