@@ -12,6 +12,7 @@ import click
 from expgit.cli._common import json_option, open_repo
 from expgit.cli.train_common import llm_options, make_llm_options, output
 from expgit.runs.build import RunOptions, run_train_rollouts
+from expgit.runs.relabel import EVALUATORS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,11 +39,15 @@ def train_write_options(func: F) -> F:
 @click.command("train-rollouts")
 @click.argument("rollouts_file", metavar="FILE",
                 type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--evaluator", type=click.Choice(EVALUATORS), default="recorded",
+              show_default=True, help="recorded: each rollout's own evaluation; feedback: "
+              "label each by its feedback signals (thumbs, ratings, re-asks in "
+              "metadata.message_stamps and metadata.feedback_events; see README, Outcomes).")
 @train_write_options
 @llm_options
 @json_option
 @click.pass_context
-def train_rollouts_cmd(ctx: click.Context, rollouts_file: Path, mode: str,
+def train_rollouts_cmd(ctx: click.Context, rollouts_file: Path, evaluator: str, mode: str,
                        pr_body: Path | None, report: Path | None, remote: str | None,
                        llm_choice: str | None, model: str | None, base_url: str | None,
                        concurrency: int, as_json: bool) -> None:
@@ -56,9 +61,10 @@ def train_rollouts_cmd(ctx: click.Context, rollouts_file: Path, mode: str,
     Example:
       expgit train-rollouts recorded.jsonl --mode propose
       expgit train-rollouts recorded.jsonl --remote origin
+      expgit train-rollouts sessions.jsonl --evaluator feedback
     """
     options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
                          concurrency=concurrency, mode="apply" if mode == "apply" else "propose",
-                         pr_body=pr_body, remote=remote)
+                         pr_body=pr_body, remote=remote, evaluator=evaluator)
     output(asyncio.run(run_train_rollouts(open_repo(ctx), rollouts_file, options)), as_json,
            report)

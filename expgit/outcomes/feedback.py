@@ -119,10 +119,13 @@ def evaluate_responses(messages: list[Message], signals: SessionSignals, *,
                             f"({'within' if within else 'outside'} the "
                             f"{_seconds(window)} re-ask window)")
         events = [e for e in signals.feedback_events if e.response_id == response.response_id]
-        evidence += [_describe(e) for e in events]
         label = _label(events, reasked=reasks > 0, later_turn=bool(later_users))
         if not later_users:
             evidence.append("no user turn after the response")
+        elif later_users[0] >= following:  # the user spoke again only after the next reply
+            evidence.append(f"the next user turn (#{later_users[0]}) came after the next "
+                            f"response (#{following}), so it is not a re-ask of this one")
+        evidence += [_describe(e) for e in events]  # last: explicit feedback decides first
         outcomes.append(ResponseOutcome(
             response_id=response.response_id,
             resolved_in_one_turn=reasks == 0 and label != "negative_feedback",
@@ -160,7 +163,9 @@ def outcome_evaluation(outcomes: list[ResponseOutcome],
         criterion_name=f"response {o.response_id}", passed=o.passed, score=o.score,
         feedback=[] if o.passed else [o.outcome_label], evidence=list(o.evidence),
         metadata={"outcome_label": o.outcome_label}) for o in outcomes]
-    feedback = [f"response {o.response_id}: {o.outcome_label}" for o in outcomes
+    # the label with why (its last piece of evidence: the feedback, or the re-ask)
+    feedback = [f"response {o.response_id}: {o.outcome_label}"
+                + (f" ({o.evidence[-1]})" if o.evidence else "") for o in outcomes
                 if not o.passed]
     feedback += [f"feedback on unknown response {e.response_id!r} ignored" for e in unmatched]
     return RubricEvaluation(

@@ -64,6 +64,24 @@ class FeedbackEvent(BaseModel):
     at: datetime | None = None
     text: str = Field(default="", max_length=2000)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_names(cls, data: Any) -> Any:
+        """Also the field names of a chat service's ``/feedback`` events:
+        ``feedback_type`` (kind), ``feedback_text`` (text), ``timestamp`` (at); and the
+        acknowledgement fields they carry (session id, delay, accepted), dropped."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for alias, name in (("feedback_type", "kind"), ("feedback_text", "text"),
+                            ("timestamp", "at")):
+            if alias in data:
+                value = data.pop(alias)
+                data.setdefault(name, value)
+        for ignored in ("session_id", "feedback_delay_sec", "accepted"):
+            data.pop(ignored, None)
+        return data
+
     @field_validator("at")
     @classmethod
     def _at_utc(cls, value: datetime | None) -> datetime | None:

@@ -21,6 +21,7 @@ from expgit.llm.port import EmbeddingModel, UsageMeter
 from expgit.llm.structured import StructuredLLM
 from expgit.outcomes.stats import experience_stats
 from expgit.remote.environment import NoTrainer, RemoteCases
+from expgit.runs.relabel import by_feedback
 from expgit.store.jsonl import load_jsonl
 from expgit.store.proposals import find_proposal
 from expgit.store.repository import ExperienceRepository
@@ -90,6 +91,7 @@ class RunOptions:
     pr_body: Path | None = None
     progress: ObserverFactory | None = None
     remote: str | None = None  # push to this remote (several trainers, one repository)
+    evaluator: str = "recorded"  # train-rollouts: "feedback" relabels by feedback signals
 
 
 def _ranker(runtime: LLMHandles) -> ExperienceRanker | None:
@@ -278,6 +280,8 @@ async def run_train_rollouts(repo: ExperienceRepository, rollouts_file: Path,
         pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
                                   publisher=publisher)
         context = PipelineContext(mode=options.mode)
+        if options.evaluator == "feedback":
+            rollouts = await by_feedback(repo, rollouts, context)
         result = await pipeline.train_from_rollouts(rollouts, context)
         metrics = PhaseMetrics(phase="train_rollouts", epoch=0)
         record = BatchRecord(batch=0, cases=len(rollouts), policy_commit=main_before,
