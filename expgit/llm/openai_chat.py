@@ -138,20 +138,23 @@ class OpenAIChatModel:
                 hint = "the account behind the API key has no quota left"
             elif refused_format:
                 hint = _FORMAT_HINT
-            return LLMError(detail, hint=hint), 0.0
+            return LLMError(detail, hint=hint, cause=f"HTTP {status}"), 0.0
         if attempt >= self.max_retries:
-            return LLMError(f"{detail} (gave up after {attempt + 1} attempts)"), 0.0
+            return LLMError(f"{detail} (gave up after {attempt + 1} attempts)",
+                            cause=f"HTTP {status}"), 0.0
         wait = _retry_after(headers)
         if wait is not None and wait > MAX_RETRY_AFTER_SECONDS:
             return LLMError(f"{detail} (the endpoint asks to wait {wait:.0f}s, more than "
-                            f"{MAX_RETRY_AFTER_SECONDS:.0f}s)"), 0.0
+                            f"{MAX_RETRY_AFTER_SECONDS:.0f}s)",
+                            cause=f"HTTP {status}, asked to wait {wait:.0f}s"), 0.0
         return None, self._backoff(attempt) if wait is None else wait
 
     def _past_deadline(self, what: str, attempt: int) -> LLMError:
         return LLMError(
             f"{what}: no answer from {self.endpoint} within the per-call deadline of "
             f"{self.deadline_seconds:g}s ({attempt} attempt{'s' if attempt != 1 else ''})",
-            hint="check the endpoint, or raise [llm] call_deadline_seconds in expgit.toml")
+            hint="check the endpoint, or raise [llm] call_deadline_seconds in expgit.toml",
+            cause=f"no answer within the per-call deadline of {self.deadline_seconds:g}s")
 
     async def _with_retries(self, what: str, call: Callable[[float], Awaitable[R]]) -> R:
         """``call(timeout)`` with bounded retries, each attempt's timeout cut to what is
@@ -187,19 +190,21 @@ class OpenAIChatModel:
                     raise LLMError(
                         f"{what}: {self.endpoint} timed out ({self.timeout_seconds:g}s per "
                         f"request) {attempt + 1} times", hint="raise [llm] timeout_seconds "
-                        "in expgit.toml, or check that the endpoint is not overloaded"
-                    ) from None
+                        "in expgit.toml, or check that the endpoint is not overloaded",
+                        cause=f"timed out ({self.timeout_seconds:g}s per request)") from None
                 delay = self._backoff(attempt)
             except openai.APIConnectionError as exc:
                 if attempt >= self.max_retries:
                     raise LLMError(f"{what}: {self.endpoint} could not be reached after "
-                                   f"{attempt + 1} attempts: {_short(exc.message)}") from None
+                                   f"{attempt + 1} attempts: {_short(exc.message)}",
+                                   cause=f"{self.endpoint} unreachable") from None
                 delay = self._backoff(attempt)
             except openai.OpenAIError as exc:  # malformed response body, client misuse
-                raise LLMError(f"{what}: {self.endpoint} failed: {_short(exc)}") from None
+                raise LLMError(f"{what}: {self.endpoint} failed: {_short(exc)}",
+                               cause=type(exc).__name__) from None
             except ValueError as exc:  # a body that claims to be JSON and is not
                 raise LLMError(f"{what}: {self.endpoint} returned an unreadable response: "
-                               f"{_short(exc)}") from None
+                               f"{_short(exc)}", cause="unreadable response") from None
             attempt += 1
             if deadline is not None:
                 delay = min(delay, max(0.0, deadline - time.monotonic()))
@@ -226,7 +231,7 @@ class OpenAIChatModel:
                 model=getattr(response, "model", None) or self.model)
         except (AttributeError, IndexError, TypeError, ValueError):
             raise LLMError(f"{stage}: {self.endpoint} returned a malformed chat completion: "
-                           f"{_short(response)}") from None
+                           f"{_short(response)}", cause="malformed chat completion") from None
 
     async def embed(self, texts: list[str], *, stage: str) -> list[list[float]]:
         """One embedding per text, in order (one call; none for an empty list)."""

@@ -17,7 +17,21 @@ from expgit.store.settings import Price as Price  # re-exported: what the meter 
 
 
 class LLMError(ExpgitError):
-    """The LLM endpoint failed (after retries), or its output was unusable."""
+    """The LLM endpoint failed (after retries), or its output was unusable.
+
+    ``cause``: the kind of failure in a few words, the same for every call that failed
+    the same way (``timed out``, ``HTTP 503``, ``reply cut off at 2048 tokens
+    (finish_reason=length)``), so a run can count its failures by cause."""
+
+    def __init__(self, message: str, *, hint: str | None = None,
+                 cause: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.cause = cause or message
+
+    @property
+    def transport(self) -> bool:
+        """The endpoint did not answer (as opposed to answering badly)."""
+        return not isinstance(self, LLMOutputError)
 
 
 class LLMOutputError(LLMError):

@@ -91,13 +91,15 @@ def parse_json_reply(text: str, output: type[T]) -> T:
     try:
         data = json.loads(payload)
     except ValueError as exc:
-        raise LLMOutputError(f"the reply is not JSON: {exc}") from None
+        raise LLMOutputError(f"the reply is not JSON: {exc}",
+                             cause="a reply that is not JSON") from None
     try:
         return output.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}"
                              for e in exc.errors()[:8])
-        raise LLMOutputError(f"the reply does not match the schema: {problems}") from None
+        raise LLMOutputError(f"the reply does not match the schema: {problems}",
+                             cause="a reply that does not match the schema") from None
 
 
 class StructuredLLM:
@@ -134,8 +136,8 @@ class StructuredLLM:
             temperature=self.temperature)
         self.meter.record(stage, completion)
         if completion.finish_reason == "length":
-            raise LLMOutputError(f"{stage}: the reply was cut off at {self.max_tokens} "
-                                 "tokens (finish_reason=length)")
+            cut = f"reply cut off at {self.max_tokens} tokens (finish_reason=length)"
+            raise LLMOutputError(f"{stage}: the {cut}", cause=cut)
         return completion.text
 
     async def text(self, stage: str, messages: ChatMessages) -> str:
@@ -164,4 +166,6 @@ class StructuredLLM:
                 return parse_json_reply(text, output)
             except LLMOutputError as second:
                 raise LLMOutputError(f"{stage}: invalid reply after one repair round: "
-                                     f"{second.message}") from None
+                                     f"{second.message}",
+                                     cause=f"{second.cause}, also after one repair round"
+                                     ) from None

@@ -236,8 +236,10 @@ def test_500_until_retries_are_exhausted(fake: FakeOpenAI) -> None:
 def test_length_is_a_failure_without_repair(fake: FakeOpenAI) -> None:
     fake.script(chat('{"answer": "ye', finish="length"))
     meter = UsageMeter()
-    with pytest.raises(LLMOutputError, match="finish_reason=length"):
+    with pytest.raises(LLMOutputError, match="finish_reason=length") as info:
         generate(model_for(fake), meter)
+    # the cause is the same words for every call cut off the same way: runs count by it
+    assert info.value.cause.startswith("reply cut off at ") and not info.value.transport
     assert len(fake.requests) == 1
     assert meter.total().calls == 1
 
@@ -251,6 +253,7 @@ def test_timeout_is_retried_then_reported(fake: FakeOpenAI) -> None:
     assert time.monotonic() - started < 2.5
     assert len(fake.requests) == 2
     assert info.value.hint is not None and "timeout_seconds" in info.value.hint
+    assert info.value.cause == "timed out (0.5s per request)" and info.value.transport
 
 
 def test_a_hung_endpoint_ends_at_the_per_call_deadline(fake: FakeOpenAI) -> None:
