@@ -150,6 +150,8 @@ class Settings(BaseModel):
     def _branch_name(cls, value: str) -> str:
         if not value or value.startswith(("-", "/", "refs/")) or ".." in value or " " in value:
             raise ValueError("must be a plain branch name such as 'main'")
+        if value.startswith("expgit/"):
+            raise ValueError("must not be under expgit/, where expgit keeps its own branches")
         return value
 
     @property

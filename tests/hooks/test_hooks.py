@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import stat
 import subprocess
@@ -318,6 +319,30 @@ def clone(server: Path, tmp_path: Path) -> Path:
 def push(clone: Path, *refspecs: str, force: bool = False) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", "push", *(["--force"] if force else []), "origin",
                            *refspecs], cwd=clone, capture_output=True, text=True)
+
+
+def test_expgit_refs_pass_the_update_hook_without_python(clone: Path, server: Path) -> None:
+    """A trainer pushes one ref per gradient: the update stub lets expgit's own refs
+    through before it starts python (proved by a python it cannot start); main is still
+    checked, and with a legacy update hook the refs go through python as before."""
+    stub = server / "hooks" / "update"
+    stub.write_text(re.sub(r"INSTALL_PYTHON='[^']*'", "INSTALL_PYTHON='/no/such/python'",
+                           stub.read_text()))
+    git(clone, "branch", "expgit/gradients/0123456789ab")
+    git(clone, "update-ref", "refs/expgit/applied/proposals/0123456789ab", "HEAD")
+    proc = push(clone, "expgit/gradients/0123456789ab",
+                "refs/expgit/applied/proposals/0123456789ab")
+    assert proc.returncode == 0, proc.stderr
+    write(clone, "experiences/second-rule.md", experience("second-rule"))
+    assert commit(clone).returncode == 0
+    refused = push(clone, "main")
+    assert refused.returncode != 0 and "/no/such/python is missing" in refused.stderr
+    legacy = server / "hooks" / "update.legacy"
+    legacy.write_text("#!/bin/sh\nexit 0\n")
+    legacy.chmod(0o755)
+    git(clone, "branch", "expgit/gradients/ba9876543210")
+    chained = push(clone, "expgit/gradients/ba9876543210")
+    assert chained.returncode != 0 and "/no/such/python is missing" in chained.stderr
 
 
 def test_push_of_valid_change_is_accepted(clone: Path, server: Path) -> None:

@@ -329,6 +329,8 @@ SEEDS = {
     "not markdown": ({"experiences/notes.txt": "hello\n"}, "not an experience file"),
     "bad settings": ({"expgit.toml": "token_budget = -1\n"}, "expgit.toml: token_budget"),
     "settings not toml": ({"expgit.toml": "this is = = not toml\n"}, "not valid TOML"),
+    "main among expgit's branches": ({"expgit.toml": 'main_branch = "expgit/main"\n'},
+                                     "must not be under expgit/"),
     "over budget for its settings": ({"expgit.toml": "token_budget = 5\n",
                                       "experiences/long-one.md": front("long-one")},
                                      "over the budget of 5"),
