@@ -80,7 +80,7 @@ _HINTS: dict[TargetKind, str] = {
                "(`git ls-tree` the trajectories branch)",
     "trajectory": "give a trajectory URI <branch>:trajectories/<id>.md or its 16-hex id",
     "experience": "give an experience name on main (`expgit list`)",
-    "proposal": "give a proposal id (`expgit proposals --all`)",
+    "proposal": "give a proposal id (`expgit proposals --state all`)",
 }
 
 
