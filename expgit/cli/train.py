@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from expgit.cli._common import json_option, open_repo
+from expgit.cli._progress import progress_display
 from expgit.cli.train_common import (
-    Progress,
     case_source,
     env_options,
     environment_service,
@@ -42,8 +42,9 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
               env_url: str | None, env_token_env: str | None, dataset: str | None,
               domain: str | None, split: str | None, eval_split: str | None, epochs: int,
               batch_size: int | None, mode: str, pr_body: Path | None, report: Path | None,
-              remote: str | None, llm_choice: str | None, model: str | None,
-              base_url: str | None, concurrency: int, as_json: bool) -> None:
+              remote: str | None, llm_choice: str | None,
+              model: str | None, base_url: str | None, concurrency: int,
+              as_json: bool) -> None:
     """Train the experiences on the --cases FILE: run each case, turn the runs into trajectories (on
     the expgit/trajectories branch) and gradients, and merge each batch's gradients into
     a proposal.
@@ -77,10 +78,12 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
         raise UsageError("give the training cases: --cases FILE or --env-url URL")
     eval_set = case_source(eval_cases, service, eval_split, file_option="--eval-cases",
                            split_option="--eval-split")
-    options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
-                         concurrency=concurrency, mode="apply" if mode == "apply" else "propose",
-                         pr_body=pr_body, progress=Progress, remote=remote)
-    result = asyncio.run(run_train(repo, train_set, options, eval_cases=eval_set,
-                                   epochs=epochs, batch_size=batch_size))
+    with progress_display() as progress:
+        options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
+                             concurrency=concurrency,
+                             mode="apply" if mode == "apply" else "propose",
+                             pr_body=pr_body, progress=progress, remote=remote)
+        result = asyncio.run(run_train(repo, train_set, options, eval_cases=eval_set,
+                                       epochs=epochs, batch_size=batch_size))
     output(result, as_json, report)
 

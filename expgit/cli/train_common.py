@@ -1,10 +1,9 @@
 """What ``expgit train``, ``eval`` and ``train-rollouts`` share: LLM options, the
-environment service options, progress, and printing a run report."""
+environment service options, and printing a run report."""
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -16,8 +15,7 @@ from expgit.errors import ExpgitError, UsageError
 from expgit.remote.environment import EnvironmentService
 from expgit.runs.build import NO_LLM, CaseSource, LLMOptions
 from expgit.store.repository import ExperienceRepository
-from expgit.train.pipeline import PhaseMetrics
-from expgit.train.report import RunReport, phase_line, render_text, write_report
+from expgit.train.report import RunReport, render_text, write_report
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -101,43 +99,6 @@ def make_llm_options(llm_choice: str | None, model: str | None, base_url: str | 
     choice: Literal["local", "openai"] | None = (
         "local" if llm_choice == "local" else "openai" if llm_choice == "openai" else None)
     return LLMOptions(choice=choice, model=model, base_url=base_url)
-
-
-class Progress:
-    """A progress bar per phase on a terminal (stderr), plain lines otherwise."""
-
-    def __init__(self, totals: dict[str, int], *, tty: bool | None = None) -> None:
-        self.totals = totals
-        self.tty = sys.stderr.isatty() if tty is None else tty
-        self._bar: Any = None
-        self._key: tuple[str, int] | None = None
-        self._done = 0
-
-    def batch_done(self, phase: str, epoch: int, cases: int) -> None:
-        total = self.totals.get(phase, 0)
-        if self._key != (phase, epoch):
-            self._close()
-            self._key, self._done = (phase, epoch), 0
-            if self.tty:
-                self._bar = click.progressbar(length=total or None, file=sys.stderr,
-                                              label=f"{phase} epoch={epoch}")
-                self._bar.__enter__()
-        self._done += cases
-        if self._bar is not None:
-            self._bar.update(cases)
-        else:
-            click.echo(f"expgit: {phase} epoch={epoch}: {self._done}/{total} cases", err=True)
-
-    def phase_done(self, metrics: PhaseMetrics) -> None:
-        self._close()
-        self._key = None
-        if not self.tty:
-            click.echo(f"expgit: {phase_line(metrics)}", err=True)
-
-    def _close(self) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(None, None, None)
-            self._bar = None
 
 
 def output(report: RunReport, as_json: bool, report_file: Path | None = None) -> None:

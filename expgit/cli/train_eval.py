@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from expgit.cli._common import json_option, open_repo
+from expgit.cli._progress import progress_display
 from expgit.cli.train_common import (
-    Progress,
     case_source,
     env_options,
     environment_service,
@@ -33,7 +33,8 @@ from expgit.runs.build import RunOptions, run_eval
 @click.pass_context
 def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
              env_token_env: str | None, dataset: str | None, domain: str | None,
-             split: str | None, report: Path | None, llm_choice: str | None,
+             split: str | None, report: Path | None,
+             llm_choice: str | None,
              model: str | None, base_url: str | None, concurrency: int,
              as_json: bool) -> None:
     """Evaluate the experiences on main with CASES: one rollout per case, scored by its
@@ -54,6 +55,8 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
     eval_set = case_source(cases, service, split or ("eval" if service else None))
     if eval_set is None:
         raise UsageError("give the cases: --cases FILE or --env-url URL")
-    options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
-                         concurrency=concurrency, progress=Progress)
-    output(asyncio.run(run_eval(repo, eval_set, options)), as_json, report)
+    with progress_display() as progress:
+        options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
+                             concurrency=concurrency, progress=progress)
+        result = asyncio.run(run_eval(repo, eval_set, options))
+    output(result, as_json, report)

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from expgit.cli._common import json_option, open_repo
+from expgit.cli._progress import progress_display
 from expgit.cli.train_common import llm_options, make_llm_options, output
 from expgit.runs.build import RunOptions, run_train_rollouts
 from expgit.runs.relabel import EVALUATORS
@@ -49,8 +50,9 @@ def train_write_options(func: F) -> F:
 @click.pass_context
 def train_rollouts_cmd(ctx: click.Context, rollouts_file: Path, evaluator: str, mode: str,
                        pr_body: Path | None, report: Path | None, remote: str | None,
-                       llm_choice: str | None, model: str | None, base_url: str | None,
-                       concurrency: int, as_json: bool) -> None:
+                       llm_choice: str | None,
+                       model: str | None, base_url: str | None, concurrency: int,
+                       as_json: bool) -> None:
     """Train from recorded rollouts: FILE holds one Rollout JSON object per line, each
     with its case (and, ideally, its evaluation). One update against the current main.
 
@@ -63,8 +65,12 @@ def train_rollouts_cmd(ctx: click.Context, rollouts_file: Path, evaluator: str, 
       expgit train-rollouts recorded.jsonl --remote origin
       expgit train-rollouts sessions.jsonl --evaluator feedback
     """
-    options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
-                         concurrency=concurrency, mode="apply" if mode == "apply" else "propose",
-                         pr_body=pr_body, remote=remote, evaluator=evaluator)
-    output(asyncio.run(run_train_rollouts(open_repo(ctx), rollouts_file, options)), as_json,
-           report)
+    repo = open_repo(ctx)
+    with progress_display() as progress:
+        options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
+                             concurrency=concurrency,
+                             mode="apply" if mode == "apply" else "propose",
+                             pr_body=pr_body, remote=remote, progress=progress,
+                             evaluator=evaluator)
+        result = asyncio.run(run_train_rollouts(repo, rollouts_file, options))
+    output(result, as_json, report)

@@ -81,6 +81,15 @@ class StageUsage(BaseModel):
     cost: float = 0.0
 
 
+class UsageListener(Protocol):
+    """Told of each LLM call as it starts and as it is counted (live progress); must not
+    raise, and may be called from any thread."""
+
+    def llm_started(self, stage: str) -> None: ...
+
+    def llm_counted(self, stage: str, total: StageUsage) -> None: ...
+
+
 class UsageMeter:
     """Thread-safe per-stage counts of calls, tokens and cost."""
 
@@ -88,6 +97,12 @@ class UsageMeter:
         self.prices = prices or {}
         self._stages: dict[str, StageUsage] = {}
         self._lock = threading.Lock()
+        self.listener: UsageListener | None = None
+
+    def started(self, stage: str) -> None:
+        """A call of ``stage`` is starting (only the listener hears of it)."""
+        if self.listener is not None:
+            self.listener.llm_started(stage)
 
     def record(self, stage: str, completion: Completion) -> None:
         price = self.prices.get(completion.model) or self.prices.get("*") or Price()
@@ -99,6 +114,8 @@ class UsageMeter:
             usage.prompt_tokens += completion.prompt_tokens
             usage.completion_tokens += completion.completion_tokens
             usage.cost += cost
+        if self.listener is not None:
+            self.listener.llm_counted(stage, self.total())
 
     def by_stage(self) -> dict[str, StageUsage]:
         with self._lock:

@@ -131,6 +131,7 @@ class StructuredLLM:
 
     async def _call(self, messages: ChatMessages, stage: str, fmt: dict[str, Any] | None
                     ) -> str:
+        self.meter.started(stage)
         completion = await self.model.complete(
             messages, stage=stage, response_format=fmt, max_tokens=self.max_tokens,
             temperature=self.temperature)

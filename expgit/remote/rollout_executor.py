@@ -131,7 +131,10 @@ class RemoteRolloutExecutor:
 
             async def one(case: Case) -> Rollout:
                 async with slots:
-                    return await self._run_case(client, case, policy_set, context)
+                    rollout = await self._run_case(client, case, policy_set, context)
+                if context.rollout_done is not None:
+                    context.rollout_done()
+                return rollout
 
             return list(await asyncio.gather(*(one(case) for case in cases)))
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from expgit.errors import InvalidInputError
-from expgit.llm.port import EmbeddingModel, UsageMeter
+from expgit.llm.port import EmbeddingModel, UsageListener, UsageMeter
 from expgit.llm.structured import StructuredLLM
 from expgit.outcomes.stats import experience_stats
 from expgit.remote.environment import NoTrainer, RemoteCases
@@ -59,7 +59,13 @@ if TYPE_CHECKING:
     from expgit.llm.factory import LLMRuntime
 
 Mode = Literal["propose", "apply"]
-ObserverFactory = Callable[[dict[str, int]], PipelineObserver]
+
+
+class RunObserver(PipelineObserver, UsageListener, Protocol):
+    """A run's progress: the pipeline's events and each LLM call (stage, usage so far)."""
+
+
+ObserverFactory = Callable[[dict[str, int]], RunObserver]
 CaseSource = Path | RemoteCases  # a cases file, or a split of an environment service
 NO_LLM = "none here: the environment service runs the rollouts"  # a remote eval's report
 
@@ -202,8 +208,14 @@ async def _push_rest(report: RunReport, publisher: RemotePublisher | None) -> No
         report.remote = await asyncio.to_thread(publisher.finish)
 
 
-def _observer(options: RunOptions, totals: dict[str, int]) -> PipelineObserver | None:
+def _observer(options: RunOptions, totals: dict[str, int]) -> RunObserver | None:
     return options.progress(totals) if options.progress is not None else None
+
+
+def _listen(runtime: LLMRuntime, observer: RunObserver | None) -> None:
+    """Tell ``observer`` of each LLM call (its stage, the usage so far)."""
+    if observer is not None:
+        runtime.meter.listener = observer
 
 
 async def _cases(source: CaseSource) -> list[Case]:
@@ -230,9 +242,11 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
     started = time.monotonic()
     totals = {"train_epoch": len(train_set),
               "baseline_eval": len(eval_set or []), "final_eval": len(eval_set or [])}
+    observer = _observer(options, totals)
     async with _llm(repo, options) as runtime:
+        _listen(runtime, observer)
         pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
-                                  observer=_observer(options, totals), executor=executor,
+                                  observer=observer, executor=executor,
                                   publisher=publisher)
         result = await pipeline.train(
             ListCaseLoader(train_set, batch_size or len(train_set)),
@@ -261,6 +275,7 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
         report = _report("eval", repo, None, options, [result.metrics], started)
     else:
         async with _llm(repo, options) as runtime:
+            _listen(runtime, observer)
             pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
                                       observer=observer)
             result = await pipeline.eval(loader, PipelineContext(epoch=0))
@@ -276,17 +291,25 @@ async def run_train_rollouts(repo: ExperienceRepository, rollouts_file: Path,
     rollouts = load_rollouts(rollouts_file)
     started = time.monotonic()
     main_before = repo.main_commit()
+    observer = _observer(options, {"train_rollouts": len(rollouts)})
     async with _llm(repo, options) as runtime:
+        _listen(runtime, observer)
         pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
                                   publisher=publisher)
         context = PipelineContext(mode=options.mode)
         if options.evaluator == "feedback":
             rollouts = await by_feedback(repo, rollouts, context)
+        if observer is not None:  # recorded rollouts: all done, training only
+            observer.phase_started("train_rollouts", 0)
+            observer.stage("train")
         result = await pipeline.train_from_rollouts(rollouts, context)
         metrics = PhaseMetrics(phase="train_rollouts", epoch=0)
         record = BatchRecord(batch=0, cases=len(rollouts), policy_commit=main_before,
                              policy_snapshot_id=repo.snapshot(main_before).id)
         add_training(metrics, record, rollouts, result, options.mode)
+        if observer is not None:
+            observer.batch_done(metrics.phase, 0, len(rollouts))
+            observer.phase_done(metrics)
         report = _report("train-rollouts", repo, runtime, options, [metrics], started)
     report.main_before, report.main_after = main_before, repo.main_commit()
     await _push_rest(report, publisher)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,5 +20,9 @@ class PipelineContext:
 
 @dataclass
 class ExecutionContext:
+    """``rollout_done``: called after each case's rollout is finished (live progress);
+    an executor that cannot tell may leave it uncalled."""
+
     policy_snapshot_id: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    rollout_done: Callable[[], None] | None = None

@@ -96,7 +96,16 @@ class PipelineResult(BaseModel):
 
 
 class PipelineObserver(Protocol):
-    """Progress callbacks (the CLI draws a bar or prints lines); must not raise."""
+    """Progress callbacks (the CLI's live line or plain lines); must not raise. Per phase:
+    ``phase_started``; per batch ``stage("rollout")``, ``rollout_done`` after each case
+    (when the executor tells), ``stage("train")`` before training a batch, ``batch_done``;
+    then ``phase_done``."""
+
+    def phase_started(self, phase: str, epoch: int) -> None: ...
+
+    def stage(self, name: str) -> None: ...
+
+    def rollout_done(self) -> None: ...
 
     def batch_done(self, phase: str, epoch: int, cases: int) -> None: ...
 
@@ -187,6 +196,20 @@ class OfflinePolicyOptimizationPipeline:
         self.trainer = trainer
         self.observer = observer
 
+    def _started(self, phase: str, epoch: int) -> None:
+        if self.observer is not None:
+            self.observer.phase_started(phase, epoch)
+
+    def _stage(self, name: str) -> None:
+        if self.observer is not None:
+            self.observer.stage(name)
+
+    def _execution(self, snapshot_id: str, metadata: dict[str, object]) -> ExecutionContext:
+        """The batch's execution context, telling the observer of each rollout done."""
+        self._stage("rollout")
+        done = self.observer.rollout_done if self.observer is not None else None
+        return ExecutionContext(snapshot_id, metadata=metadata, rollout_done=done)
+
     async def _policy(self) -> tuple[ExperienceSet, str]:
         policy_set = await asyncio.to_thread(self.repo.snapshot)
         return policy_set, self.snapshotter.snapshot(policy_set)
@@ -217,11 +240,13 @@ class OfflinePolicyOptimizationPipeline:
                            ) -> PhaseMetrics:
         metrics = PhaseMetrics(phase="train_epoch", epoch=context.epoch)
         started = time.monotonic()
+        self._started(metrics.phase, context.epoch)
         number = 0
         async for cases in case_loader.batches(context):
             policy_set, snapshot_id = await self._policy()
-            rollouts = await self.executor.execute(cases, policy_set, ExecutionContext(
-                snapshot_id, metadata={"phase": "train", "epoch": context.epoch}))
+            rollouts = await self.executor.execute(cases, policy_set, self._execution(
+                snapshot_id, {"phase": "train", "epoch": context.epoch}))
+            self._stage("train")
             training = await self.trainer.train_rollouts(rollouts, policy_set, context)
             record = BatchRecord(batch=number, cases=len(cases),
                                  policy_commit=policy_set.commit,
@@ -245,12 +270,13 @@ class OfflinePolicyOptimizationPipeline:
                         ) -> PipelineEvaluationResult:
         metrics = PhaseMetrics(phase=phase, epoch=context.epoch)
         started = time.monotonic()
+        self._started(phase, context.epoch)
         all_rollouts: list[Rollout] = []
         number = 0
         async for cases in case_loader.batches(context):
             policy_set, snapshot_id = await self._policy()
-            rollouts = await self.executor.execute(cases, policy_set, ExecutionContext(
-                snapshot_id, metadata={"phase": phase, "epoch": context.epoch}))
+            rollouts = await self.executor.execute(cases, policy_set, self._execution(
+                snapshot_id, {"phase": phase, "epoch": context.epoch}))
             for rollout in rollouts:
                 if rollout.evaluation is None:
                     raise ExpgitError(

@@ -21,7 +21,7 @@ from conftest import EXAMPLE, ROOT, git
 from expgit.init import init_repository
 
 HEAVY = frozenset({"fastapi", "starlette", "uvicorn", "openai", "httpx", "llama_cpp",
-                   "numpy"})
+                   "numpy", "rich"})  # rich: the live progress of train and eval
 SITECUSTOMIZE = """\
 import atexit, json, os, sys
 

@@ -80,7 +80,11 @@ class SingleTurnLLMRolloutExecutor:
 
         async def run(case: Case) -> Rollout:
             async with semaphore:
-                return await self._run_case(case, policy_set, context, pipeline, everything)
+                rollout = await self._run_case(case, policy_set, context, pipeline,
+                                               everything)
+            if context.rollout_done is not None:
+                context.rollout_done()
+            return rollout
 
         return list(await asyncio.gather(*(run(case) for case in cases)))
 
