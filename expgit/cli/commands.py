@@ -88,6 +88,9 @@ REGISTRY: tuple[CommandEntry, ...] = (
     CommandEntry("train-rollouts", "expgit.cli.train_rollouts:train_rollouts_cmd",
                  "Train from recorded rollouts: FILE holds one Rollout JSON object per "
                  "line, each with its case (and, ideally, its evaluation)."),
+    CommandEntry("report-html", "expgit.cli.report_html:report_html_cmd",
+                 "Render a run report (the JSON of --report FILE) as one self-contained "
+                 "HTML page."),
     CommandEntry("serve", "expgit.cli.serve:serve_cmd",
                  "Serve the training service: POST /v1/train/rollouts takes one Rollout "
                  "JSON object (its case, messages with tool calls as ToolParts, its "

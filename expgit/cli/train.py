@@ -16,6 +16,7 @@ from expgit.cli.train_common import (
     llm_options,
     make_llm_options,
     output,
+    report_html_option,
 )
 from expgit.cli.train_rollouts import train_write_options
 from expgit.errors import UsageError
@@ -35,6 +36,7 @@ from expgit.runs.build import RunOptions, run_train
 @click.option("--batch-size", type=click.IntRange(min=1),
               help="Cases per batch, one update each (default: all cases in one batch).")
 @train_write_options
+@report_html_option
 @llm_options
 @json_option
 @click.pass_context
@@ -42,7 +44,7 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
               env_url: str | None, env_token_env: str | None, dataset: str | None,
               domain: str | None, split: str | None, eval_split: str | None, epochs: int,
               batch_size: int | None, mode: str, pr_body: Path | None, report: Path | None,
-              remote: str | None, llm_choice: str | None,
+              remote: str | None, report_html: Path | None, llm_choice: str | None,
               model: str | None, base_url: str | None, concurrency: int,
               as_json: bool) -> None:
     """Train the experiences on the --cases FILE: run each case, turn the runs into trajectories (on
@@ -69,6 +71,7 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
     Example:
       expgit train --cases train.yaml --eval-cases eval.yaml --pr-body pr.md
       expgit train --cases train.yaml --mode apply --report run.json
+      expgit train --cases train.yaml --report-html run.html
       expgit train --cases train.yaml --remote origin
     """
     repo = open_repo(ctx)
@@ -85,5 +88,5 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
                              pr_body=pr_body, progress=progress, remote=remote)
         result = asyncio.run(run_train(repo, train_set, options, eval_cases=eval_set,
                                        epochs=epochs, batch_size=batch_size))
-    output(result, as_json, report)
+    output(result, as_json, report, report_html=report_html, repo=repo)
 

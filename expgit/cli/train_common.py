@@ -1,5 +1,5 @@
 """What ``expgit train``, ``eval`` and ``train-rollouts`` share: LLM options, the
-environment service options, and printing a run report."""
+environment service options, and printing and writing a run report."""
 
 from __future__ import annotations
 
@@ -101,12 +101,25 @@ def make_llm_options(llm_choice: str | None, model: str | None, base_url: str | 
     return LLMOptions(choice=choice, model=model, base_url=base_url)
 
 
-def output(report: RunReport, as_json: bool, report_file: Path | None = None) -> None:
-    """Write ``--report``, print the run (text or JSON) on stdout; then fail (exit 1) if
-    the run did not work (a phase whose every rollout failed) or a push to ``--remote``
-    did not land."""
+report_html_option = click.option(
+    "--report-html", "report_html", type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write the run as one self-contained HTML page to FILE (accuracy plot, "
+    "flipped cases, each proposal's diff, LLM calls and cost per stage).")
+
+
+def output(report: RunReport, as_json: bool, report_file: Path | None = None, *,
+           report_html: Path | None = None, repo: ExperienceRepository | None = None
+           ) -> None:
+    """Write ``--report`` (and ``--report-html``, the proposals' diffs read from
+    ``repo``), print the run (text or JSON) on stdout; then fail (exit 1) if the run did
+    not work (a phase whose every rollout failed) or a push to ``--remote`` did not
+    land."""
     if report_file is not None:
         write_report(report, report_file)
+    if report_html is not None:
+        from expgit.runs.html import write_html
+
+        write_html(report.model_dump(mode="json"), report_html, repo)
     emit(as_json, report.model_dump(mode="json"),
          lambda: click.echo(render_text(report), nl=False))
     if report.problems:

@@ -16,6 +16,7 @@ from expgit.cli.train_common import (
     llm_options,
     make_llm_options,
     output,
+    report_html_option,
 )
 from expgit.errors import UsageError
 from expgit.runs.build import RunOptions, run_eval
@@ -28,12 +29,13 @@ from expgit.runs.build import RunOptions, run_eval
 @click.option("--split", help="With --env-url: the split to evaluate.  [default: eval]")
 @click.option("--report", type=click.Path(path_type=Path, dir_okay=False),
               help="Also write the whole run as JSON to FILE.")
+@report_html_option
 @llm_options
 @json_option
 @click.pass_context
 def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
              env_token_env: str | None, dataset: str | None, domain: str | None,
-             split: str | None, report: Path | None,
+             split: str | None, report: Path | None, report_html: Path | None,
              llm_choice: str | None,
              model: str | None, base_url: str | None, concurrency: int,
              as_json: bool) -> None:
@@ -59,4 +61,4 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
         options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
                              concurrency=concurrency, progress=progress)
         result = asyncio.run(run_eval(repo, eval_set, options))
-    output(result, as_json, report)
+    output(result, as_json, report, report_html=report_html, repo=repo)

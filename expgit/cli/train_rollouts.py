@@ -11,7 +11,7 @@ import click
 
 from expgit.cli._common import json_option, open_repo
 from expgit.cli._progress import progress_display
-from expgit.cli.train_common import llm_options, make_llm_options, output
+from expgit.cli.train_common import llm_options, make_llm_options, output, report_html_option
 from expgit.runs.build import RunOptions, run_train_rollouts
 from expgit.runs.relabel import EVALUATORS
 
@@ -45,12 +45,13 @@ def train_write_options(func: F) -> F:
               "label each by its feedback signals (thumbs, ratings, re-asks in "
               "metadata.message_stamps and metadata.feedback_events; see README, Outcomes).")
 @train_write_options
+@report_html_option
 @llm_options
 @json_option
 @click.pass_context
 def train_rollouts_cmd(ctx: click.Context, rollouts_file: Path, evaluator: str, mode: str,
                        pr_body: Path | None, report: Path | None, remote: str | None,
-                       llm_choice: str | None,
+                       report_html: Path | None, llm_choice: str | None,
                        model: str | None, base_url: str | None, concurrency: int,
                        as_json: bool) -> None:
     """Train from recorded rollouts: FILE holds one Rollout JSON object per line, each
@@ -73,4 +74,4 @@ def train_rollouts_cmd(ctx: click.Context, rollouts_file: Path, evaluator: str, 
                              pr_body=pr_body, remote=remote, progress=progress,
                              evaluator=evaluator)
         result = asyncio.run(run_train_rollouts(repo, rollouts_file, options))
-    output(result, as_json, report)
+    output(result, as_json, report, report_html=report_html, repo=repo)

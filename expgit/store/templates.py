@@ -70,7 +70,10 @@ def environment(repo: ExperienceRepository | None = None, *,
             if name in overrides else None))
     env = jinja2.Environment(loader=jinja2.ChoiceLoader(loaders),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             trim_blocks=True, lstrip_blocks=True, autoescape=False)
+                             trim_blocks=True, lstrip_blocks=True,
+                             # HTML pages (``*.html.j2``) escape what they show
+                             autoescape=jinja2.select_autoescape(
+                                 enabled_extensions=("html.j2",), default=False))
     env.filters["cell"] = lambda text: " ".join(str(text).split()).replace("|", "\\|")
     with _environments_lock:
         env = _environments.setdefault(tree, env)
