@@ -56,6 +56,9 @@ REGISTRY: tuple[CommandEntry, ...] = (
                  "summary."),
     CommandEntry("show", "expgit.cli.show:show_cmd",
                  "Print experience NAME's file (front matter and body)."),
+    CommandEntry("context", "expgit.cli.context:context_cmd",
+                 "Print the experiences an agent should read for QUERY, as a system prompt "
+                 "section."),
     CommandEntry("log", "expgit.cli.log:log_cmd",
                  "Show each policy update on main (for NAME only if given), newest first: "
                  "description, merged gradients with evidence and confidence, author, "

@@ -105,13 +105,15 @@ def _ranker(runtime: LLMHandles) -> ExperienceRanker | None:
 
 
 def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
-                     concurrency: int = 4, top_k: int | None = None
-                     ) -> SingleTurnLLMRolloutExecutor:
+                     concurrency: int = 4, top_k: int | None = None,
+                     token_budget: int | None = None) -> SingleTurnLLMRolloutExecutor:
     """The in-process executor of the default chain: single-turn, rubric-evaluated,
-    relevance by embeddings when the runtime has them (also the example environment's)."""
+    each prompt's experiences by :func:`expgit.train.retrieval.select_context` within the
+    repository's ``[context]`` settings, ``top_k`` and ``token_budget`` overriding them
+    (also the example environment's)."""
     evaluator = RubricRolloutEvaluator(runtime.structured, repo=repo)
-    return SingleTurnLLMRolloutExecutor(runtime.structured, evaluator,
-                                        ranker=_ranker(runtime), top_k=top_k,
+    return SingleTurnLLMRolloutExecutor(runtime.structured, evaluator, top_k=top_k,
+                                        token_budget=token_budget,
                                         concurrency=concurrency, repo=repo)
 
 

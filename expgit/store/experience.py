@@ -62,6 +62,7 @@ class FrontMatter(BaseModel):
     status: Status = "active"
     summary: str = ""
     tags: list[str] = Field(default_factory=list)
+    always: bool = False  # always in the agent's context, whatever the request
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("name")
@@ -111,7 +112,8 @@ class Experience(BaseModel):
     def render(self) -> str:
         fm = self.raw_front_matter
         if fm is None:
-            data = self.front_matter.model_dump()
+            fm_ = self.front_matter
+            data = fm_.model_dump(exclude=None if fm_.always else {"always"})
             fm = yamldump.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000)
         closing = "\n" if self.closing_newline or self.body else ""
         return f"{_FENCE}\n{fm}{_FENCE}{closing}{self.body}"

@@ -109,6 +109,17 @@ class LearnSettings(BaseModel):
     max_evidence: int = Field(default=10, ge=1)
 
 
+class ContextSettings(BaseModel):
+    """``[context]``: what a rollout's system prompt shows of the experiences: the
+    always-on ones, then the most relevant to the request (BM25) while they fit in
+    ``token_budget`` estimated tokens, at most ``top_k`` of them (None: no count limit)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    token_budget: int = Field(default=4000, gt=0)
+    top_k: int | None = Field(default=None, ge=0)
+
+
 class ServeSettings(BaseModel):
     """``[serve]``: the HTTP services (``expgit serve``, ``expgit env serve``). The bearer
     token is read from the environment variable ``token_env``, never from the file."""
@@ -135,6 +146,7 @@ class Settings(BaseModel):
     outcomes: OutcomeSettings = Field(default_factory=OutcomeSettings)
     learn: LearnSettings = Field(default_factory=LearnSettings)
     serve: ServeSettings = Field(default_factory=ServeSettings)
+    context: ContextSettings = Field(default_factory=ContextSettings)
 
     @field_validator("experiences_root")
     @classmethod

@@ -1,8 +1,10 @@
 """Which experiences were in the agent's context for one rollout.
 
 An executor records them in ``rollout.metadata["experiences_used"]`` as a list of
-``{"name": <experience name>, "blob": <blob id of the file it showed>}``: the blob pins
-the version the agent saw. The trajectory analyzer copies that list into the stored
+``{"name": <experience name>, "blob": <blob id of the file it showed>, "reason": <why it
+was shown>, "score": <its BM25 score, or null>}``: the blob pins the version the agent
+saw; the reason is ``always-on`` or ``rank N (bm25 score X)``
+(:mod:`expgit.train.retrieval`). The trajectory analyzer copies that list into the stored
 trajectory's front matter, and the per-experience statistics read it back from there.
 
 Readers are lenient about what other executors (remote environments, older recordings)
@@ -26,9 +28,14 @@ class UsedExperience(BaseModel):
 
     name: str
     blob: str | None = None
+    reason: str | None = None
+    score: float | None = None
 
-    def record(self) -> dict[str, str | None]:
-        return {"name": self.name, "blob": self.blob}
+    def record(self) -> dict[str, str | float | None]:
+        record: dict[str, str | float | None] = {"name": self.name, "blob": self.blob}
+        if self.reason is not None:
+            record |= {"reason": self.reason, "score": self.score}
+        return record
 
 
 def read_usage(metadata: Mapping[str, Any] | None) -> list[UsedExperience]:
@@ -43,15 +50,18 @@ def read_usage(metadata: Mapping[str, Any] | None) -> list[UsedExperience]:
             entry = UsedExperience(name=item.strip())
         elif isinstance(item, Mapping) and isinstance(item.get("name"), str) \
                 and item["name"].strip():
-            blob = item.get("blob")
-            entry = UsedExperience(name=item["name"].strip(),
-                                   blob=blob if isinstance(blob, str) and blob else None)
+            blob, reason, score = item.get("blob"), item.get("reason"), item.get("score")
+            entry = UsedExperience(
+                name=item["name"].strip(), blob=blob if isinstance(blob, str) and blob else None,
+                reason=reason if isinstance(reason, str) and reason else None,
+                score=float(score) if isinstance(score, int | float)
+                and not isinstance(score, bool) else None)
         else:
             continue
         used.setdefault(entry.name, entry)
     return list(used.values())
 
 
-def usage_records(used: list[UsedExperience]) -> list[dict[str, str | None]]:
+def usage_records(used: list[UsedExperience]) -> list[dict[str, str | float | None]]:
     """The JSON/YAML form of a usage list (what ``experiences_used`` holds)."""
     return [u.record() for u in used]

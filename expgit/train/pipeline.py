@@ -25,6 +25,8 @@ from expgit.train.domain import (
     RolloutTrainingResult,
     RubricEvaluation,
 )
+from expgit.train.experience_usage import KEY as USAGE_KEY
+from expgit.train.experience_usage import read_usage
 from expgit.train.interfaces import (
     CaseLoader,
     ExperienceSet,
@@ -40,6 +42,8 @@ class RolloutSummary(BaseModel):
     score: float | None
     error: str | None = None
     policy_snapshot_id: str
+    experiences_shown: int | None = None  # the experiences in its context, when recorded
+    context_tokens: int | None = None  # their estimated tokens, when recorded
 
 
 class BatchRecord(BaseModel):
@@ -72,6 +76,8 @@ class PhaseMetrics(BaseModel):
     rejected_edits: list[str] = Field(default_factory=list)  # the estimator's, with reasons
     batches: list[BatchRecord] = Field(default_factory=list)
     rollouts: list[RolloutSummary] = Field(default_factory=list)
+    context_experiences: float | None = None  # mean experiences shown per rollout
+    context_tokens: float | None = None  # mean estimated tokens of those experiences
     seconds: float = 0.0
 
 
@@ -145,10 +151,19 @@ def _evaluation(rollout: Rollout, result: RolloutTrainingResult | None
 
 
 def _summary(rollout: Rollout, evaluation: RubricEvaluation | None) -> RolloutSummary:
+    tokens = rollout.metadata.get("context_tokens")
     return RolloutSummary(case=rollout.case.name, error=rollout.error,
                           passed=evaluation.passed if evaluation else None,
                           score=evaluation.score if evaluation else None,
-                          policy_snapshot_id=rollout.policy_snapshot_id)
+                          policy_snapshot_id=rollout.policy_snapshot_id,
+                          experiences_shown=len(read_usage(rollout.metadata))
+                          if USAGE_KEY in rollout.metadata else None,
+                          context_tokens=tokens if isinstance(tokens, int) else None)
+
+
+def _mean(values: list[int | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(sum(known) / len(known), 3) if known else None
 
 
 def score(metrics: PhaseMetrics) -> None:
@@ -159,6 +174,8 @@ def score(metrics: PhaseMetrics) -> None:
     metrics.accuracy = metrics.passed / metrics.cases if metrics.cases else 0.0
     metrics.average_reward = (sum(r.score or 0.0 for r in judged) / metrics.cases
                               if metrics.cases else 0.0)
+    metrics.context_experiences = _mean([r.experiences_shown for r in judged])
+    metrics.context_tokens = _mean([r.context_tokens for r in judged])
 
 
 def add_training(metrics: PhaseMetrics, record: BatchRecord, rollouts: Sequence[Rollout],

@@ -135,9 +135,11 @@ class LexicalRanker:
             self._index, self._snapshot, self._size = index, snapshot, len(snapshot.entries)
         return index
 
-    def scores(self, query: str, snapshot: Snapshot) -> list[tuple[float, ExperienceEntry]]:
-        """(BM25 score, entry) of every eligible entry, best first, ties by name."""
-        return self.index(snapshot).scores(set(tokenize(query)), snapshot)
+    def scores(self, query: str, snapshot: Snapshot, k: int | None = None
+               ) -> list[tuple[float, ExperienceEntry]]:
+        """(BM25 score, entry) of every eligible entry (the first ``k`` when given), best
+        first, ties by name."""
+        return self.index(snapshot).scores(set(tokenize(query)), snapshot, k)
 
     async def rank(self, query: str, snapshot: Snapshot, k: int) -> list[ExperienceEntry]:
         if k <= 0:

@@ -140,6 +140,9 @@ def test_the_workflow_commands(driver: Driver, seeded_repo: ExperienceRepository
     shape("list", driver("list", "--json"))
     shape("list --stats", driver("list", "--stats", "--json"))
     shape("show", driver("show", BAGS, "--json"))
+    context = shape("context", driver("context", "free checked bags", "--top-k", "1",
+                                      "--json"))
+    assert [e["name"] for e in context["experiences"]] == [BAGS]
     log = shape("log", driver("log", "--json"))
     assert log["commit"] == applied["commit"] == log["updates"][0]["commit"]
     assert log["updates"][0]["proposal"] == proposal["id"]
