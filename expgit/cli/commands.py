@@ -103,6 +103,8 @@ REGISTRY: tuple[CommandEntry, ...] = (
     CommandEntry("env", "expgit.cli.env:env_group",
                  "Environment services: a benchmark's cases and rollouts over HTTP (RFC "
                  "15.6), for `expgit train --env-url URL` and `expgit eval --env-url URL`."),
+    CommandEntry("mcp", "expgit.cli.mcp:mcp_cmd",
+                 "Serve the experiences on main to an agent as an MCP server over stdio."),
     CommandEntry("export-sft", "expgit.cli.export_sft:export_sft_cmd",
                  "Export the active, labelled task segments of ingested sessions (`expgit "
                  "sessions`) as OpenAI chat fine-tuning JSONL: one segment per line, tool "
