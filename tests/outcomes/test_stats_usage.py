@@ -74,8 +74,11 @@ def test_trajectories_record_the_experiences_used_and_the_evaluation(
     snapshot = repo.snapshot()
     document = TrajectoryStore(repo).find(ids[BAGGAGE_CASE.name]) or ""
     front = read_front_matter(document, "baggage")
-    assert front["experiences_used"] == [{"name": n, "blob": snapshot.entries[n].blob}
-                                         for n in ACTIVE]  # the versions shown
+    used = front["experiences_used"]
+    assert sorted(u["name"] for u in used) == ACTIVE  # a small library is shown whole
+    assert all(u["blob"] == snapshot.entries[u["name"]].blob for u in used)  # versions
+    assert used[0]["name"] == "checked-baggage-allowance"  # the most relevant first
+    assert used[0]["reason"].startswith("rank 1 (bm25 score ") and used[0]["score"] > 0
     assert front["evaluation"]["passed"] is True and front["evaluation"]["score"] == 1.0
     assert front["analyzed_at"]
     pets = read_front_matter(TrajectoryStore(repo).find(ids[PETS_CASE.name]) or "", "pets")
