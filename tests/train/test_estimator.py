@@ -12,7 +12,7 @@ from conftest import fsck, git
 from expgit.llm.factory import LOCAL_MAX_TOKENS
 from expgit.llm.port import UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
-from expgit.llm.structured import StructuredLLM
+from expgit.llm.structured import StructuredLLM, wire_schema
 from expgit.store.experience import NAME_MAX, parse_experience
 from expgit.store.gradients import find_gradient, list_gradients
 from expgit.store.repository import ExperienceRepository
@@ -172,8 +172,9 @@ def test_valid_edits_become_gradient_commits_with_the_trajectory_as_evidence(
     assert "name: <name>" not in system  # the model no longer writes front matter
     assert "cancel eligibility" in ranker.queries[0]
     assert response_format is not None
+    # the schema on the wire: the output model's, without its length and count bounds
     assert response_format["json_schema"]["schema"] == \
-        estimate_output(EditLimits()).model_json_schema()
+        wire_schema(estimate_output(EditLimits()))
 
 
 def test_an_update_of_fields_keeps_the_rest_of_the_front_matter(

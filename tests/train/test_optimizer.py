@@ -274,8 +274,10 @@ def test_the_merge_schema_carries_the_bounds_and_the_prompt_fits(
                  for i in (1, 2)]
 
     def run(**options: Any) -> tuple[str, dict[str, Any]]:
-        opt = PatchMergePolicyOptimizer(seeded_repo, StructuredLLM(model, UsageMeter()),
-                                        **options)
+        # grammar_bounds: the request carries the output model's bounds, as to the
+        # embedded server (an API endpoint gets them left out: see wire_schema)
+        opt = PatchMergePolicyOptimizer(seeded_repo, StructuredLLM(
+            model, UsageMeter(), grammar_bounds=True), **options)
         plan(opt, gradients, snapshot)
         _, messages, response_format = model.calls[-1]
         assert response_format is not None
