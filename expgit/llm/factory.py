@@ -39,6 +39,9 @@ LOCAL_MIN_TIMEOUT_SECONDS = 300.0  # requests are queued client-side; generation
 LOCAL_N_CTX = DEFAULT_N_CTX  # 8192: SmolLM2's context
 LOCAL_MAX_TOKENS = 2048
 LOCAL_PROMPT_MARGIN = 256  # tokens kept free: chat template, estimate error
+# The embedded model samples greedily (temperature 0) with a fixed seed, per request and
+# for the server: the same snapshot gives the same replies, so the same score, each run.
+LOCAL_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -147,8 +150,8 @@ class LLMRuntime:
         # for a small model, should not) show it
         self._structured = StructuredLLM(
             chat, self.meter, mode=self.resolved.mode, max_tokens=self.max_tokens,
-            temperature=self.settings.temperature, schema_in_prompt=not self.is_local,
-            grammar_bounds=self.is_local)
+            temperature=0.0 if self.is_local else self.settings.temperature,
+            schema_in_prompt=not self.is_local, grammar_bounds=self.is_local)
 
     def _require(self) -> tuple[ChatModel, StructuredLLM]:
         if self._chat is None or self._structured is None:
@@ -177,13 +180,13 @@ class LLMRuntime:
             return self
         settings, resolved = self.settings, self.resolved
         if resolved.choice == "local":
-            server = LocalModelServer(resolved.gguf, n_ctx=LOCAL_N_CTX)
+            server = LocalModelServer(resolved.gguf, n_ctx=LOCAL_N_CTX, seed=LOCAL_SEED)
             await server.__aenter__()
             try:  # one request at a time: the server serialises them anyway
                 client = OpenAIChatModel(
                     base_url=server.base_url, api_key=None, model=resolved.model,
                     timeout_seconds=max(settings.timeout_seconds, LOCAL_MIN_TIMEOUT_SECONDS),
-                    max_retries=settings.max_retries, max_concurrency=1,
+                    max_retries=settings.max_retries, max_concurrency=1, seed=LOCAL_SEED,
                     # the embedded model on 2 cores: a long reply is slow, not hung
                     deadline_seconds=max(settings.call_deadline_seconds,
                                          LOCAL_MIN_TIMEOUT_SECONDS * 2))

@@ -93,13 +93,14 @@ class OpenAIChatModel:
     def __init__(self, *, base_url: str | None, api_key: str | None, model: str,
                  timeout_seconds: float = 60.0, max_retries: int = 4,
                  backoff_seconds: float = 0.5, embeddings_model: str | None = None,
-                 max_concurrency: int | None = None,
+                 max_concurrency: int | None = None, seed: int | None = None,
                  deadline_seconds: float | None = DEFAULT_DEADLINE_SECONDS) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
         self.model = model
         self.embeddings_model = embeddings_model
         self.base_url = base_url
+        self.seed = seed  # sent with every chat request when set (the embedded model's)
         self.max_retries = max_retries
         self.backoff_seconds = backoff_seconds
         self.attempts = 0  # HTTP attempts made, retries included
@@ -214,6 +215,8 @@ class OpenAIChatModel:
                        response_format: dict[str, Any] | None, max_tokens: int,
                        temperature: float) -> Completion:
         extra: dict[str, Any] = {"response_format": response_format} if response_format else {}
+        if self.seed is not None:
+            extra["seed"] = self.seed
 
         async def call(timeout: float) -> Any:
             return await self.client.chat.completions.create(
