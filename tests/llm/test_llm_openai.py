@@ -422,3 +422,29 @@ def test_openai_without_any_endpoint_is_a_usage_error() -> None:
         resolve_llm(LLMSettings(), choice="openai", model=None, base_url=None, environ={})
     assert info.value.exit_code == 2
     assert info.value.hint is not None and "OPENAI_API_KEY" in info.value.hint
+
+
+def test_a_seeded_client_sends_its_seed_and_an_endpoint_none(fake: FakeOpenAI) -> None:
+    """The embedded model's client is seeded (LOCAL_SEED), so its replies repeat."""
+    from expgit.llm.factory import LOCAL_SEED
+
+    fake.script(chat(GOOD), chat(GOOD))
+    seeded = model_for(fake, seed=LOCAL_SEED)
+    generate(seeded, UsageMeter())
+    generate(model_for(fake), UsageMeter())
+    assert fake.requests[0].json["seed"] == LOCAL_SEED
+    assert "seed" not in fake.requests[1].json
+
+
+def test_the_local_runtime_samples_at_temperature_0() -> None:
+    from expgit.llm.factory import LLMRuntime, ResolvedLLM
+    from expgit.llm.scripted import ScriptedChatModel
+
+    settings = LLMSettings(temperature=0.7)
+    local = LLMRuntime(settings, ResolvedLLM("local", "smol", None, None, "json_object"),
+                       UsageMeter())
+    remote = LLMRuntime(settings, ResolvedLLM("openai", "gpt", None, None, "json_object"),
+                        UsageMeter())
+    for runtime in (local, remote):
+        runtime._wire(ScriptedChatModel([]), None)
+    assert (local.structured.temperature, remote.structured.temperature) == (0.0, 0.7)
