@@ -305,3 +305,25 @@ def commit_plan(repo: ExperienceRepository, plan: MergePlan, main: str, snapshot
     if pr_body is not None:
         pr_body.write_text(f"{message.subject}\n\n{description}")
     return load_proposal(repo, commit, "open", NOTHING_APPLIED)
+
+
+def annotate_proposal(repo: ExperienceRepository, proposal: Proposal, evidence: str,
+                      *, pr_body: Path | None = None) -> Proposal:
+    """The proposal with ``evidence`` (markdown) appended to its description: a new commit
+    of the same tree, parent, author and trailers (``Expgit-Gradient`` kept), its branch
+    made and the draft's removed in one compare-and-swap transaction. The draft commit
+    stays unreferenced. Its id changes (an id is its commit's)."""
+    info = repo.git.read_commit(proposal.commit)
+    msg = tr.parse_message(info.message)
+    body = f"{msg.body.rstrip()}\n\n{evidence.strip()}\n"
+    message = tr.Message(msg.subject, body, msg.trailers)
+    commit = repo.git.write_commit(info.tree, list(info.parents), message.render(),
+                                   author=info.author_line)
+    if commit != proposal.commit:
+        old_ref, new_ref = PROPOSALS + proposal.id, PROPOSALS + commit[:ID_LEN]
+        repo.git.update_refs([RefUpdate(new_ref, commit, None),
+                              RefUpdate(old_ref, None, proposal.commit)],
+                             "expgit train: the measured effect in the description")
+    if pr_body is not None:
+        pr_body.write_text(f"{message.subject}\n\n{body}")
+    return load_proposal(repo, commit, "open", NOTHING_APPLIED)
