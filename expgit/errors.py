@@ -13,6 +13,7 @@ EXIT_USAGE = 2
 EXIT_CONFLICT = 3
 EXIT_LOCKED = 4
 EXIT_INVALID = 5
+EXIT_GATE = 6
 
 
 class ExpgitError(Exception):
@@ -72,6 +73,13 @@ class LockHeldError(ExpgitError):
     """Another live expgit writer holds the repository lock."""
 
     exit_code = EXIT_LOCKED
+
+
+class GateError(ExpgitError):
+    """The regression gate did not pass a proposal: it lowered the held-out eval, or
+    its eval could not be decided. The proposal stays open for review."""
+
+    exit_code = EXIT_GATE
 
 
 class GitError(ExpgitError):

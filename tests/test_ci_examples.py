@@ -65,11 +65,13 @@ EXPRESSIONS = {"vars.OPENAI_BASE_URL": "<the scripted server>",
 
 def training_steps(repo: ExperienceRepository) -> list[Step]:
     """A baseline eval of PETS_CASE, one batch of BAGGAGE_CASE and PETS_CASE (2 rollouts,
-    analyses and estimates, 1 merge), a final eval of PETS_CASE."""
+    analyses and estimates, 1 merge), the candidate eval of its proposal and a final eval,
+    both of PETS_CASE."""
     bodies = lesson_bodies(repo)
     estimate = estimate_for(bodies)
     return [Step("rollout", agent), Step("rollout", agent), Step("rollout", agent),
-            Step("rollout", agent), Step("analyze", analyze), Step("analyze", analyze),
+            Step("rollout", agent), Step("rollout", agent), Step("analyze", analyze),
+            Step("analyze", analyze),
             Step("estimate", estimate), Step("estimate", estimate),
             Step("merge", merge_of(bodies))]
 

@@ -57,12 +57,13 @@ SKIPPED = [  # the first line of each skipped block
 # The LLM calls the snippets make, by stage. The cases: 10 in train.yaml (one with an
 # llm_judge criterion), 7 in eval.yaml. Every rollout fails, so each is analysed (once:
 # a rollout already stored as a trajectory is not) and estimated; each run merges once.
-#   run_example.sh train: 7 + 10 + 7 rollouts, 1 judge, 10 analyze/estimate, 1 merge
+#   run_example.sh train: 7 + 10 + 7 + 7 rollouts (baseline, train, candidate, final),
+#   1 judge, 10 analyze/estimate, 1 merge
 #   eval: 7 rollouts; train: as run_example.sh; train-rollouts: 2 analyze/estimate, 1 merge
 #   env serve train: as run_example.sh (the rollouts run in the service); eval: 7 rollouts
 #   serve: the recorded rollout again (no analyze), 1 estimate, 1 merge
 #   sessions run: 1 segment (the 6-message session), 2 score, 2 analyze/estimate, 1 merge
-CALLS = {"rollout": 86, "judge": 3, "analyze": 36, "estimate": 37, "merge": 7,
+CALLS = {"rollout": 107, "judge": 3, "analyze": 36, "estimate": 37, "merge": 7,
          "segment": 1, "score": 2}
 
 

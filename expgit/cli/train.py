@@ -9,6 +9,7 @@ import click
 
 from expgit.cli._common import json_option, open_repo
 from expgit.cli._progress import progress_display
+from expgit.cli._run_options import gate_options, make_gate, trials_option
 from expgit.cli.train_common import (
     case_source,
     env_options,
@@ -27,7 +28,8 @@ from expgit.runs.build import RunOptions, run_train
 @click.option("--cases", type=click.Path(path_type=Path, dir_okay=False),
               help="The training cases (.yaml, .yml, .json or .jsonl); or --env-url.")
 @click.option("--eval-cases", type=click.Path(path_type=Path, dir_okay=False),
-              help="Held-out cases: evaluated before (baseline) and after (final) training.")
+              help="Held-out cases: evaluated before (baseline) and after (final) "
+              "training, and on each proposal's snapshot (candidate).")
 @env_options
 @click.option("--split", help="With --env-url: the training split.  [default: train]")
 @click.option("--eval-split", help="With --env-url: the held-out split (as --eval-cases).")
@@ -35,6 +37,11 @@ from expgit.runs.build import RunOptions, run_train
               help="Passes over the training cases.")
 @click.option("--batch-size", type=click.IntRange(min=1),
               help="Cases per batch, one update each (default: all cases in one batch).")
+@trials_option
+@click.option("--no-candidate-eval", "candidate_eval", is_flag=True, default=True,
+              flag_value=False, help="Do not measure each proposal on the held-out cases "
+              "(saves one pass over them per proposal; no gate then).")
+@gate_options
 @train_write_options
 @report_html_option
 @llm_options
@@ -43,7 +50,9 @@ from expgit.runs.build import RunOptions, run_train
 def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
               env_url: str | None, env_token_env: str | None, dataset: str | None,
               domain: str | None, split: str | None, eval_split: str | None, epochs: int,
-              batch_size: int | None, mode: str, pr_body: Path | None, report: Path | None,
+              batch_size: int | None, trials: int, candidate_eval: bool,
+              gate: bool | None, min_delta: float | None, max_regressions: int | None,
+              mode: str, pr_body: Path | None, report: Path | None,
               remote: str | None, report_html: Path | None, llm_choice: str | None,
               model: str | None, base_url: str | None, concurrency: int,
               as_json: bool) -> None:
@@ -58,7 +67,9 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
 
     \b
     With --eval-cases: a baseline eval first and a final eval last, and the accuracy
-    delta. --mode propose (the default) leaves main untouched: review the proposal
+    delta; each proposal's snapshot is evaluated too (candidate eval), and its figures
+    go into its PR description. --gate: a proposal that lowers them is not applied, and
+    the exit code is 6. --mode propose (the default) leaves main untouched: review the proposal
     branch (and the --pr-body FILE) as a pull request. --mode apply applies each proposal
     to main under the lock. Prints one line per phase and the LLM calls, tokens and cost
     per stage.
@@ -71,6 +82,7 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
     Example:
       expgit train --cases train.yaml --eval-cases eval.yaml --pr-body pr.md
       expgit train --cases train.yaml --mode apply --report run.json
+      expgit train --cases train.yaml --eval-cases eval.yaml --mode apply --gate
       expgit train --cases train.yaml --report-html run.html
       expgit train --cases train.yaml --remote origin
     """
@@ -81,11 +93,17 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
         raise UsageError("give the training cases: --cases FILE or --env-url URL")
     eval_set = case_source(eval_cases, service, eval_split, file_option="--eval-cases",
                            split_option="--eval-split")
+    # [train] gate applies where proposals are measured (not with --remote); --gate
+    # where they cannot be is refused
+    measured = eval_set is not None and candidate_eval and (remote is None or bool(gate))
+    gate_settings = make_gate(repo, gate, min_delta, max_regressions, measured=measured)
     with progress_display() as progress:
         options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
                              concurrency=concurrency,
                              mode="apply" if mode == "apply" else "propose",
-                             pr_body=pr_body, progress=progress, remote=remote)
+                             pr_body=pr_body, progress=progress, remote=remote,
+                             trials=trials, candidate_eval=candidate_eval,
+                             gate=gate_settings)
         result = asyncio.run(run_train(repo, train_set, options, eval_cases=eval_set,
                                        epochs=epochs, batch_size=batch_size))
     output(result, as_json, report, report_html=report_html, repo=repo)

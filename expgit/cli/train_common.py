@@ -1,5 +1,6 @@
 """What ``expgit train``, ``eval`` and ``train-rollouts`` share: LLM options, the
-environment service options, and printing and writing a run report."""
+environment service options, and printing and writing a run report (the gate's and
+trials' options: ``expgit.cli._run_options``, light enough for ``apply``)."""
 
 from __future__ import annotations
 
@@ -11,34 +12,16 @@ from typing import Any, Literal, TypeVar
 import click
 
 from expgit.cli._common import emit
-from expgit.errors import ExpgitError, UsageError
+from expgit.cli._run_options import RUN_CONCURRENCY as RUN_CONCURRENCY
+from expgit.cli._run_options import llm_options as llm_options
+from expgit.errors import ExpgitError, GateError, UsageError
 from expgit.remote.environment import EnvironmentService
 from expgit.runs.build import NO_LLM, CaseSource, LLMOptions
 from expgit.store.repository import ExperienceRepository
+from expgit.train.candidate import gate_failures
 from expgit.train.report import RunReport, render_text, write_report
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-RUN_CONCURRENCY = "Cases and rollouts processed at once."
-
-
-def llm_options(func: F, concurrency_help: str = RUN_CONCURRENCY) -> F:
-    """``--llm``, ``--model``, ``--base-url``, ``--concurrency`` (``concurrency_help``
-    says what runs at once for this command)."""
-    for option in reversed([
-        click.option("--llm", "llm_choice", type=click.Choice(["local", "openai"]),
-                     help="local: the embedded model; openai: an OpenAI-compatible endpoint "
-                     "([llm] in expgit.toml, OPENAI_BASE_URL). Default: openai when an "
-                     "endpoint is configured, else local."),
-        click.option("--model", help="The model name (overrides [llm] model)."),
-        click.option("--base-url", help="The endpoint URL, e.g. http://127.0.0.1:8080/v1 "
-                     "(overrides [llm] base_url and OPENAI_BASE_URL)."),
-        click.option("--concurrency", type=click.IntRange(min=1), default=4,
-                     show_default=True, help=concurrency_help),
-    ]):
-        func = option(func)
-    return func
 
 
 def env_options(func: F) -> F:
@@ -127,6 +110,13 @@ def output(report: RunReport, as_json: bool, report_file: Path | None = None, *,
                  if report.llm == NO_LLM else
                  "the model endpoint: --llm, --base-url, [llm] in expgit.toml")
         raise ExpgitError(report.problems[0], hint=f"check {where}")
+    failed = gate_failures(report.candidates)
+    if failed:
+        first = failed[0]
+        what = "" if first.gate.passed is None else " lowered the eval"
+        raise GateError(f"gate: proposal {first.proposal}{what}: {first.gate.reason}"
+                        + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
+                        hint=f"it stays open for review: `expgit review {first.proposal}`")
     if report.remote is not None and report.remote.errors:
         raise ExpgitError(f"push to {report.remote.remote!r} failed: "
                           f"{report.remote.errors[0]}",

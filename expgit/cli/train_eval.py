@@ -9,6 +9,7 @@ import click
 
 from expgit.cli._common import json_option, open_repo
 from expgit.cli._progress import progress_display
+from expgit.cli._run_options import trials_option
 from expgit.cli.train_common import (
     case_source,
     env_options,
@@ -30,18 +31,29 @@ from expgit.runs.build import RunOptions, run_eval
 @click.option("--report", type=click.Path(path_type=Path, dir_okay=False),
               help="Also write the whole run as JSON to FILE.")
 @report_html_option
+@click.option("--at", "at", metavar="REV", help="Evaluate this revision (a proposal id, "
+              "a commit, a branch) instead of main.")
+@click.option("--compare", nargs=2, metavar="A B", help="Evaluate both revisions on the "
+              "same cases and report B against A: delta, flipped cases.")
+@trials_option
 @llm_options
 @json_option
 @click.pass_context
 def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
              env_token_env: str | None, dataset: str | None, domain: str | None,
              split: str | None, report: Path | None, report_html: Path | None,
+             at: str | None, compare: tuple[str, str] | None, trials: int,
              llm_choice: str | None,
              model: str | None, base_url: str | None, concurrency: int,
              as_json: bool) -> None:
     """Evaluate the experiences on main with CASES: one rollout per case, scored by its
     rubric (no training, nothing written). Prints accuracy, average reward and the LLM
     cost.
+
+    \b
+    --at REV evaluates another revision; --compare A B both, and B's effect against A
+    (delta, flipped cases). --trials K runs each case K times: pass^1, pass^K and a 95%
+    interval.
 
     \b
     With --env-url URL instead of --cases: the environment service runs and scores the
@@ -51,14 +63,18 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
     Example:
       expgit eval --cases example_repo/cases/eval.yaml
       expgit eval --env-url http://127.0.0.1:1944 --split eval --json
+      expgit eval --cases eval.yaml --compare main 1a2b3c4d5e6f --trials 3
     """
     repo = open_repo(ctx)
     service = environment_service(repo, env_url, env_token_env, dataset, domain)
     eval_set = case_source(cases, service, split or ("eval" if service else None))
     if eval_set is None:
         raise UsageError("give the cases: --cases FILE or --env-url URL")
+    if at is not None and compare:
+        raise UsageError("give --at REV or --compare A B, not both")
     with progress_display() as progress:
         options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
-                             concurrency=concurrency, progress=progress)
-        result = asyncio.run(run_eval(repo, eval_set, options))
+                             concurrency=concurrency, progress=progress, trials=trials)
+        result = asyncio.run(run_eval(repo, eval_set, options, at=at,
+                                      compare=compare or None))
     output(result, as_json, report, report_html=report_html, repo=repo)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from expgit.errors import InvalidInputError
+from expgit.errors import InvalidInputError, UsageError
 from expgit.llm.port import EmbeddingModel, UsageListener, UsageMeter
 from expgit.llm.structured import StructuredLLM
 from expgit.outcomes.stats import experience_stats
@@ -24,7 +24,11 @@ from expgit.remote.environment import NoTrainer, RemoteCases
 from expgit.runs.relabel import by_feedback
 from expgit.store.jsonl import load_jsonl
 from expgit.store.proposals import find_proposal
+from expgit.store.refnames import ID_LEN
 from expgit.store.repository import ExperienceRepository
+from expgit.train.candidate import Gate
+from expgit.train.candidate import compare as compare_runs
+from expgit.train.candidate_stage import CandidateStage
 from expgit.train.cases import ListCaseLoader, load_cases
 from expgit.train.components.evaluator import RubricRolloutEvaluator
 from expgit.train.components.executor import SingleTurnLLMRolloutExecutor
@@ -48,6 +52,7 @@ from expgit.train.pipeline import (
     BatchRecord,
     OfflinePolicyOptimizationPipeline,
     PhaseMetrics,
+    PipelineEvaluationResult,
     PipelineObserver,
     add_training,
 )
@@ -98,6 +103,9 @@ class RunOptions:
     progress: ObserverFactory | None = None
     remote: str | None = None  # push to this remote (several trainers, one repository)
     evaluator: str = "recorded"  # train-rollouts: "feedback" relabels by feedback signals
+    trials: int = 1  # runs of every eval case
+    gate: Gate | None = None  # the regression gate; None: not checked
+    candidate_eval: bool = True  # with eval cases: measure each proposal's snapshot
 
 
 def _ranker(runtime: LLMHandles) -> ExperienceRanker | None:
@@ -120,7 +128,8 @@ def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
 def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurrency: int = 4,
                    top_k: int | None = None, observer: PipelineObserver | None = None,
                    executor: RolloutExecutor | None = None,
-                   publisher: RemotePublisher | None = None
+                   publisher: RemotePublisher | None = None,
+                   candidates: CandidateStage | None = None
                    ) -> OfflinePolicyOptimizationPipeline:
     """The RFC's default chain on ``repo``: single-turn executor with the rubric
     evaluator (unless another ``executor`` is given, e.g. a remote one), trajectory
@@ -150,7 +159,8 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
         usage_stats=experience_stats)
     trainer = BatchPolicyTrainer(analyzer, estimator, engine, concurrency=concurrency)
     return OfflinePolicyOptimizationPipeline(repo, ContentHashPolicySnapshotter(), executor,
-                                             trainer, observer=observer)
+                                             trainer, observer=observer,
+                                             candidates=candidates)
 
 
 def load_rollouts(path: Path) -> list[Rollout]:
@@ -192,7 +202,7 @@ def _report(command: str, repo: ExperienceRepository, runtime: LLMRuntime | None
     return report
 
 
-def _llm(repo: ExperienceRepository, options: RunOptions) -> LLMRuntime:
+def open_llm_for(repo: ExperienceRepository, options: RunOptions) -> LLMRuntime:
     from expgit.llm.factory import open_llm  # the openai client loads only when needed
 
     return open_llm(repo.settings.llm, choice=options.llm.choice, model=options.llm.model,
@@ -220,8 +230,10 @@ def _listen(runtime: LLMRuntime, observer: RunObserver | None) -> None:
         runtime.meter.listener = observer
 
 
-async def _cases(source: CaseSource) -> list[Case]:
-    return load_cases(source) if isinstance(source, Path) else await source.load()
+async def _cases(source: CaseSource, trials: int = 1) -> list[Case]:
+    """The cases, each ``trials`` times in a row (repeated eval trials)."""
+    cases = load_cases(source) if isinstance(source, Path) else await source.load()
+    return [case for case in cases for _ in range(trials)]
 
 
 async def _remote_executor(repo: ExperienceRepository, source: CaseSource,
@@ -236,53 +248,86 @@ async def _remote_executor(repo: ExperienceRepository, source: CaseSource,
 async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunOptions, *,
                     eval_cases: CaseSource | None = None, epochs: int = 1,
                     batch_size: int | None = None) -> RunReport:
-    """Baseline eval (with ``eval_cases``), ``epochs`` training epochs, final eval."""
+    """Baseline eval (with ``eval_cases``), ``epochs`` training epochs (each proposal
+    measured on the eval cases, unless ``options.candidate_eval`` is off), final eval."""
+    if options.gate is not None and (eval_cases is None or not options.candidate_eval):
+        raise UsageError("the gate needs the held-out cases and the candidate eval",
+                         hint="add --eval-cases FILE (and drop --no-candidate-eval)")
+    if options.gate is not None and options.remote is not None:
+        raise UsageError("the gate cannot be used with --remote yet",
+                         hint="train without --remote, then `expgit apply PROPOSAL --gate "
+                         "--eval-cases FILE --remote NAME`")
+    # With --remote the proposal is pushed as soon as it is made, so its description
+    # cannot take the figures afterwards: no candidate eval there (yet).
+    measure = options.candidate_eval and options.remote is None
     publisher = _publisher(repo, options)
     executor = await _remote_executor(repo, cases, options)
     train_set = await _cases(cases)
-    eval_set = await _cases(eval_cases) if eval_cases is not None else None
+    eval_set = await _cases(eval_cases, options.trials) if eval_cases is not None else None
     started = time.monotonic()
-    totals = {"train_epoch": len(train_set),
-              "baseline_eval": len(eval_set or []), "final_eval": len(eval_set or [])}
+    totals = {"train_epoch": len(train_set), "baseline_eval": len(eval_set or []),
+              "candidate_eval": len(eval_set or []), "final_eval": len(eval_set or [])}
     observer = _observer(options, totals)
-    async with _llm(repo, options) as runtime:
+    async with open_llm_for(repo, options) as runtime:
         _listen(runtime, observer)
+        stage = CandidateStage(repo, trials=options.trials, gate=options.gate,
+                               apply=options.mode == "apply", usage=runtime.meter.total
+                               ) if eval_set and measure else None
         pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
                                   observer=observer, executor=executor,
-                                  publisher=publisher)
+                                  publisher=publisher, candidates=stage)
         result = await pipeline.train(
             ListCaseLoader(train_set, batch_size or len(train_set)),
             PipelineContext(max_epochs=epochs, mode=options.mode),
             ListCaseLoader(eval_set, batch_size or len(eval_set)) if eval_set else None)
         report = _report("train", repo, runtime, options, result.phases, started)
     report.main_before, report.main_after = result.main_before, result.main_after
+    report.candidates = result.candidates
     report.notes = result.notes
+    if eval_set and options.candidate_eval and not measure:
+        report.notes.append("--remote: the proposals were not measured on the eval cases "
+                            "(no candidate eval); measure one with `expgit eval --compare "
+                            "main PROPOSAL`")
     await _push_rest(report, publisher)
     return report
 
 
 async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOptions, *,
-                   batch_size: int | None = None) -> RunReport:
-    """Run and score the cases against ``main``; writes nothing. Remote cases: the
-    service runs and scores them, and no model is started here."""
+                   batch_size: int | None = None, at: str | None = None,
+                   compare: tuple[str, str] | None = None) -> RunReport:
+    """Run and score the cases against ``main``, or the revision ``at``; with ``compare``
+    (A, B), against both, and B's effect as a candidate of A. Writes nothing. Remote
+    cases: the service runs and scores them, and no model is started here."""
+    revisions = list(compare) if compare is not None else [at]
+    commits = [repo.commit(rev) if rev is not None else None for rev in revisions]
     executor = await _remote_executor(repo, cases, options)
-    eval_set = await _cases(cases)
+    eval_set = await _cases(cases, options.trials)
     started = time.monotonic()
     loader = ListCaseLoader(eval_set, batch_size or len(eval_set))
-    observer = _observer(options, {"eval": len(eval_set)})
+    observer = _observer(options, {"eval": len(eval_set), "candidate_eval": len(eval_set)})
+
+    async def evaluate(pipeline: OfflinePolicyOptimizationPipeline
+                       ) -> list[PipelineEvaluationResult]:
+        return [await pipeline.eval(loader, PipelineContext(epoch=0), at=commit,
+                                    phase="candidate_eval" if n else "eval")
+                for n, commit in enumerate(commits)]
+
     if executor is not None:
-        pipeline = OfflinePolicyOptimizationPipeline(
-            repo, ContentHashPolicySnapshotter(), executor, NoTrainer(), observer=observer)
-        result = await pipeline.eval(loader, PipelineContext(epoch=0))
-        report = _report("eval", repo, None, options, [result.metrics], started)
+        results = await evaluate(OfflinePolicyOptimizationPipeline(
+            repo, ContentHashPolicySnapshotter(), executor, NoTrainer(), observer=observer))
+        report = _report("eval", repo, None, options, [r.metrics for r in results], started)
     else:
-        async with _llm(repo, options) as runtime:
+        async with open_llm_for(repo, options) as runtime:
             _listen(runtime, observer)
-            pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
-                                      observer=observer)
-            result = await pipeline.eval(loader, PipelineContext(epoch=0))
-            report = _report("eval", repo, runtime, options, [result.metrics], started)
-    report.main_before = report.main_after = result.metrics.batches[0].policy_commit
+            results = await evaluate(build_pipeline(
+                repo, runtime, concurrency=options.concurrency, observer=observer))
+            report = _report("eval", repo, runtime, options, [r.metrics for r in results],
+                             started)
+    report.main_before = report.main_after = results[0].metrics.batches[0].policy_commit
+    if compare is not None:
+        candidate = results[1].metrics.batches[0].policy_commit
+        report.candidates = [compare_runs(candidate[:ID_LEN], results[0].rollouts,
+                                          results[1].rollouts, options.trials, None)]
     return report
 
 
@@ -294,7 +339,7 @@ async def run_train_rollouts(repo: ExperienceRepository, rollouts_file: Path,
     started = time.monotonic()
     main_before = repo.main_commit()
     observer = _observer(options, {"train_rollouts": len(rollouts)})
-    async with _llm(repo, options) as runtime:
+    async with open_llm_for(repo, options) as runtime:
         _listen(runtime, observer)
         pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
                                   publisher=publisher)

@@ -56,6 +56,10 @@ class TrainSettings(BaseModel):
     total_token_budget: int = Field(default=200_000, gt=0)
     max_gradients_per_update: int = Field(default=8, ge=1)
     max_wait_seconds: float = Field(default=10.0, gt=0)
+    # the regression gate of a run with held-out cases (--gate / --no-gate override it)
+    gate: bool = False
+    gate_min_delta: float = Field(default=0.0, ge=-1, le=1)  # accuracy delta, 0..1
+    gate_max_regressions: int = Field(default=0, ge=0)  # cases allowed pass -> fail
 
 
 class SessionSettings(BaseModel):

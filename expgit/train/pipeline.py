@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
@@ -18,6 +19,8 @@ from pydantic import BaseModel, Field
 
 from expgit.errors import ExpgitError, InvalidInputError
 from expgit.store.repository import ExperienceRepository
+from expgit.train.candidate import CandidateReport, EvalSummary, summarize
+from expgit.train.candidate_stage import CandidateStage, Evaluate, Reviewed
 from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.domain import (
     PolicyApplyResult,
@@ -78,6 +81,7 @@ class PhaseMetrics(BaseModel):
     rollouts: list[RolloutSummary] = Field(default_factory=list)
     context_experiences: float | None = None  # mean experiences shown per rollout
     context_tokens: float | None = None  # mean estimated tokens of those experiences
+    summary: EvalSummary | None = None  # an eval phase's: pass^k, interval (--trials)
     seconds: float = 0.0
 
 
@@ -93,12 +97,15 @@ class PipelineResult(BaseModel):
     baseline: PipelineEvaluationResult | None = None
     epochs: list[PhaseMetrics] = Field(default_factory=list)
     final: PipelineEvaluationResult | None = None
+    candidate_phases: list[PhaseMetrics] = Field(default_factory=list)  # candidate_eval
+    candidates: list[CandidateReport] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 
     @property
     def phases(self) -> list[PhaseMetrics]:
         evals = [r.metrics for r in (self.baseline, self.final) if r is not None]
-        return ([evals.pop(0)] if self.baseline else []) + self.epochs + evals
+        return (([evals.pop(0)] if self.baseline else []) + self.epochs
+                + self.candidate_phases + evals)
 
 
 class PipelineObserver(Protocol):
@@ -200,14 +207,31 @@ def add_training(metrics: PhaseMetrics, record: BatchRecord, rollouts: Sequence[
     score(metrics)
 
 
+def add_reviewed(metrics: PhaseMetrics, record: BatchRecord, reviewed: Sequence[Reviewed],
+                 mode: str) -> None:
+    """Account the candidate stage's outcome of a batch's proposals: their final ids
+    (the description now carries the figures), what it applied, what it could not."""
+    renamed = dict(zip(record.proposals, (r.proposal for r in reviewed), strict=True))
+    record.proposals = [renamed[p] for p in record.proposals]
+    metrics.proposals = [renamed.get(p, p) for p in metrics.proposals]
+    record.applied_commits += [r.applied_commit for r in reviewed if r.applied_commit]
+    metrics.applied_commits += [r.applied_commit for r in reviewed if r.applied_commit]
+    errors = [r.error for r in reviewed if r.error]
+    record.errors += errors
+    metrics.errors += errors
+    metrics.commits = len(metrics.applied_commits if mode == "apply" else metrics.proposals)
+
+
 class OfflinePolicyOptimizationPipeline:
     """Orchestrates CaseLoader -> RolloutExecutor -> PolicyTrainer over epochs and
     batches, each batch against a fresh snapshot of ``main``; eval runs the executor only."""
 
     def __init__(self, repo: ExperienceRepository, snapshotter: PolicySnapshotter,
                  executor: RolloutExecutor, trainer: PolicyTrainer, *,
-                 observer: PipelineObserver | None = None) -> None:
+                 observer: PipelineObserver | None = None,
+                 candidates: CandidateStage | None = None) -> None:
         self.repo = repo
+        self.candidates = candidates  # with an eval loader: each proposal is measured
         self.snapshotter = snapshotter
         self.executor = executor
         self.trainer = trainer
@@ -227,8 +251,8 @@ class OfflinePolicyOptimizationPipeline:
         done = self.observer.rollout_done if self.observer is not None else None
         return ExecutionContext(snapshot_id, metadata=metadata, rollout_done=done)
 
-    async def _policy(self) -> tuple[ExperienceSet, str]:
-        policy_set = await asyncio.to_thread(self.repo.snapshot)
+    async def _policy(self, at: str | None = None) -> tuple[ExperienceSet, str]:
+        policy_set = await asyncio.to_thread(self.repo.snapshot, at)
         return policy_set, self.snapshotter.snapshot(policy_set)
 
     async def train(self, case_loader: CaseLoader, context: PipelineContext,
@@ -239,9 +263,23 @@ class OfflinePolicyOptimizationPipeline:
         if eval_loader is not None:
             result.baseline = await self._evaluate(
                 "baseline_eval", eval_loader, replace(context, epoch=-1))
+            if self.candidates is not None:
+                self.candidates.remember(main_before, result.baseline.rollouts)
+        stage = self.candidates if eval_loader is not None else None
+
+        async def evaluate(commit: str, phase: str, epoch: int) -> list[Rollout]:
+            assert eval_loader is not None
+            done = await self._evaluate(phase, eval_loader, replace(context, epoch=epoch),
+                                        at=commit)
+            result.candidate_phases.append(done.metrics)
+            return done.rollouts
+
         for epoch in range(context.max_epochs):
             result.epochs.append(await self._train_epoch(
-                case_loader, replace(context, epoch=epoch)))
+                case_loader, replace(context, epoch=epoch),
+                None if stage is None else (stage, evaluate)))
+        if stage is not None:
+            result.candidates = list(stage.reports)
         if eval_loader is not None:
             result.final = await self._evaluate(
                 "final_eval", eval_loader, replace(context, epoch=context.max_epochs))
@@ -253,8 +291,11 @@ class OfflinePolicyOptimizationPipeline:
                 "did not see the proposals of earlier ones")
         return result
 
-    async def _train_epoch(self, case_loader: CaseLoader, context: PipelineContext
+    async def _train_epoch(self, case_loader: CaseLoader, context: PipelineContext,
+                           review: tuple[CandidateStage, Evaluate] | None = None
                            ) -> PhaseMetrics:
+        """``review``: the candidate stage measures each proposal (and, in apply mode,
+        applies it if the gate lets it through), so the trainer only proposes."""
         metrics = PhaseMetrics(phase="train_epoch", epoch=context.epoch)
         started = time.monotonic()
         self._started(metrics.phase, context.epoch)
@@ -264,11 +305,17 @@ class OfflinePolicyOptimizationPipeline:
             rollouts = await self.executor.execute(cases, policy_set, self._execution(
                 snapshot_id, {"phase": "train", "epoch": context.epoch}))
             self._stage("train")
-            training = await self.trainer.train_rollouts(rollouts, policy_set, context)
+            training = await self.trainer.train_rollouts(
+                rollouts, policy_set,
+                context if review is None else replace(context, mode="propose"))
             record = BatchRecord(batch=number, cases=len(cases),
                                  policy_commit=policy_set.commit,
                                  policy_snapshot_id=snapshot_id)
             add_training(metrics, record, rollouts, training, context.mode)
+            if review is not None and record.proposals:
+                stage, evaluate = review
+                add_reviewed(metrics, record, await stage.review(
+                    evaluate, record.proposals, context.epoch), context.mode)
             number += 1
             if self.observer is not None:
                 self.observer.batch_done(metrics.phase, context.epoch, len(cases))
@@ -277,21 +324,22 @@ class OfflinePolicyOptimizationPipeline:
             self.observer.phase_done(metrics)
         return metrics
 
-    async def eval(self, case_loader: CaseLoader, context: PipelineContext
-                   ) -> PipelineEvaluationResult:
-        """Run and score the cases; no analysis, no writes. Every rollout must carry an
-        evaluation (an ExpgitError otherwise)."""
-        return await self._evaluate("eval", case_loader, context)
+    async def eval(self, case_loader: CaseLoader, context: PipelineContext, *,
+                   at: str | None = None, phase: str = "eval") -> PipelineEvaluationResult:
+        """Run and score the cases at ``at`` (default ``main``); no analysis, no writes.
+        Every rollout must carry an evaluation (an ExpgitError otherwise)."""
+        return await self._evaluate(phase, case_loader, context, at=at)
 
-    async def _evaluate(self, phase: str, case_loader: CaseLoader, context: PipelineContext
-                        ) -> PipelineEvaluationResult:
+    async def _evaluate(self, phase: str, case_loader: CaseLoader, context: PipelineContext,
+                        *, at: str | None = None) -> PipelineEvaluationResult:
+        """``at``: the commit to evaluate (default: ``main`` at each batch)."""
         metrics = PhaseMetrics(phase=phase, epoch=context.epoch)
         started = time.monotonic()
         self._started(phase, context.epoch)
         all_rollouts: list[Rollout] = []
         number = 0
         async for cases in case_loader.batches(context):
-            policy_set, snapshot_id = await self._policy()
+            policy_set, snapshot_id = await self._policy(at)
             rollouts = await self.executor.execute(cases, policy_set, self._execution(
                 snapshot_id, {"phase": phase, "epoch": context.epoch}))
             for rollout in rollouts:
@@ -310,6 +358,8 @@ class OfflinePolicyOptimizationPipeline:
             if self.observer is not None:
                 self.observer.batch_done(phase, context.epoch, len(cases))
         score(metrics)
+        runs = Counter(r.case.name for r in all_rollouts)
+        metrics.summary = summarize(all_rollouts, max(runs.values(), default=1))
         metrics.seconds = time.monotonic() - started
         if self.observer is not None:
             self.observer.phase_done(metrics)

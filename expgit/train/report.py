@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from expgit.errors import InvalidInputError
 from expgit.llm.port import StageUsage, UsageMeter
+from expgit.train.candidate import CandidateReport, summary_line
 from expgit.train.pipeline import PhaseMetrics
 from expgit.train.remote_push import RemoteReport
 
@@ -52,6 +53,7 @@ class RunReport(BaseModel):
     notes: list[str] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)  # the run did not work: exit 1
     remote: RemoteReport | None = None  # --remote: what was pushed there
+    candidates: list[CandidateReport] = Field(default_factory=list)  # candidate eval
     usage: UsageReport = Field(default_factory=UsageReport)
     seconds: float = 0.0
 
@@ -81,6 +83,11 @@ def phase_line(metrics: PhaseMetrics) -> str:
             f"avg_reward={metrics.average_reward:.6f}")
     if metrics.phase in TRAINING_PHASES:
         line += f" commits={metrics.commits} errors={len(metrics.errors)}"
+    s = metrics.summary
+    if s is not None and s.trials > 1:
+        line += (f" trials={s.trials} pass^1={s.pass_k['1']:.3f} "
+                 f"pass^{s.trials}={s.pass_k[str(s.trials)]:.3f} "
+                 f"ci={s.ci[0] * 100:.1f}-{s.ci[1] * 100:.1f}%")
     return line
 
 
@@ -142,6 +149,8 @@ def render_text(report: RunReport) -> str:
     if baseline is not None and final is not None:
         lines += ["", *delta_lines(baseline, final)]
     lines += rejected_lines(report.phases)
+    if report.candidates:
+        lines += ["", *map(summary_line, report.candidates)]
     if report.command != "eval":
         lines.append("")
         if report.proposals:

@@ -55,7 +55,7 @@ def test_train_propose_mode(run_cli: Any, serve: Any, seeded_repo: ExperienceRep
     path = tmp_path / "repo"
     main = seeded_repo.main_commit()
     server = serve([*training_steps(seeded_repo), Step("rollout", agent),
-                    Step("rollout", agent)])
+                    Step("rollout", agent), Step("rollout", agent)])  # + candidate eval
     train = cases_file(tmp_path / "train.yaml", BAGGAGE_CASE, PETS_CASE)
     held_out = cases_file(tmp_path / "eval.yaml", PETS_CASE)
     pr_body, report = tmp_path / "pr.md", tmp_path / "report.json"
@@ -70,14 +70,16 @@ def test_train_propose_mode(run_cli: Any, serve: Any, seeded_repo: ExperienceRep
         "1", "0.00", "0", "1", "0.000000")
     assert re.fullmatch(LINE["train_epoch"], lines[1]).groups() == (  # type: ignore[union-attr]
         "2", "50.00", "1", "2", "0.500000", "1", "0")
-    assert re.fullmatch(LINE["final_eval"], lines[2]).groups() == (  # type: ignore[union-attr]
+    assert lines[2] == ("[candidate_eval] epoch=0 cases=1 accuracy=100.00% passed=1/1 "
+                        "avg_reward=1.000000")  # the proposal's snapshot knows about pets
+    assert re.fullmatch(LINE["final_eval"], lines[3]).groups() == (  # type: ignore[union-attr]
         "1", "0.00", "0", "1", "0.000000")
-    assert lines[3:7] == ["", "baseline accuracy: 0.00% (0/1)", "final accuracy: 0.00% (0/1)",
+    assert lines[4:8] == ["", "baseline accuracy: 0.00% (0/1)", "final accuracy: 0.00% (0/1)",
                           "accuracy delta: +0.00pp"]
     usage = lines[lines.index("LLM usage:") + 1:]
     assert usage[0].split()[0] == "stage" and usage[-1].split()[0] == "total"
     assert {row.split()[0]: int(row.split()[1]) for row in usage[1:]} == {
-        "rollout": 4, "analyze": 2, "estimate": 2, "merge": 1, "total": 9}
+        "rollout": 5, "analyze": 2, "estimate": 2, "merge": 1, "total": 10}
     assert "expgit: train_epoch epoch=0: 2/2 rollouts, 7 LLM calls" in result.err  # plain lines
     # main untouched; trajectories, gradients, a proposal and its PR body
     assert git(path, "rev-parse", "main").strip() == main
@@ -91,10 +93,10 @@ def test_train_propose_mode(run_cli: Any, serve: Any, seeded_repo: ExperienceRep
     assert git(path, "log", "-1", "--format=%B", proposals[0]).startswith(body.split("\n")[0])
     data = json.loads(report.read_text())
     assert [p["phase"] for p in data["phases"]] == ["baseline_eval", "train_epoch",
-                                                    "final_eval"]
+                                                    "candidate_eval", "final_eval"]
     assert data["mode"] == "propose" and data["main_before"] == data["main_after"] == main
     assert data["proposals"] == [proposals[0].rsplit("/", 1)[1]]
-    assert data["usage"]["total"]["calls"] == 9
+    assert data["usage"]["total"]["calls"] == 10
     assert {r["case"] for r in data["phases"][1]["rollouts"]} == {BAGGAGE_CASE.name,
                                                                   PETS_CASE.name}
     fsck(path)
@@ -105,7 +107,7 @@ def test_train_apply_mode_moves_main_and_final_eval_sees_it(
     path = tmp_path / "repo"
     main = seeded_repo.main_commit()
     server = serve([*training_steps(seeded_repo), Step("rollout", agent),
-                    Step("rollout", agent)])
+                    Step("rollout", agent), Step("rollout", agent)])
     result = run_cli("-C", path, "train", "--cases",
                      cases_file(tmp_path / "t.yaml", BAGGAGE_CASE, PETS_CASE),
                      "--eval-cases", cases_file(tmp_path / "e.yaml", PETS_CASE),
@@ -114,7 +116,8 @@ def test_train_apply_mode_moves_main_and_final_eval_sees_it(
     server.chat.assert_done()
     data = json.loads(result.out)
     assert_shape("train", data)
-    baseline, epoch, final = data["phases"]
+    baseline, epoch, candidate, final = data["phases"]
+    assert candidate["phase"] == "candidate_eval" and candidate["passed"] == 1
     assert (baseline["passed"], final["passed"]) == (0, 1)  # final eval saw the lesson
     assert epoch["commits"] == 1 and data["applied_commits"] == [data["main_after"]]
     assert git(path, "rev-parse", "main").strip() == data["main_after"] != main

@@ -85,7 +85,7 @@ def test_train_propose_through_the_environment_service(
     path = tmp_path / "repo"
     main = seeded_repo.main_commit()
     snapshot_id = seeded_repo.snapshot().id
-    service = env_service(rollouts=4)  # baseline 1, train 2, final 1
+    service = env_service(rollouts=5)  # baseline 1, train 2, candidate 1, final 1
     trainer = serve(training_steps(seeded_repo))
     result = run_cli("-C", path, "train", "--env-url", service.url, "--eval-split", "eval",
                      "--mode", "propose", "--llm", "openai", "--base-url", trainer.url,
@@ -95,12 +95,15 @@ def test_train_propose_through_the_environment_service(
     trainer.chat.assert_done()
     assert trainer.unexpected == []
     data = json.loads(result.out)
-    baseline, epoch, final = data["phases"]
+    baseline, epoch, candidate, final = data["phases"]
     assert (baseline["cases"], epoch["cases"], final["cases"]) == (1, 2, 1)
+    # the service ran the proposal's snapshot too (candidate eval), and it learnt pets
+    assert (candidate["phase"], candidate["passed"]) == ("candidate_eval", 1)
+    assert candidate["rollouts"][0]["policy_snapshot_id"] != snapshot_id
     assert (epoch["passed"], epoch["gradients"], epoch["commits"]) == (1, 2, 1)
     assert {r["case"] for r in epoch["rollouts"]} == {BAGGAGE_CASE.name, PETS_CASE.name}
-    assert {r["policy_snapshot_id"] for p in data["phases"] for r in p["rollouts"]} == {
-        snapshot_id}
+    assert {r["policy_snapshot_id"] for p in (baseline, epoch, final)
+            for r in p["rollouts"]} == {snapshot_id}
     # the trainer's LLM made no rollout call: only analyze, estimate, merge
     assert set(data["usage"]["by_stage"]) == {"analyze", "estimate", "merge"}
     assert data["main_before"] == data["main_after"] == main

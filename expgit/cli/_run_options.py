@@ -1,0 +1,76 @@
+"""The model's, the regression gate's and the eval trials' options (train, eval,
+train-rollouts, apply); light: importing this loads no LLM or HTTP stack."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from expgit.errors import UsageError
+from expgit.store.repository import ExperienceRepository
+from expgit.train.candidate import Gate
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+RUN_CONCURRENCY = "Cases and rollouts processed at once."
+
+
+def llm_options(func: F, concurrency_help: str = RUN_CONCURRENCY) -> F:
+    """``--llm``, ``--model``, ``--base-url``, ``--concurrency`` (``concurrency_help``
+    says what runs at once for this command)."""
+    for option in reversed([
+        click.option("--llm", "llm_choice", type=click.Choice(["local", "openai"]),
+                     help="local: the embedded model; openai: an OpenAI-compatible endpoint "
+                     "([llm] in expgit.toml, OPENAI_BASE_URL). Default: openai when an "
+                     "endpoint is configured, else local."),
+        click.option("--model", help="The model name (overrides [llm] model)."),
+        click.option("--base-url", help="The endpoint URL, e.g. http://127.0.0.1:8080/v1 "
+                     "(overrides [llm] base_url and OPENAI_BASE_URL)."),
+        click.option("--concurrency", type=click.IntRange(min=1), default=4,
+                     show_default=True, help=concurrency_help),
+    ]):
+        func = option(func)
+    return func
+
+
+def trials_option(func: F) -> F:
+    return click.option("--trials", type=click.IntRange(min=1), default=1, show_default=True,
+                        help="Runs of every eval case: reports pass^1 and pass^K and a "
+                        "95% interval.")(func)
+
+
+def gate_options(func: F) -> F:
+    """``--gate/--no-gate``, ``--min-delta``, ``--max-regressions`` ([train] gate...)."""
+    for option in reversed([
+        click.option("--gate/--no-gate", "gate", default=None,
+                     help="The regression gate on the held-out cases: a proposal whose "
+                     "measured effect fails it is not applied (exit 6).  [default: "
+                     "[train] gate]"),
+        click.option("--min-delta", type=click.FloatRange(-100, 100), metavar="PP",
+                     help="The gate's least accuracy delta, in points (e.g. 0 or -5).  "
+                     "[default: [train] gate_min_delta]"),
+        click.option("--max-regressions", type=click.IntRange(min=0), metavar="N",
+                     help="The cases the gate lets go pass -> fail.  [default: [train] "
+                     "gate_max_regressions]"),
+    ]):
+        func = option(func)
+    return func
+
+
+def make_gate(repo: ExperienceRepository, gate: bool | None, min_delta: float | None,
+              max_regressions: int | None, *, measured: bool) -> Gate | None:
+    """The gate of the run, or None. ``--gate`` needs ``measured`` (held-out cases and
+    the candidate eval: exit 2 without); ``[train] gate`` applies only then."""
+    settings = repo.settings.train
+    if gate and not measured:
+        raise UsageError("--gate needs held-out cases to measure the proposals",
+                         hint="add --eval-cases FILE (and drop --no-candidate-eval)")
+    if not (settings.gate if gate is None else gate) or not measured:
+        return None
+    return Gate(min_delta=(settings.gate_min_delta if min_delta is None
+                           else min_delta / 100),
+                max_regressions=(settings.gate_max_regressions if max_regressions is None
+                                 else max_regressions))

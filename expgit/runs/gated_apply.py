@@ -1,0 +1,51 @@
+"""``expgit apply PROPOSAL --gate --eval-cases FILE``: the regression gate by hand.
+
+``main`` (baseline) and the proposal as it would land on ``main`` (candidate: the
+proposal itself, or its rebuild on a moved ``main``) run the same held-out cases; the
+proposal is applied only if the gate passes. Otherwise it stays open and GateError
+(exit 6) says why. The rollouts run outside the lock; the apply takes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from expgit.errors import GateError
+from expgit.runs.build import LLMOptions, RunOptions, build_pipeline, open_llm_for
+from expgit.store.apply import ApplyResult, apply_proposal, build_on, ensure_open
+from expgit.store.proposals import find_proposal
+from expgit.store.repository import ExperienceRepository
+from expgit.train.candidate import CandidateReport, Gate, compare, summary_line
+from expgit.train.cases import ListCaseLoader, load_cases
+from expgit.train.context import PipelineContext
+
+
+@dataclass
+class GatedApply:
+    applied: ApplyResult
+    candidate: CandidateReport
+
+
+async def run_gated_apply(repo: ExperienceRepository, proposal_id: str, cases: Path,
+                          gate: Gate, *, trials: int = 1,
+                          llm: LLMOptions | None = None, concurrency: int = 4,
+                          remote: str | None = None) -> GatedApply:
+    proposal = find_proposal(repo, proposal_id)
+    ensure_open(repo, proposal)
+    eval_set = [case for case in load_cases(cases) for _ in range(trials)]
+    main = repo.main_commit()
+    candidate_commit, _ = build_on(repo, proposal, main)  # an unreferenced commit
+    options = RunOptions(llm=llm or LLMOptions(), concurrency=concurrency)
+    loader = ListCaseLoader(eval_set, len(eval_set))
+    async with open_llm_for(repo, options) as runtime:
+        pipeline = build_pipeline(repo, runtime, concurrency=concurrency)
+        baseline = await pipeline.eval(loader, PipelineContext(epoch=0), at=main)
+        candidate = await pipeline.eval(loader, PipelineContext(epoch=0),
+                                        at=candidate_commit, phase="candidate_eval")
+    report = compare(proposal.id, baseline.rollouts, candidate.rollouts, trials, gate)
+    if report.gate.passed is not True:
+        raise GateError(f"gate: proposal {proposal.id} was not applied: {report.gate.reason}"
+                        f" ({summary_line(report)})",
+                        hint=f"it stays open: `expgit review {proposal.id}`, or reject it")
+    return GatedApply(apply_proposal(repo, proposal.id, remote=remote), report)

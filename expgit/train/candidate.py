@@ -1,0 +1,223 @@
+"""The measured effect of a proposal: its snapshot (candidate) against its base (baseline)
+on the same held-out cases, and the regression gate.
+
+Figures (each case run ``trials`` times; c of its n trials passed):
+
+* ``accuracy``: passed rollouts / rollouts, with a 95% Wilson score interval (``ci``);
+* ``pass_k``: as tau2-bench, the mean over cases of C(c, k) / C(n, k), for k = 1 and
+  k = trials (the chance that k runs of the case all pass);
+* ``delta``: candidate accuracy - baseline accuracy (0..1), its 95% interval from the
+  normal approximation of the paired per-case differences (deterministic);
+* a case passes when at least half its trials passed; ``flipped`` lists the cases whose
+  verdict changed, with the criteria that failed on the failing side.
+
+The gate (``[train] gate``, ``--gate``) passes when ``delta >= min_delta`` and at most
+``max_regressions`` cases went pass -> fail. A rollout that failed (an error, not a wrong
+answer) on either side leaves it undecided (``passed`` null): never passed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field, model_serializer
+
+from expgit.train.domain import Rollout
+
+Z95 = 1.959963984540054
+
+
+class EvalSummary(BaseModel):
+    cases: int = 0
+    trials: int = 1
+    passed: int = 0
+    accuracy: float = 0.0
+    mean_score: float = 0.0
+    pass_k: dict[str, float] = Field(default_factory=dict)
+    ci: list[float] = Field(default_factory=lambda: [0.0, 0.0])
+
+
+class Flip(BaseModel):
+    case: str
+    from_: str
+    to: str
+    criteria: list[str] = Field(default_factory=list)
+
+    @model_serializer
+    def _dump(self) -> dict[str, Any]:  # "from" is a keyword: the field is from_
+        return {"case": self.case, "from": self.from_, "to": self.to,
+                "criteria": list(self.criteria)}
+
+
+class GateResult(BaseModel):
+    checked: bool = False
+    passed: bool | None = None
+    reason: str = "no gate set: --gate, [train] gate"
+
+
+class CandidateReport(BaseModel):
+    proposal: str
+    baseline: EvalSummary
+    candidate: EvalSummary
+    delta: float = 0.0
+    delta_ci: list[float] = Field(default_factory=lambda: [0.0, 0.0])
+    flipped: list[Flip] = Field(default_factory=list)
+    gate: GateResult = Field(default_factory=GateResult)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """``min_delta``: the least accuracy delta (0..1, may be negative);
+    ``max_regressions``: the cases allowed to go pass -> fail."""
+
+    min_delta: float = 0.0
+    max_regressions: int = 0
+
+
+def wilson(passed: int, total: int, z: float = Z95) -> list[float]:
+    if total == 0:
+        return [0.0, 1.0]
+    p = passed / total
+    denom = 1 + z * z / total
+    centre = (p + z * z / (2 * total)) / denom
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+def _by_case(rollouts: Sequence[Rollout]) -> dict[str, list[Rollout]]:
+    cases: dict[str, list[Rollout]] = {}
+    for rollout in rollouts:
+        cases.setdefault(rollout.case.name, []).append(rollout)
+    return cases
+
+
+def _passed(rollout: Rollout) -> bool:
+    return bool(rollout.evaluation and rollout.evaluation.passed)
+
+
+def _rate(trials: Sequence[Rollout]) -> float:
+    return sum(map(_passed, trials)) / len(trials)
+
+
+def summarize(rollouts: Sequence[Rollout], trials: int) -> EvalSummary:
+    cases = _by_case(rollouts)
+    total = len(rollouts)
+    passed = sum(map(_passed, rollouts))
+    scores = [r.evaluation.score if r.evaluation else 0.0 for r in rollouts]
+
+    def pass_k(k: int) -> float:
+        values = [math.comb(sum(map(_passed, t)), k) / math.comb(len(t), k)
+                  for t in cases.values() if len(t) >= k]
+        return sum(values) / len(values) if values else 0.0
+
+    return EvalSummary(cases=len(cases), trials=trials, passed=passed,
+                       accuracy=passed / total if total else 0.0,
+                       mean_score=sum(scores) / total if total else 0.0,
+                       pass_k={"1": pass_k(1), str(trials): pass_k(trials)},
+                       ci=wilson(passed, total))
+
+
+def paired_delta_ci(baseline: Sequence[Rollout], candidate: Sequence[Rollout]
+                    ) -> list[float]:
+    """95% interval of the mean per-case difference of pass rates (normal
+    approximation); [-1, 1] when fewer than two cases are shared."""
+    base, cand = _by_case(baseline), _by_case(candidate)
+    diffs = [_rate(cand[name]) - _rate(base[name]) for name in base if name in cand]
+    if len(diffs) < 2:
+        return [-1.0, 1.0]
+    mean = sum(diffs) / len(diffs)
+    var = sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)
+    half = Z95 * math.sqrt(var / len(diffs))
+    return [max(-1.0, mean - half), min(1.0, mean + half)]
+
+
+def _failed_criteria(trials: Sequence[Rollout]) -> list[str]:
+    names: dict[str, None] = {}
+    for rollout in trials:
+        for result in rollout.evaluation.criterion_results if rollout.evaluation else []:
+            if not result.passed:
+                names.setdefault(result.criterion_name)
+        if rollout.error:
+            names.setdefault(f"error: {rollout.error}")
+    return list(names)
+
+
+def flipped(baseline: Sequence[Rollout], candidate: Sequence[Rollout]) -> list[Flip]:
+    base, cand = _by_case(baseline), _by_case(candidate)
+    flips = []
+    for name in base:
+        if name not in cand:
+            continue
+        was, now = _rate(base[name]) >= 0.5, _rate(cand[name]) >= 0.5
+        if was != now:
+            failing = cand[name] if was else base[name]
+            flips.append(Flip(case=name, from_="pass" if was else "fail",
+                              to="pass" if now else "fail",
+                              criteria=_failed_criteria(failing)))
+    return flips
+
+
+def check_gate(gate: Gate | None, report: CandidateReport, errors: int) -> GateResult:
+    """``errors``: rollouts that failed (on either side); then the gate is undecided."""
+    if gate is None:
+        return GateResult()
+    if errors:
+        return GateResult(checked=True, passed=None,
+                          reason=f"could not be decided: {errors} eval rollouts failed")
+    regressions = sum(1 for f in report.flipped if f.to == "fail")
+    problems = []
+    if report.delta < gate.min_delta - 1e-12:
+        problems.append(f"delta {report.delta * 100:+.2f}pp is below the minimum "
+                        f"{gate.min_delta * 100:+.2f}pp")
+    if regressions > gate.max_regressions:
+        problems.append(f"{regressions} cases went pass -> fail (at most "
+                        f"{gate.max_regressions} allowed)")
+    if problems:
+        return GateResult(checked=True, passed=False, reason="; ".join(problems))
+    return GateResult(checked=True, passed=True,
+                      reason=f"delta {report.delta * 100:+.2f}pp >= "
+                      f"{gate.min_delta * 100:+.2f}pp, {regressions} pass -> fail "
+                      f"<= {gate.max_regressions}")
+
+
+def compare(proposal: str, baseline: Sequence[Rollout], candidate: Sequence[Rollout],
+            trials: int, gate: Gate | None) -> CandidateReport:
+    base, cand = summarize(baseline, trials), summarize(candidate, trials)
+    report = CandidateReport(proposal=proposal, baseline=base, candidate=cand,
+                             delta=cand.accuracy - base.accuracy,
+                             delta_ci=paired_delta_ci(baseline, candidate),
+                             flipped=flipped(baseline, candidate))
+    errors = sum(1 for r in [*baseline, *candidate] if r.error)
+    report.gate = check_gate(gate, report, errors)
+    return report
+
+
+def undecided(proposal: str, baseline: Sequence[Rollout], trials: int, gate: Gate | None,
+              why: str) -> CandidateReport:
+    """The candidate eval itself failed: no figures, and the gate is not passed."""
+    report = CandidateReport(proposal=proposal, baseline=summarize(baseline, trials),
+                             candidate=EvalSummary(trials=trials), delta_ci=[-1.0, 1.0])
+    report.gate = GateResult(checked=gate is not None, passed=None,
+                             reason=f"could not be decided: the candidate eval failed: {why}")
+    return report
+
+
+def gate_failures(reports: Sequence[CandidateReport]) -> list[CandidateReport]:
+    """The candidates a checked gate did not pass (failed or undecided)."""
+    return [r for r in reports if r.gate.checked and r.gate.passed is not True]
+
+
+def summary_line(report: CandidateReport) -> str:
+    b, c = report.baseline, report.candidate
+    low, high = report.delta_ci
+    flips = ", ".join(f"{f.case} {f.from_}->{f.to}" for f in report.flipped) or "none"
+    verdict = ("not checked" if not report.gate.checked else "passed" if report.gate.passed
+               else "FAILED" if report.gate.passed is False else "UNDECIDED")
+    return (f"candidate {report.proposal}: baseline {b.passed}/{b.cases * b.trials} "
+            f"({b.accuracy * 100:.2f}%) -> candidate {c.passed}/{c.cases * c.trials} "
+            f"({c.accuracy * 100:.2f}%), delta {report.delta * 100:+.2f}pp "
+            f"[{low * 100:+.2f}, {high * 100:+.2f}]; flipped: {flips}; gate: {verdict}"
+            + (f" ({report.gate.reason})" if report.gate.checked else ""))

@@ -1,0 +1,93 @@
+"""Candidate eval during training: each new proposal's snapshot runs the held-out cases
+(phase ``candidate_eval``); its figures against its base go into its PR description
+(:func:`expgit.store.proposals.annotate_proposal`: same tree, parent and trailers), and
+in apply mode it is applied only if the gate passes (or no gate is set). A proposal the
+gate does not pass stays open for review. A candidate eval that fails (the model down)
+leaves the proposal as it was, and its gate undecided.
+
+Baselines are remembered by tree: the baseline eval of ``main``, then each candidate's,
+so the only extra cost is one pass over the eval cases per proposal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from expgit.errors import ConflictError, ExpgitError
+from expgit.llm.port import StageUsage
+from expgit.store import templates
+from expgit.store.apply import apply_proposal
+from expgit.store.proposals import Proposal, annotate_proposal, find_proposal
+from expgit.store.repository import ExperienceRepository
+from expgit.train.candidate import CandidateReport, Gate, compare, undecided
+from expgit.train.domain import Rollout
+
+# (commit to evaluate, phase, epoch) -> the rollouts of every eval case at that commit
+Evaluate = Callable[[str, str, int], Awaitable[list[Rollout]]]
+
+
+@dataclass
+class Reviewed:
+    """What became of one proposal: its final id, and main's commit if applied."""
+
+    proposal: str
+    applied_commit: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class CandidateStage:
+    repo: ExperienceRepository
+    trials: int = 1
+    gate: Gate | None = None
+    apply: bool = False  # apply mode: apply each proposal the gate lets through
+    usage: Callable[[], StageUsage] | None = None
+    reports: list[CandidateReport] = field(default_factory=list)
+    _by_tree: dict[str, list[Rollout]] = field(default_factory=dict)
+
+    def remember(self, commit: str, rollouts: list[Rollout]) -> None:
+        self._by_tree[self.repo.git.read_commit(commit).tree] = rollouts
+
+    async def _at(self, evaluate: Evaluate, commit: str, phase: str, epoch: int
+                  ) -> list[Rollout]:
+        tree = await asyncio.to_thread(lambda: self.repo.git.read_commit(commit).tree)
+        if tree not in self._by_tree:
+            self._by_tree[tree] = await evaluate(commit, phase, epoch)
+        return self._by_tree[tree]
+
+    async def review(self, evaluate: Evaluate, proposal_ids: Sequence[str], epoch: int
+                     ) -> list[Reviewed]:
+        return [await self._review(evaluate, pid, epoch) for pid in proposal_ids]
+
+    async def _review(self, evaluate: Evaluate, pid: str, epoch: int) -> Reviewed:
+        proposal = await asyncio.to_thread(find_proposal, self.repo, pid)
+        baseline = await self._at(evaluate, proposal.base, "baseline_eval", epoch)
+        try:
+            candidate = await evaluate(proposal.commit, "candidate_eval", epoch)
+        except ExpgitError as exc:
+            self.reports.append(undecided(pid, baseline, self.trials, self.gate,
+                                          exc.message))
+            return Reviewed(pid)
+        report = compare(pid, baseline, candidate, self.trials, self.gate)
+        final = await asyncio.to_thread(self._annotate, proposal, report)
+        report.proposal = final.id
+        self.reports.append(report)
+        self.remember(final.commit, candidate)
+        if not self.apply or (report.gate.checked and report.gate.passed is not True):
+            return Reviewed(final.id)
+        try:
+            applied = await asyncio.to_thread(apply_proposal, self.repo, final.id)
+        except ConflictError as exc:
+            return Reviewed(final.id, error=f"proposal {final.id} was not applied: "
+                            f"{exc.message}")
+        return Reviewed(final.id, applied.commit)
+
+    def _annotate(self, proposal: Proposal, report: CandidateReport) -> Proposal:
+        usage = self.usage() if self.usage is not None else None
+        tree = self.repo.git.read_commit(proposal.commit).tree
+        evidence = templates.render("proposal_evidence.md.j2", self.repo, report=report,
+                                    tree=tree, base=proposal.base, usage=usage,
+                                    main_branch=self.repo.settings.main_branch)
+        return annotate_proposal(self.repo, proposal, evidence)
