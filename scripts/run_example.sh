@@ -3,7 +3,8 @@
 #   1. create an experience repository from example_repo/;
 #   2. train it: run the agent on example_repo/cases/train.yaml, turn the rollouts into
 #      trajectories and gradients, merge them into a proposal (main untouched), with a
-#      baseline and a final eval on example_repo/cases/eval.yaml;
+#      baseline and a final eval on example_repo/cases/eval.yaml, and the proposal's
+#      measured effect (its snapshot on the same cases: the candidate eval);
 #   3. review the proposal as a diff and apply it to main;
 #   4. the same review workflow by hand: propose edits, merge, review, apply, log.
 # The LLM: [llm] in expgit.toml or OPENAI_BASE_URL/OPENAI_API_KEY if set, else the
@@ -29,6 +30,26 @@ step "expgit train --mode propose (baseline eval, one training epoch, final eval
 expgit train --cases "$train_cases" --eval-cases "$eval_cases" --epochs 1 \
   --mode propose --pr-body "$work/train-pr-body.md" --report "$work/train-report.json"
 echo "run report: $work/train-report.json"
+
+step "The measured effect of each proposal (baseline: main; candidate: its snapshot)"
+python3 - "$work/train-report.json" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+for c in report.get("candidates", []):
+    b, k = c["baseline"], c["candidate"]
+    low, high = c["delta_ci"]
+    print(f"proposal {c['proposal']}:")
+    for label, s in (("baseline", b), ("candidate", k)):
+        print(f"  {label:9}  {s['passed']}/{s['cases'] * s['trials']} passed  "
+              f"accuracy {s['accuracy'] * 100:.2f}%  mean score {s['mean_score']:.3f}")
+    print(f"  delta {c['delta'] * 100:+.2f}pp (95% CI {low * 100:+.2f} to {high * 100:+.2f})")
+    for f in c["flipped"]:
+        print(f"  flipped: {f['case']} {f['from']} -> {f['to']}")
+    print(f"  gate: {c['gate']['reason']}")
+if not report.get("candidates"):
+    print("no proposal was measured")
+PY
+# (the HTML report of the run goes here)
 
 trained=$(python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["proposals"]))' \
   "$work/train-report.json")
