@@ -66,10 +66,12 @@ class CandidateStage:
         baseline = await self._at(evaluate, proposal.base, "baseline_eval", epoch)
         try:
             candidate = await evaluate(proposal.commit, "candidate_eval", epoch)
-        except ExpgitError as exc:
+        except ExpgitError as exc:  # left as it was: open, not applied
             self.reports.append(undecided(pid, baseline, self.trials, self.gate,
                                           exc.message))
-            return Reviewed(pid)
+            return Reviewed(pid, error=f"proposal {pid} was not measured"
+                            + (" nor applied" if self.apply else "")
+                            + f": its candidate eval failed: {exc.message}")
         report = compare(pid, baseline, candidate, self.trials, self.gate)
         final = await asyncio.to_thread(self._annotate, proposal, report)
         report.proposal = final.id

@@ -322,3 +322,22 @@ def test_bad_inputs(run_cli: Any, serve: Any, seeded_repo: ExperienceRepository,
     assert server.requests == 0
     for bad in (no_eval, zero, unknown, apply_gate):
         assert len(bad.err.strip().splitlines()) <= 2  # one line and its hint
+
+
+def test_the_gate_from_expgit_toml(run_cli: Any, serve: Any, seeded_repo: ExperienceRepository,
+                                   tmp_path: Path) -> None:
+    """``[train] gate = true``: on where proposals are measured; --no-gate turns it off."""
+    path = tmp_path / "repo"
+    toml = path / "expgit.toml"
+    toml.write_text(toml.read_text() + "\n[train]\ngate = true\ngate_max_regressions = 0\n")
+    git(path, "commit", "-q", "-am", "gate every training run")
+    repo = ExperienceRepository.open(path)
+    held_out = cases_file(tmp_path / "e.yaml", BAGGAGE_CASE)
+    server = serve(steps_with(repo, harmful, [harmful] * 3))
+    gated = train(run_cli, path, tmp_path, server.url, "--eval-cases", held_out)
+    assert gated.code == EXIT_GATE, gated.err
+    server = serve(steps_with(repo, harmful, [harmful] * 3))
+    off = train(run_cli, path, tmp_path, server.url, "--eval-cases", held_out, "--no-gate")
+    assert off.code == 0, off.err
+    [candidate] = json.loads((tmp_path / "run.json").read_text())["candidates"]
+    assert candidate["gate"]["checked"] is False and candidate["delta"] == -1.0
