@@ -46,14 +46,17 @@ class Progress:
         self.tty = sys.stderr.isatty() if tty is None else tty
         self._lock = threading.Lock()
         self._usage = StageUsage()
-        self._phase: _Phase | None = None
+        # the phases under way, innermost last (a proposal's candidate_eval runs inside
+        # its train_epoch): events go to the innermost, a batch to the phase it names
+        self._phases: list[_Phase] = []
         self._live: Any = None  # rich.progress.Progress, started with the first phase
 
     # the pipeline's events
     def phase_started(self, phase: str, epoch: int) -> None:
         with self._lock:
-            self._phase = current = _Phase(phase, epoch, self.totals.get(phase, 0),
-                                           self._usage.calls, self._usage.cost)
+            current = _Phase(phase, epoch, self.totals.get(phase, 0), self._usage.calls,
+                             self._usage.cost)
+            self._phases.append(current)
             if self.tty:
                 current.task = self._display().add_task(
                     f"{phase} epoch={epoch}", total=current.total or None, stage="rollout",
@@ -64,14 +67,15 @@ class Progress:
 
     def rollout_done(self) -> None:
         with self._lock:
-            if self._phase is not None:
-                self._phase.done += 1
+            if self._phases:
+                self._phases[-1].done += 1
         self._update()
 
     def batch_done(self, phase: str, epoch: int, cases: int) -> None:
         with self._lock:
-            current = self._phase
-            if current is None or (current.name, current.epoch) != (phase, epoch):
+            current = next((p for p in reversed(self._phases)
+                            if (p.name, p.epoch) == (phase, epoch)), None)
+            if current is None:
                 return
             # right also when the executor did not tell of each rollout
             current.batched += cases
@@ -84,7 +88,10 @@ class Progress:
 
     def phase_done(self, metrics: PhaseMetrics) -> None:
         with self._lock:
-            current, self._phase = self._phase, None
+            current = next((p for p in reversed(self._phases)
+                            if (p.name, p.epoch) == (metrics.phase, metrics.epoch)), None)
+            if current is not None:
+                self._phases.remove(current)
         if current is not None and current.task is not None and self._live is not None:
             self._live.update(current.task, stage="done", completed=current.done)
             self._live.stop_task(current.task)
@@ -115,7 +122,7 @@ class Progress:
 
     def _update(self, **fields: Any) -> None:
         with self._lock:
-            current = self._phase
+            current = self._phases[-1] if self._phases else None
             if current is None or current.task is None or self._live is None:
                 return
             self._live.update(current.task, completed=current.done,

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field, model_serializer
+from pydantic import AliasChoices, BaseModel, Field, model_serializer
 
 from expgit.train.domain import Rollout
 
@@ -42,12 +42,14 @@ class EvalSummary(BaseModel):
 
 class Flip(BaseModel):
     case: str
-    from_: str
+    # "from" is a keyword: the field is from_, read and written as "from" (a saved
+    # report validates again: `expgit report-html`)
+    from_: str = Field(validation_alias=AliasChoices("from_", "from"))
     to: str
     criteria: list[str] = Field(default_factory=list)
 
     @model_serializer
-    def _dump(self) -> dict[str, Any]:  # "from" is a keyword: the field is from_
+    def _dump(self) -> dict[str, Any]:
         return {"case": self.case, "from": self.from_, "to": self.to,
                 "criteria": list(self.criteria)}
 

@@ -80,7 +80,9 @@ def test_train_propose_mode(run_cli: Any, serve: Any, seeded_repo: ExperienceRep
     assert usage[0].split()[0] == "stage" and usage[-1].split()[0] == "total"
     assert {row.split()[0]: int(row.split()[1]) for row in usage[1:]} == {
         "rollout": 5, "analyze": 2, "estimate": 2, "merge": 1, "total": 10}
-    assert "expgit: train_epoch epoch=0: 2/2 rollouts, 7 LLM calls" in result.err  # plain lines
+    # plain lines; the epoch counts the calls of the candidate eval it ran (1 rollout)
+    assert "expgit: train_epoch epoch=0: 2/2 rollouts, 8 LLM calls" in result.err
+    assert "expgit: candidate_eval epoch=0: 1/1 rollouts, 1 LLM calls" in result.err
     # main untouched; trajectories, gradients, a proposal and its PR body
     assert git(path, "rev-parse", "main").strip() == main
     branches = git(path, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split()

@@ -30,7 +30,8 @@ COLOUR = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-7]|9[0-7]|38;[25])[;m]")
 
 
 def train_args(serve: Any, repo: ExperienceRepository, tmp_path: Path) -> list[str]:
-    server = serve([*training_steps(repo), Step("rollout", agent), Step("rollout", agent)])
+    # the held-out case three times: baseline, the proposal's candidate eval, final
+    server = serve([*training_steps(repo), *(Step("rollout", agent) for _ in range(3))])
     return ["-C", str(tmp_path / "repo"), "train", "--cases",
             str(cases_file(tmp_path / "t.yaml", BAGGAGE_CASE, PETS_CASE)),
             "--eval-cases", str(cases_file(tmp_path / "e.yaml", PETS_CASE)),
@@ -49,7 +50,8 @@ def test_not_a_terminal_each_line_once_with_both_streams_joined(
         assert len([x for x in lines if x.startswith(f"[{phase}] ")]) == 1
         assert len([x for x in lines if f"{phase} epoch={epoch}:" in x]) == 1
     progress = next(x for x in lines if x.startswith("expgit: train_epoch epoch=0: "))
-    assert re.fullmatch(r"expgit: train_epoch epoch=0: 2/2 rollouts, 7 LLM calls, "
+    # the epoch counts the calls of the candidate eval it ran inside (1 rollout)
+    assert re.fullmatch(r"expgit: train_epoch epoch=0: 2/2 rollouts, 8 LLM calls, "
                         r"cost \d+\.\d{6}, \d+\.\ds", progress)
     assert "expgit: baseline_eval epoch=-1: 1/1 rollouts, 1 LLM calls" in lines[0]
 
@@ -91,13 +93,13 @@ def test_a_terminal_gets_one_live_line_per_phase_and_json_stays_clean(
     assert code == 0, screen
     data = json.loads(out)  # stdout: the JSON object only
     assert [p["phase"] for p in data["phases"]] == ["baseline_eval", "train_epoch",
-                                                    "final_eval"]
+                                                    "candidate_eval", "final_eval"]
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen)
     for phase, epoch, done in (("baseline_eval", -1, "1/1"), ("train_epoch", 0, "2/2"),
-                               ("final_eval", 1, "1/1")):
+                               ("candidate_eval", 0, "1/1"), ("final_eval", 1, "1/1")):
         assert re.search(rf"{phase} epoch={epoch}.*{done} rollouts\s+done\s+\d+ LLM calls"
                          rf"\s+cost \d\.\d{{6}}", text), text
-    assert "7 LLM calls" in text  # the training phase's own calls
+    assert "8 LLM calls" in text  # the training phase's, its candidate eval's included
     assert "expgit: train_epoch" not in text  # no plain lines on a terminal
     assert COLOUR.search(screen)  # coloured without NO_COLOR...
 
@@ -161,7 +163,7 @@ def test_the_pipeline_tells_each_rollout_stage_and_call(
     report = asyncio.run(run_eval(seeded_repo, cases, options))
     assert report.usage.total.calls == 2
     [recorder] = made
-    assert recorder.totals == {"eval": 2}
+    assert recorder.totals == {"eval": 2, "candidate_eval": 2}  # (--compare: both)
     assert recorder.events == [
         ("phase_started", "eval", 0), ("stage", "rollout"),
         ("llm_started", "rollout"), ("llm_counted", "rollout", 1), ("rollout_done",),

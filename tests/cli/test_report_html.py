@@ -84,8 +84,8 @@ def assert_self_contained(page: Page, html: str) -> None:
 def test_report_html_of_a_real_run_has_the_json_figures(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path = tmp_path / "repo"
-    server = serve([*training_steps(seeded_repo), Step("rollout", agent),
-                    Step("rollout", agent)])
+    # the held-out case three times: baseline, the proposal's candidate eval, final
+    server = serve([*training_steps(seeded_repo), *(Step("rollout", agent) for _ in range(3))])
     report, page_file = tmp_path / "run.json", tmp_path / "run.html"
     result = run_cli("-C", path, "train", "--cases",
                      cases_file(tmp_path / "t.yaml", BAGGAGE_CASE, PETS_CASE),
@@ -114,7 +114,7 @@ def test_report_html_of_a_real_run_has_the_json_figures(
     assert {stage: (int(c[1]), float(c[4])) for stage, c in usage.items()} == {
         **{s: (u["calls"], round(u["cost"], 6)) for s, u in data["usage"]["by_stage"].items()},
         "total": (data["usage"]["total"]["calls"], round(data["usage"]["total"]["cost"], 6))}
-    assert usage["total"][1] == "9"
+    assert usage["total"][1] == "10"
     # flipped cases: the held-out pets case failed before and passes after (apply mode)
     before = {r["case"]: r["passed"] for r in data["phases"][0]["rollouts"]}
     after = {r["case"]: r["passed"] for r in data["phases"][-1]["rollouts"]}
@@ -124,13 +124,17 @@ def test_report_html_of_a_real_run_has_the_json_figures(
     assert {case: cells[1:] for case, cells in page.rows("flipped").items()} == expected
     # each proposal's diff, its lines classed (the added experience is all + lines)
     [proposal] = data["proposals"]
-    [section] = page.find("section", data_proposal=proposal)
+    [section] = page.find("section", **{"class": "proposal", "data_proposal": proposal})
     added = [e["text"] for e in page.elements if e["tag"] == "span"
              and e["attrs"].get("class") == "add"]
     assert added and all(line.startswith("+") for line in added)
     assert any("pets" in line.lower() for line in added)
     assert "Not in this repository" not in section["text"]
-    assert "candidate-scores" not in html  # no candidates in this report
+    # the proposal's measured effect: its candidate eval against the baseline
+    [candidate] = data["candidates"]
+    [measured] = page.find("section", **{"class": "candidate", "data_proposal": proposal})
+    for side in ("baseline", "candidate"):
+        assert f"{candidate[side]['accuracy'] * 100:.2f}%" in measured["text"], side
     # the same page from the saved JSON, after the fact
     again = tmp_path / "again.html"
     rendered = run_cli("-C", path, "report-html", report, "-o", again)
