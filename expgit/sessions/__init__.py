@@ -2,7 +2,7 @@
 training data, with state kept in git.
 
 Stateless parts: :mod:`~expgit.sessions.formats` (parsing and normalising the three row
-shapes), :mod:`~expgit.sessions.fingerprint`, :mod:`~expgit.sessions.redact`,
+shapes), :mod:`~expgit.sessions.fingerprint`, :mod:`~expgit.store.redact`,
 :mod:`~expgit.sessions.metrics` (the trajectory scorer), :mod:`~expgit.sessions.sft`
 (chat fine-tuning examples) and :mod:`~expgit.sessions.export`.
 """

@@ -22,10 +22,11 @@ from pydantic import BaseModel, Field
 from expgit.errors import InvalidInputError, NotFoundError
 from expgit.sessions.manifest import SegmentRecord
 from expgit.sessions.metrics import normalise_task_type
-from expgit.sessions.redact import Redaction, redact_messages
 from expgit.sessions.sft import to_sft_example, write_sft_jsonl
 from expgit.sessions.store import SessionStore
+from expgit.store.redact import Redaction
 from expgit.store.repository import ExperienceRepository
+from expgit.train.redaction import redact_messages
 
 
 class ExportReport(BaseModel):

@@ -31,7 +31,6 @@ from expgit.sessions.formats import SessionFormat, parse_session_file
 from expgit.sessions.incremental import apply_segmentation, first_change, resume_point
 from expgit.sessions.invalidate import invalidate_segments
 from expgit.sessions.manifest import SessionManifest
-from expgit.sessions.redact import redact_messages
 from expgit.sessions.segmenter import (
     SHORT_SESSION,
     LLMTaskSegmenter,
@@ -43,6 +42,7 @@ from expgit.sessions.segmenter import (
 from expgit.sessions.store import SessionChanges, SessionStore
 from expgit.store.repository import ExperienceRepository
 from expgit.train.domain import Message
+from expgit.train.redaction import redact_messages
 
 NO_LLM = "not segmented yet: `expgit sessions run` segments it (with an LLM)"
 

@@ -9,8 +9,9 @@ import pytest
 from conftest import ROOT
 
 from expgit.sessions.formats import parse_session_file
-from expgit.sessions.redact import Redaction, redact_messages, redact_text
+from expgit.store.redact import Redaction, cap_text, redact_text
 from expgit.train.domain import Message, TextPart, ToolPart
+from expgit.train.redaction import redact_messages
 
 CORPUS = ROOT / "tests" / "fixtures" / "sessions" / "secrets"
 SECRETS = [json.loads(line) for line in (CORPUS / "secrets.jsonl").read_text().splitlines()]
@@ -97,3 +98,34 @@ def test_redaction_counts_model() -> None:
     assert one.counts == {"email": 2} and one.total == 2
     assert one.plus(Redaction(counts={"email": 1, "card_number": 1})).counts == {
         "card_number": 1, "email": 3}
+
+
+def test_home_folders_and_their_user_names_are_redacted() -> None:
+    text = ("Read /home/alice/project/main.py, /Users/alice/notes and "
+            "C:\\Users\\bob\\app\\config.json; alice and bob agreed (not alicea).")
+    redacted, counts = redact_text(text)
+    assert redacted == ("Read ~/project/main.py, ~/notes and ~\\app\\config.json; "
+                        "[REDACTED:user_name] and [REDACTED:user_name] agreed (not alicea).")
+    assert counts == Counter({"home_path": 3, "user_name": 2})
+    assert redact_text(redacted) == (redacted, Counter())
+
+
+def test_user_names_come_from_the_whole_transcript() -> None:
+    messages = [Message.text("user", "I am alice, fix it"),
+                Message(role="assistant", parts=[ToolPart(
+                    tool_id="t", tool_name="Bash", tool_input={"cwd": "/home/alice/repo"},
+                    tool_output="x" * 50)])]
+    redacted, counts = redact_messages(messages, max_chars=30)
+    assert redacted[0].plain_text == "I am [REDACTED:user_name], fix it"
+    part = redacted[1].parts[0]
+    assert isinstance(part, ToolPart) and part.tool_input == {"cwd": "~/repo"}
+    assert part.tool_output is not None and "[... 20 characters removed ...]" in part.tool_output
+    assert counts["cut_messages"] == 1 and counts["home_path"] == 1
+
+
+def test_cap_keeps_head_and_tail() -> None:
+    text, removed = cap_text("a" * 10 + "b" * 4_999_980 + "c" * 10, 30)
+    assert removed == 4_999_970
+    assert text.startswith("a" * 10) and text.endswith("c" * 10)
+    assert "[... 4,999,970 characters removed ...]" in text
+    assert cap_text("short", 30) == ("short", 0)

@@ -1,5 +1,5 @@
 """What counts as a secret-like name, and which assigned values are not secrets
-(placeholders, variables, type names): the judgement :mod:`expgit.sessions.redact` uses
+(placeholders, variables, type names): the judgement :mod:`expgit.store.redact` uses
 for ``name = value`` assignments and tool-input keys."""
 
 from __future__ import annotations

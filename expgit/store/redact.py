@@ -1,4 +1,8 @@
-"""Redaction of secrets and personal data before anything is committed or written.
+"""Redaction of secrets and personal data before anything is committed or sent to a model.
+
+The one redactor of expgit: session transcripts, rollouts entering training, model output
+before it becomes a gradient or proposal, outcome reasons, seed packs and SFT exports all
+go through :func:`redact_text` (messages: :mod:`expgit.train.redaction`).
 
 Each finding is replaced by ``[REDACTED:<kind>]`` and counted by kind:
 
@@ -12,6 +16,9 @@ Each finding is replaced by ``[REDACTED:<kind>]`` and counted by kind:
 * ``secret``: the value of an assignment to a secret-like name (``api_key=``,
   ``"password": "..."``, ``token: ...``, ``DB_PASSWORD=``, ``--password x``), and the
   value of a secret-like key in a tool call's input;
+* ``home_path``: ``/home/<user>/``, ``/Users/<user>/``, ``C:\\Users\\<user>\\`` become
+  ``~/``; ``user_name``: such a user name (3 characters or more) elsewhere in the same
+  text, as a whole word;
 * ``email``; ``card_number`` (13-19 digits, optionally grouped, with a card brand prefix
   and a valid Luhn checksum); ``phone`` (international ``+CC ...`` numbers, North
   American ``(555) 123-4567`` / ``555-123-4567``, national numbers with a trunk ``0``
@@ -26,16 +33,15 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 
 from pydantic import BaseModel, Field
 
-from expgit.sessions.redact_patterns import (
+from expgit.store.redact_patterns import (
     SECRET_KEY,
     is_placeholder,
     secret_value_ok,
 )
-from expgit.train.domain import Message, Part, TextPart, ToolPart
 
 MARK = "[REDACTED:{}]"
 _NOT_DONE = r"(?!\[REDACTED)"
@@ -157,9 +163,36 @@ RULES: list[Rule] = [
 ]
 
 
-def redact_text(text: str) -> tuple[str, Counter[str]]:
-    """``text`` with every finding replaced by ``[REDACTED:<kind>]``, and the counts."""
+_HOME = re.compile(r"(?:/home/|/Users/|[A-Za-z]:[\\/]+Users[\\/]+)"
+                   r"([A-Za-z0-9._-]+)(?=[\\/]|$|[\s\"'`),;:])")
+_NOT_NAMES = {"shared", "public", "default", "all users", "runner"}
+
+
+def user_names(text: str) -> set[str]:
+    """The user names of the home folders ``text`` mentions (3 characters or more)."""
+    return {m.group(1) for m in _HOME.finditer(text)
+            if len(m.group(1)) >= 3 and m.group(1).lower() not in _NOT_NAMES}
+
+
+def _home(text: str, names: Iterable[str], counts: Counter[str]) -> str:
+    def home(match: re.Match[str]) -> str:
+        counts["home_path"] += 1
+        return "~"
+
+    text = _HOME.sub(home, text)
+    for name in sorted(set(names), key=len, reverse=True):
+        pattern = re.compile(r"(?<![A-Za-z0-9_])" + re.escape(name) + r"(?![A-Za-z0-9_])")
+        text, found = pattern.subn(MARK.format("user_name"), text)
+        counts["user_name"] += found
+    return text
+
+
+def redact_text(text: str, names: Iterable[str] = ()) -> tuple[str, Counter[str]]:
+    """``text`` with every finding replaced by ``[REDACTED:<kind>]``, and the counts.
+    ``names``: user names to redact besides those of the home folders in ``text``
+    (those of the same document)."""
     counts: Counter[str] = Counter()
+    text = _home(text, {*names, *user_names(text)}, counts)
     for kind, pattern, replace in RULES:
         def substitute(match: re.Match[str], kind: str = kind,
                        replace: Callable[[re.Match[str]], str | None] = replace) -> str:
@@ -173,19 +206,21 @@ def redact_text(text: str) -> tuple[str, Counter[str]]:
     return text, counts
 
 
-def _redact_value(value: object, counts: Counter[str], key: str | None = None) -> object:
+def redact_value(value: object, counts: Counter[str], key: str | None = None,
+                 names: Iterable[str] = ()) -> object:
+    """A JSON-like value redacted recursively; the values of secret-like keys whole."""
     if isinstance(value, str):
         if key is not None and _secret_key(key) and value and not is_placeholder(value) \
                 and not value.startswith("[REDACTED"):
             counts["secret"] += 1
             return MARK.format("secret")
-        new, found = redact_text(value)
+        new, found = redact_text(value, names)
         counts.update(found)
         return new
     if isinstance(value, dict):
-        return {k: _redact_value(v, counts, str(k)) for k, v in value.items()}
+        return {k: redact_value(v, counts, str(k), names) for k, v in value.items()}
     if isinstance(value, list):
-        return [_redact_value(v, counts) for v in value]
+        return [redact_value(v, counts, None, names) for v in value]
     return value
 
 
@@ -194,27 +229,6 @@ _KEY = re.compile(r"(?i)" + SECRET_KEY)
 
 def _secret_key(key: str) -> bool:
     return _KEY.fullmatch(key) is not None
-
-
-def _redact_part(part: Part, counts: Counter[str]) -> Part:
-    if isinstance(part, TextPart):
-        text, found = redact_text(part.text)
-        counts.update(found)
-        return part if text == part.text else part.model_copy(update={"text": text})
-    tool_input = _redact_value(part.tool_input, counts)
-    output = None if part.tool_output is None else str(_redact_value(part.tool_output, counts))
-    return ToolPart(tool_id=part.tool_id, tool_name=part.tool_name,
-                    tool_input=tool_input if isinstance(tool_input, dict) else {},
-                    tool_output=output, tool_status=part.tool_status)
-
-
-def redact_messages(messages: Sequence[Message]) -> tuple[list[Message], Counter[str]]:
-    """The messages with every text, tool input value (recursively, secret-like keys'
-    values whole) and tool output redacted, and the counts."""
-    counts: Counter[str] = Counter()
-    out = [Message(role=m.role, parts=[_redact_part(p, counts) for p in m.parts])
-           for m in messages]
-    return out, counts
 
 
 def redact_all(texts: Iterable[str]) -> tuple[list[str], Counter[str]]:
@@ -226,3 +240,27 @@ def redact_all(texts: Iterable[str]) -> tuple[list[str], Counter[str]]:
         counts.update(found)
         out.append(new)
     return out, counts
+
+
+SECRET_KINDS = ("private_key", "password", "api_key", "token", "bearer_token", "secret")
+
+
+def secrets_in(text: str) -> list[str]:
+    """The kinds of secret ``text`` holds (nothing personal: emails, phones are not
+    secrets); an edit a model wrote with one of these is refused, not redacted."""
+    _, counts = redact_text(text)
+    return [kind for kind in SECRET_KINDS if counts.get(kind)]
+
+
+CUT_MARK = "\n[... {:,} characters removed ...]\n"
+
+
+def cap_text(text: str, limit: int) -> tuple[str, int]:
+    """``text`` cut to about ``limit`` characters: its head and tail kept around a line
+    saying how much was removed; and the number of characters removed (0: unchanged)."""
+    if len(text) <= limit:
+        return text, 0
+    head = limit * 2 // 3
+    tail = limit - head
+    removed = len(text) - head - tail
+    return text[:head] + CUT_MARK.format(removed) + text[len(text) - tail:], removed
