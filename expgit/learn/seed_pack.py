@@ -21,6 +21,7 @@ from expgit.learn.lexical import LexicalIndex
 from expgit.learn.options import LearnOptions
 from expgit.learn.runs import Run, RunSet
 from expgit.store.experience import check_experience, new_experience
+from expgit.store.redact import redact_text
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
 
@@ -102,7 +103,7 @@ def _seed_file(repo: ExperienceRepository, name: str, run: Run, summary: str,
         exp = exp.with_fields(metadata={"source": "expgit learn",
                                         "task_signature": run.signature,
                                         "rollouts": sources[:3]})
-        text = exp.render()
+        text = redact_text(exp.render())[0]  # a rollout's answer may quote a secret
         try:
             check_experience(text, path, name, repo.settings.token_budget)
         except InvalidInputError:

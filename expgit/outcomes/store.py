@@ -28,6 +28,7 @@ from expgit.outcomes.records import (
 )
 from expgit.outcomes.targets import resolve_target
 from expgit.store import trailers as tr
+from expgit.store.redact import redact_text
 from expgit.store.repository import ExperienceRepository
 from expgit.store.sidebranch import SideBranch
 
@@ -92,7 +93,8 @@ class OutcomeStore:
         record = OutcomeRecord(
             id=key_digest(key)[:RECORD_ID_LEN], target_kind=request.target_kind,
             target_id=target_id, verdict=request.verdict, score=request.score,
-            reason=request.reason, source=request.source, idempotency_key=key,
+            reason=redact_text(request.reason)[0],
+            source=request.source, idempotency_key=key,
             request_digest=digest, created_at=now or datetime.now(UTC))
         path = self.path_of(key)
         data = (record.model_dump_json(indent=2) + "\n").encode("utf-8")

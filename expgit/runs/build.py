@@ -56,6 +56,7 @@ from expgit.train.pipeline import (
     PipelineObserver,
     add_training,
 )
+from expgit.train.redaction import Redactor
 from expgit.train.relevance import EmbeddingRanker, ExperienceRanker
 from expgit.train.remote_push import RemotePublisher
 from expgit.train.report import RunReport, UsageReport
@@ -138,6 +139,7 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
     update is pushed to its remote, and applied there in apply mode."""
     llm = runtime.structured
     ranker = _ranker(runtime)
+    redactor = Redactor(repo.settings.limits.max_message_chars)
     evaluator = RubricRolloutEvaluator(llm, repo=repo)
     if executor is None:
         executor = rollout_executor(repo, runtime, concurrency=concurrency, top_k=top_k)
@@ -147,7 +149,8 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
     budget = getattr(runtime, "prompt_tokens", None)
     optimizer = PatchMergePolicyOptimizer(
         repo, llm, ranker, limits=LOCAL_EDIT_LIMITS if local else None,
-        similar_experiences=LOCAL_SIMILAR_EXPERIENCES if local else 5, prompt_tokens=budget)
+        similar_experiences=LOCAL_SIMILAR_EXPERIENCES if local else 5, prompt_tokens=budget,
+        redactor=redactor)
     updater = GitPolicyUpdater(repo, remote=publisher.remote if publisher else None)
     engine = PolicyTrainingEngine(repo, optimizer, updater, publisher=publisher)
     analyzer = TrajectoryRolloutAnalyzer(
@@ -156,11 +159,11 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
     estimator = ExperienceGradientEstimator(
         repo, llm, ranker, relevant_experiences=LOCAL_RELEVANT_EXPERIENCES if local else None,
         limits=LOCAL_EDIT_LIMITS if local else None, prompt_tokens=budget,
-        usage_stats=experience_stats)
+        usage_stats=experience_stats, redactor=redactor)
     trainer = BatchPolicyTrainer(analyzer, estimator, engine, concurrency=concurrency)
     return OfflinePolicyOptimizationPipeline(repo, ContentHashPolicySnapshotter(), executor,
                                              trainer, observer=observer,
-                                             candidates=candidates)
+                                             candidates=candidates, redactor=redactor)
 
 
 def load_rollouts(path: Path) -> list[Rollout]:
@@ -281,6 +284,7 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
             PipelineContext(max_epochs=epochs, mode=options.mode),
             ListCaseLoader(eval_set, batch_size or len(eval_set)) if eval_set else None)
         report = _report("train", repo, runtime, options, result.phases, started)
+        report.redactions = pipeline.redactor.report()
     report.main_before, report.main_after = result.main_before, result.main_after
     report.candidates = result.candidates
     report.notes = result.notes
@@ -313,16 +317,20 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
                 for n, commit in enumerate(commits)]
 
     if executor is not None:
-        results = await evaluate(OfflinePolicyOptimizationPipeline(
-            repo, ContentHashPolicySnapshotter(), executor, NoTrainer(), observer=observer))
+        pipeline = OfflinePolicyOptimizationPipeline(
+            repo, ContentHashPolicySnapshotter(), executor, NoTrainer(), observer=observer)
+        results = await evaluate(pipeline)
         report = _report("eval", repo, None, options, [r.metrics for r in results], started)
+        report.redactions = pipeline.redactor.report()
     else:
         async with open_llm_for(repo, options) as runtime:
             _listen(runtime, observer)
-            results = await evaluate(build_pipeline(
-                repo, runtime, concurrency=options.concurrency, observer=observer))
+            pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
+                                      observer=observer)
+            results = await evaluate(pipeline)
             report = _report("eval", repo, runtime, options, [r.metrics for r in results],
                              started)
+            report.redactions = pipeline.redactor.report()
     report.main_before = report.main_after = results[0].metrics.batches[0].policy_commit
     if compare is not None:
         candidate = results[1].metrics.batches[0].policy_commit
@@ -335,7 +343,6 @@ async def run_train_rollouts(repo: ExperienceRepository, rollouts_file: Path,
                              options: RunOptions) -> RunReport:
     """Train once on recorded rollouts against the current ``main``."""
     publisher = _publisher(repo, options)
-    rollouts = load_rollouts(rollouts_file)
     started = time.monotonic()
     main_before = repo.main_commit()
     observer = _observer(options, {"train_rollouts": len(rollouts)})
@@ -343,6 +350,7 @@ async def run_train_rollouts(repo: ExperienceRepository, rollouts_file: Path,
         _listen(runtime, observer)
         pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
                                   publisher=publisher)
+        rollouts = pipeline.redactor.models(load_rollouts(rollouts_file))
         context = PipelineContext(mode=options.mode)
         if options.evaluator == "feedback":
             rollouts = await by_feedback(repo, rollouts, context)
@@ -358,6 +366,7 @@ async def run_train_rollouts(repo: ExperienceRepository, rollouts_file: Path,
             observer.batch_done(metrics.phase, 0, len(rollouts))
             observer.phase_done(metrics)
         report = _report("train-rollouts", repo, runtime, options, [metrics], started)
+        report.redactions = pipeline.redactor.report()
     report.main_before, report.main_after = main_before, repo.main_commit()
     await _push_rest(report, publisher)
     return report

@@ -21,6 +21,7 @@ from expgit.train.components.policy_trainer import describe
 from expgit.train.components.streaming import StreamingPolicyTrainer
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Rollout
+from expgit.train.redaction import Redactor
 from expgit.train.trajectory_store import rollout_id
 
 Mode = Literal["propose", "apply"]
@@ -43,6 +44,7 @@ class TrainingRunner:
         # gated stages mark their jobs running when they get a slot; else: at once
         self.gated = isinstance(trainer.analyzer, GatedAnalyzer)
         self.closing = False
+        self.redactor = Redactor(repo.settings.limits.max_message_chars)
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     def submit(self, rollout: Rollout) -> tuple[Job, bool]:
@@ -51,6 +53,7 @@ class TrainingRunner:
         if self.closing:
             raise ShuttingDownError("the training service is shutting down",
                                     hint="submit to the service once it is back")
+        rollout = self.redactor.model(rollout)  # before any prompt or object sees it
         job, created = self.registry.open(rollout_id(rollout), rollout.case.name)
         if created:
             task = asyncio.get_running_loop().create_task(

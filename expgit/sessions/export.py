@@ -8,11 +8,13 @@ optional ``task_type`` must match. Best score first (ties: session, position), e
 fingerprint once, at most ``limit``. Every example is redacted again (exports are never
 written with a secret, whatever the store holds) and validated before the file is
 written; a segment that makes no valid example (e.g. no assistant reply) is skipped and
-counted.
+counted, and so is an example over ``[sessions] sft_max_tokens`` estimated tokens
+(``over_token_limit``).
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from expgit.sessions.manifest import SegmentRecord
 from expgit.sessions.metrics import normalise_task_type
 from expgit.sessions.sft import to_sft_example, write_sft_jsonl
 from expgit.sessions.store import SessionStore
+from expgit.store.experience import estimate_tokens
 from expgit.store.redact import Redaction
 from expgit.store.repository import ExperienceRepository
 from expgit.train.redaction import redact_messages
@@ -87,13 +90,19 @@ def export_sft(repo: ExperienceRepository, *, task_type: str | None = None,
     chosen.sort(key=lambda item: item[:3])
     examples: list[dict[str, Any]] = []
     redactions: Counter[str] = Counter()
+    max_tokens = repo.settings.sessions.sft_max_tokens
     for _, _, _, segment in chosen:
         if limit is not None and len(examples) >= limit:
             skipped["over_limit"] += 1
             continue
         try:
-            messages, found = redact_messages(store.segment_messages(segment.fingerprint))
-            examples.append(to_sft_example(messages))
+            messages, found = redact_messages(store.segment_messages(segment.fingerprint),
+                                              repo.settings.limits.max_message_chars)
+            example = to_sft_example(messages)
+            if estimate_tokens(json.dumps(example, ensure_ascii=False)) > max_tokens:
+                skipped["over_token_limit"] += 1
+                continue
+            examples.append(example)
         except NotFoundError:
             skipped["missing_messages"] += 1
             continue

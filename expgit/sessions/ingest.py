@@ -12,6 +12,10 @@ else sees it, then compare with the session's manifest:
   changed message (:mod:`expgit.sessions.incremental`); superseded segments that were
   trained get an invalidation proposal (:mod:`expgit.sessions.invalidate`).
 
+An empty file (no message, or only metadata rows such as a `summary`) is skipped and
+listed in `empty`, never stored. Each message text and tool output is first cut to
+`[limits] max_message_chars` (head and tail kept).
+
 All files of one call are committed together, in one commit on the sessions branch.
 """
 
@@ -63,7 +67,7 @@ class FileReport(BaseModel):
     file: str  # as given on the command line (never stored)
     session: str  # the session key (a hash)
     format: str
-    outcome: Literal["new", "unchanged", "changed"]
+    outcome: Literal["new", "unchanged", "changed", "empty"]  # empty: skipped, not stored
     messages: int
     lines: int
     blank_lines: int
@@ -81,6 +85,7 @@ class IngestReport(BaseModel):
     branch: str
     redactions: dict[str, int] = Field(default_factory=dict)
     invalid_lines: int = 0
+    empty: list[str] = Field(default_factory=list)  # files with no message: never stored
     invalidation_proposals: list[str] = Field(default_factory=list)
 
 
@@ -139,9 +144,19 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
     parsed_files = [(path, await asyncio.to_thread(parse_session_file, path, session_format))
                     for path in files]  # a missing or unreadable file: nothing written
     for path, parsed in parsed_files:
-        messages, counts = redact_messages(parsed.messages)
+        messages, counts = redact_messages(parsed.messages,
+                                           repo.settings.limits.max_message_chars)
         total.update(counts)
         key = session_key(path, parsed.session_id)
+        if not messages:  # an empty file, or only metadata rows: nothing to keep
+            report.files.append(FileReport(
+                file=str(path), session=key, format=parsed.format, outcome="empty",
+                messages=0, lines=parsed.line_count, blank_lines=parsed.blank_lines,
+                invalid_lines=parsed.invalid_lines, skipped_metadata=parsed.skipped_metadata,
+                status="skipped", status_reason="no messages: nothing stored"))
+            report.empty.append(str(path))
+            report.invalid_lines += len(parsed.invalid_lines)
+            continue
         manifest = changes.manifests.get(key)  # the same session twice in one call
         base = (changes.bases.get(key) if manifest is not None
                 else await asyncio.to_thread(store.manifest_bytes, key))

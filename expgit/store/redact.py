@@ -257,8 +257,9 @@ CUT_MARK = "\n[... {:,} characters removed ...]\n"
 
 def cap_text(text: str, limit: int) -> tuple[str, int]:
     """``text`` cut to about ``limit`` characters: its head and tail kept around a line
-    saying how much was removed; and the number of characters removed (0: unchanged)."""
-    if len(text) <= limit:
+    saying how much was removed; and the number of characters removed (0: unchanged).
+    A text cut once is not cut again."""
+    if len(text) <= limit + len(CUT_MARK.format(len(text))):
         return text, 0
     head = limit * 2 // 3
     tail = limit - head

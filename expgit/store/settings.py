@@ -60,6 +60,9 @@ class TrainSettings(BaseModel):
     gate: bool = False
     gate_min_delta: float = Field(default=0.0, ge=-1, le=1)  # accuracy delta, 0..1
     gate_max_regressions: int = Field(default=0, ge=0)  # cases allowed pass -> fail
+    # a lesson sharing a run of this many words with its case's input or trajectory is
+    # refused; half as many are flagged in the PR body
+    max_copied_words: int = Field(default=12, ge=2)
 
 
 class SessionSettings(BaseModel):
@@ -71,6 +74,7 @@ class SessionSettings(BaseModel):
     window_tokens: int = Field(default=6000, gt=0)  # segmentation window, estimated tokens
     memory_threshold: float = Field(default=0.7, ge=0, le=1)
     sft_threshold: float = Field(default=0.8, ge=0, le=1)
+    sft_max_tokens: int = Field(default=32_000, gt=0)  # longer SFT examples are left out
 
 
 class OutcomeSettings(BaseModel):
@@ -136,6 +140,16 @@ class ServeSettings(BaseModel):
     max_queue: int = Field(default=256, ge=0)
 
 
+class LimitSettings(BaseModel):
+    """``[limits]``: bounds of what enters the repository and the prompts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # each message text and tool output of a session or rollout is cut to this many
+    # characters (head and tail kept, a line says how much was removed)
+    max_message_chars: int = Field(default=20_000, ge=200)
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -151,6 +165,7 @@ class Settings(BaseModel):
     learn: LearnSettings = Field(default_factory=LearnSettings)
     serve: ServeSettings = Field(default_factory=ServeSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
 
     @field_validator("experiences_root")
     @classmethod

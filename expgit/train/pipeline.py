@@ -37,6 +37,7 @@ from expgit.train.interfaces import (
     PolicyTrainer,
     RolloutExecutor,
 )
+from expgit.train.redaction import Redactor
 
 
 class RolloutSummary(BaseModel):
@@ -199,6 +200,9 @@ def add_training(metrics: PhaseMetrics, record: BatchRecord, rollouts: Sequence[
     metrics.rejected_edits += [f"case {a.rollout.case.name}: {reason}"
                                for a in result.analyses
                                for reason in a.metadata.get("rejected_edits", [])]
+    if result.plan is not None:
+        metrics.rejected_edits += [f"merge: {reason}"
+                                   for reason in result.plan.metadata.get("rejected_items", [])]
     metrics.gradients += record.gradients
     metrics.proposals += record.proposals
     metrics.applied_commits += record.applied_commits
@@ -229,9 +233,11 @@ class OfflinePolicyOptimizationPipeline:
     def __init__(self, repo: ExperienceRepository, snapshotter: PolicySnapshotter,
                  executor: RolloutExecutor, trainer: PolicyTrainer, *,
                  observer: PipelineObserver | None = None,
-                 candidates: CandidateStage | None = None) -> None:
+                 candidates: CandidateStage | None = None,
+                 redactor: Redactor | None = None) -> None:
         self.repo = repo
         self.candidates = candidates  # with an eval loader: each proposal is measured
+        self.redactor = redactor or Redactor(repo.settings.limits.max_message_chars)
         self.snapshotter = snapshotter
         self.executor = executor
         self.trainer = trainer
@@ -302,8 +308,9 @@ class OfflinePolicyOptimizationPipeline:
         number = 0
         async for cases in case_loader.batches(context):
             policy_set, snapshot_id = await self._policy()
-            rollouts = await self.executor.execute(cases, policy_set, self._execution(
-                snapshot_id, {"phase": "train", "epoch": context.epoch}))
+            rollouts = self.redactor.models(await self.executor.execute(
+                self.redactor.models(cases), policy_set, self._execution(
+                    snapshot_id, {"phase": "train", "epoch": context.epoch})))
             self._stage("train")
             training = await self.trainer.train_rollouts(
                 rollouts, policy_set,
@@ -340,8 +347,9 @@ class OfflinePolicyOptimizationPipeline:
         number = 0
         async for cases in case_loader.batches(context):
             policy_set, snapshot_id = await self._policy(at)
-            rollouts = await self.executor.execute(cases, policy_set, self._execution(
-                snapshot_id, {"phase": phase, "epoch": context.epoch}))
+            rollouts = self.redactor.models(await self.executor.execute(
+                self.redactor.models(cases), policy_set, self._execution(
+                    snapshot_id, {"phase": phase, "epoch": context.epoch})))
             for rollout in rollouts:
                 if rollout.evaluation is None:
                     raise ExpgitError(
@@ -373,4 +381,5 @@ class OfflinePolicyOptimizationPipeline:
             if rollout.case is None or not rollout.case.name.strip():
                 raise InvalidInputError(f"rollout {number}: it must include its case")
         policy_set, _ = await self._policy()
-        return await self.trainer.train_rollouts(rollouts, policy_set, context)
+        return await self.trainer.train_rollouts(self.redactor.models(rollouts), policy_set,
+                                                 context)

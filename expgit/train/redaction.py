@@ -74,7 +74,7 @@ def redact_model(model: M, counts: Counter[str], max_chars: int | None = None) -
     """A copy of ``model`` (a Case, a Rollout...) with every string in it redacted (and
     cut to ``max_chars``), the findings added to ``counts``; the same object when
     nothing changed."""
-    data = model.model_dump(mode="json")
+    data: object = model.model_dump(mode="json")
     if max_chars is not None:
         data = _cap_value(data, max_chars, counts)
     found: Counter[str] = Counter()
@@ -83,3 +83,27 @@ def redact_model(model: M, counts: Counter[str], max_chars: int | None = None) -
     if new == model.model_dump(mode="json"):
         return model
     return type(model).model_validate(new)
+
+
+class Redactor:
+    """One run's redaction: what it redacted, by kind, over every text it saw. Training
+    redacts each case before it runs and each rollout before anything reads it (prompts,
+    trajectories, gradients); model output is redacted or refused (:func:`refusal`)."""
+
+    def __init__(self, max_chars: int | None = None) -> None:
+        self.max_chars = max_chars
+        self.counts: Counter[str] = Counter()
+
+    def model(self, model: M) -> M:
+        return redact_model(model, self.counts, self.max_chars)
+
+    def models(self, models: Sequence[M]) -> list[M]:
+        return [self.model(m) for m in models]
+
+    def text(self, text: str) -> str:
+        new, found = redact_text(text)
+        self.counts.update(found)
+        return new
+
+    def report(self) -> dict[str, int]:
+        return {k: v for k, v in sorted(self.counts.items()) if v}

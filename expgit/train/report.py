@@ -55,6 +55,10 @@ class RunReport(BaseModel):
     remote: RemoteReport | None = None  # --remote: what was pushed there
     candidates: list[CandidateReport] = Field(default_factory=list)  # candidate eval
     usage: UsageReport = Field(default_factory=UsageReport)
+    # what was redacted from cases, rollouts and model output, by kind; ``cut_messages``:
+    # texts cut to [limits] max_message_chars; ``refused_secret`` / ``refused_copy``:
+    # edits refused for a secret or for copying their input
+    redactions: dict[str, int] = Field(default_factory=dict)
     seconds: float = 0.0
 
     def phase(self, name: str) -> PhaseMetrics | None:

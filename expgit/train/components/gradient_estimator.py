@@ -7,11 +7,15 @@ reply is a list of bounded edits (:func:`estimate_output`): name, action, ration
 summary, tags, markdown body, confidence; expgit builds each file
 (:func:`~expgit.train.components.llm_fields.compose_experience`) and commits it through
 :func:`expgit.store.gradients.propose` (evidence = the trajectory's URI). An edit that fails
-validation is dropped and its reason recorded, never committed.
+validation is dropped and its reason recorded, never committed; so is an edit holding a
+secret or copying ``[train] max_copied_words`` words of its case or trajectory
+(:mod:`expgit.train.lesson_guard`); a shorter copy is noted in the gradient's rationale
+(and so in the PR body). Rationales are redacted.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from expgit.errors import ExpgitError, InvalidInputError
@@ -31,6 +35,8 @@ from expgit.train.components.llm_fields import (
 from expgit.train.components.llm_outputs import EstimatedEdit, EstimateOutput, estimate_output
 from expgit.train.context import PipelineContext
 from expgit.train.domain import ExperienceFile, RolloutAnalysis, SemanticGradient
+from expgit.train.lesson_guard import LessonRefused, check_lesson
+from expgit.train.redaction import Redactor
 from expgit.train.relevance import ExperienceRanker, LexicalRanker
 from expgit.train.track_record import ExperienceStats, UsageStatsSource, track_record
 
@@ -92,8 +98,10 @@ class ExperienceGradientEstimator:
                  ranker: ExperienceRanker | None = None, *,
                  relevant_experiences: int | None = None, limits: EditLimits | None = None,
                  prompt_tokens: int | None = None,
-                 usage_stats: UsageStatsSource | None = None) -> None:
+                 usage_stats: UsageStatsSource | None = None,
+                 redactor: Redactor | None = None) -> None:
         self.repo = repo
+        self.redactor = redactor or Redactor()
         self.usage_stats = usage_stats
         self.llm = llm
         self.ranker: ExperienceRanker = ranker or LexicalRanker()
@@ -138,12 +146,24 @@ class ExperienceGradientEstimator:
         visible = {e.name for e in relevant}
         seen: set[str] = set()
         gradients: list[SemanticGradient] = []
+        rollout = analysis.rollout
+        sources = [json.dumps(rollout.case.input, ensure_ascii=False),
+                   *(m.plain_text for m in rollout.messages if m.role != "system")]
         for edit in out.edits:
             try:
+                note = check_lesson([edit.name, edit.summary, *edit.tags, edit.body], sources,
+                                    settings.train.max_copied_words)
+                rationale = self.redactor.text(edit.rationale)
+                if note is not None:
+                    rationale = f"{rationale} (flagged: {note})"
+                edit = edit.model_copy(update={"rationale": rationale})
                 request = self._request(edit, trajectory.uri, experience_set, visible, seen)
                 gradient = await run_git(propose, self.repo, request)
             except InvalidInputError as exc:
-                rejected.append(f"{edit.action} {edit.name!r}: {exc.message}")
+                if isinstance(exc, LessonRefused):
+                    self.redactor.counts[exc.kind] += 1
+                rejected.append(f"{edit.action} {self.redactor.text(edit.name)!r}: "
+                                f"{exc.message}")
                 continue
             seen.add(gradient.target)
             gradients.append(to_semantic(gradient, trajectory.uri))

@@ -16,6 +16,7 @@ validated; budgets (:mod:`~expgit.train.components.plan_budget`):
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 
@@ -41,6 +42,8 @@ from expgit.train.components.llm_outputs import (
 from expgit.train.components.plan_budget import Planned, nl, total_tokens, within_budget
 from expgit.train.context import PipelineContext
 from expgit.train.domain import PolicyPlanItem, PolicyUpdatePlan, SemanticGradient
+from expgit.train.lesson_guard import LessonRefused, check_lesson
+from expgit.train.redaction import Redactor
 from expgit.train.relevance import ExperienceRanker, LexicalRanker
 
 __all__ = ["CompressOutput", "MergeOutput", "PatchMergePolicyOptimizer"]
@@ -54,12 +57,16 @@ class PatchMergePolicyOptimizer:
 
     ``limits`` bound the replies (the body is further capped to fit the token budget);
     ``similar_experiences``: similar files shown besides the targets (at least);
-    ``prompt_tokens``: drop the least similar files until a prompt fits."""
+    ``prompt_tokens``: drop the least similar files until a prompt fits. An item holding
+    a secret is refused (:mod:`expgit.train.lesson_guard`); rationales are redacted, and
+    keep the copy flags of the gradients they cite."""
 
     def __init__(self, repo: ExperienceRepository, llm: StructuredLLM,
                  ranker: ExperienceRanker | None = None, *, limits: EditLimits | None = None,
-                 similar_experiences: int = 5, prompt_tokens: int | None = None) -> None:
+                 similar_experiences: int = 5, prompt_tokens: int | None = None,
+                 redactor: Redactor | None = None) -> None:
         self.repo = repo
+        self.redactor = redactor or Redactor()
         self.llm = llm
         self.ranker: ExperienceRanker = ranker or LexicalRanker()
         self.limits = (limits or EditLimits()).for_budget(repo.settings.token_budget)
@@ -164,6 +171,8 @@ class PatchMergePolicyOptimizer:
                     if state.get(name) is None:
                         raise InvalidInputError("delete of an experience that does not exist")
                 else:
+                    check_lesson([name, item.summary, *item.tags, item.body], [],
+                                 self.repo.settings.train.max_copied_words)
                     path = self.repo.path_of(name)
                     content = compose_experience(name, state.get(name), summary=item.summary,
                                                  tags=item.tags, body=item.body, path=path)
@@ -171,15 +180,23 @@ class PatchMergePolicyOptimizer:
                         raise InvalidInputError("upsert identical to the current file")
                     check_experience(content, path, name, sys.maxsize)
             except InvalidInputError as exc:
-                rejected.append(f"{item.action} {name!r}: {exc.message}")
+                if isinstance(exc, LessonRefused):
+                    self.redactor.counts[exc.kind] += 1
+                rejected.append(f"{item.action} {self.redactor.text(name)!r}: {exc.message}")
                 continue
             cited = [i for i in dict.fromkeys(item.gradient_ids) if i in chunk]
             if not cited:  # the model forgot to cite: its own target's gradients, or all
                 cited = [i for i in chunk if labelled[i].target_experience_name == name] \
                     or list(chunk)
-            accepted[name] = Planned(content, cited, [item.rationale.strip()],
-                                      item.confidence)
+            flags = [m.group(0) for i in cited
+                     if (m := _FLAG.search(labelled[i].rationale)) is not None]
+            rationale = " ".join([self.redactor.text(item.rationale.strip()),
+                                  *dict.fromkeys(flags)])
+            accepted[name] = Planned(content, cited, [rationale], item.confidence)
         return accepted
+
+
+_FLAG = re.compile(r"\(flagged: [^)]*\)")
 
 
 def _query_text(g: SemanticGradient) -> str:
