@@ -343,14 +343,15 @@ async def run_train_rollouts(repo: ExperienceRepository, rollouts_file: Path,
                              options: RunOptions) -> RunReport:
     """Train once on recorded rollouts against the current ``main``."""
     publisher = _publisher(repo, options)
+    recorded = load_rollouts(rollouts_file)  # a bad file: refused before any model starts
     started = time.monotonic()
     main_before = repo.main_commit()
-    observer = _observer(options, {"train_rollouts": len(rollouts)})
+    observer = _observer(options, {"train_rollouts": len(recorded)})
     async with open_llm_for(repo, options) as runtime:
         _listen(runtime, observer)
         pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
                                   publisher=publisher)
-        rollouts = pipeline.redactor.models(load_rollouts(rollouts_file))
+        rollouts = pipeline.redactor.models(recorded)
         context = PipelineContext(mode=options.mode)
         if options.evaluator == "feedback":
             rollouts = await by_feedback(repo, rollouts, context)
