@@ -155,7 +155,7 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
     engine = PolicyTrainingEngine(repo, optimizer, updater, publisher=publisher)
     analyzer = TrajectoryRolloutAnalyzer(
         repo, llm, evaluator, limits=LOCAL_ANALYSIS_LIMITS if local else None,
-        prompt_tokens=budget)
+        prompt_tokens=budget, redactor=redactor)
     estimator = ExperienceGradientEstimator(
         repo, llm, ranker, relevant_experiences=LOCAL_RELEVANT_EXPERIENCES if local else None,
         limits=LOCAL_EDIT_LIMITS if local else None, prompt_tokens=budget,

@@ -38,6 +38,7 @@ from expgit.train.domain import (
 )
 from expgit.train.experience_usage import read_usage, usage_records
 from expgit.train.interfaces import RolloutEvaluator
+from expgit.train.redaction import Redactor
 from expgit.train.trajectory_store import TrajectoryStore, rollout_id
 
 __all__ = ["AnalyzeOutput", "TrajectoryRolloutAnalyzer", "read_front_matter", "truncate"]
@@ -117,16 +118,18 @@ class TrajectoryRolloutAnalyzer:
     (not the fallback), the trajectory's outcome follows from it (:func:`outcome_of`),
     whatever the model said.
 
+    The reply and the evaluation are redacted before the document is written.
     ``limits`` bound the reply; ``prompt_tokens``: when the prompt would not fit, the
     transcript's parts are truncated harder (halving, down to 200 characters each)."""
 
     def __init__(self, repo: ExperienceRepository, llm: StructuredLLM,
                  evaluator: RolloutEvaluator | None = None, *,
                  limits: AnalysisLimits | None = None,
-                 prompt_tokens: int | None = None) -> None:
+                 prompt_tokens: int | None = None, redactor: Redactor | None = None) -> None:
         self.repo = repo
         self.llm = llm
         self.evaluator = evaluator
+        self.redactor = redactor or Redactor()
         self.limits = limits or AnalysisLimits()
         self.prompt_tokens = prompt_tokens
         self.store = TrajectoryStore(repo)
@@ -147,11 +150,13 @@ class TrajectoryRolloutAnalyzer:
         output = analyze_output(self.limits)
         templates_at = self.repo.git.ref(self.repo.main_ref)  # both renders: one main
         system, user = self._prompt(rollout, view, evaluation, output, templates_at)
-        out = await self.llm.generate("analyze", system, user, output)
+        # the model's words are redacted before they are stored (it may obey an injection)
+        out = self.redactor.model(await self.llm.generate("analyze", system, user, output))
         if evaluation is None:
             evaluation = fallback_evaluation(True)
         else:  # the evaluation is the ground truth: the outcome follows from it
             out = out.model_copy(update={"outcome": outcome_of(evaluation)})
+        evaluation = self.redactor.model(evaluation)
         document = self._document(rollout, tid, out, evaluation, source, templates_at)
         uri, created = await run_git(
             self.store.store, tid, document, f"trajectory: {out.title}")
