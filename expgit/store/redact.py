@@ -253,13 +253,14 @@ def secrets_in(text: str) -> list[str]:
 
 
 CUT_MARK = "\n[... {:,} characters removed ...]\n"
+_MARK_ROOM = len(CUT_MARK.format(10 ** 15))  # a cut text is never cut again
 
 
 def cap_text(text: str, limit: int) -> tuple[str, int]:
     """``text`` cut to about ``limit`` characters: its head and tail kept around a line
     saying how much was removed; and the number of characters removed (0: unchanged).
     A text cut once is not cut again."""
-    if len(text) <= limit + len(CUT_MARK.format(len(text))):
+    if len(text) <= limit + _MARK_ROOM:
         return text, 0
     head = limit * 2 // 3
     tail = limit - head

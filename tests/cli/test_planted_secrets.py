@@ -13,6 +13,7 @@ from typing import Any
 
 from cli_support import cases_file
 from conftest import fsck
+from json_shapes import assert_shape
 from scripted_pipeline import BAGGAGE_CASE, GOLD_RULE
 
 from expgit.llm.scripted import Step
@@ -100,6 +101,7 @@ def test_no_planted_secret_reaches_an_object_or_a_prompt(
     assert result.code == 0, result.err
     server.chat.assert_done()
     report = json.loads(result.out)
+    assert_shape("train", report)
     epoch = report["phases"][0]
     assert epoch["commits"] == 1 and report["applied_commits"] == [report["main_after"]]
     refused = [r for r in epoch["rejected_edits"] if "holds a secret" in r]
@@ -116,6 +118,7 @@ def test_no_planted_secret_reaches_an_object_or_a_prompt(
     ingest = run_cli("-C", path, "sessions", "ingest", *sessions, "--json")
     assert ingest.code == 0, ingest.err
     data = json.loads(ingest.out)
+    assert_shape("sessions ingest", data)
     assert [f["outcome"] for f in data["files"]] == ["new", "empty", "empty"]
     assert data["empty"] == [str(sessions[1]), str(sessions[2])]
     assert data["redactions"]["cut_messages"] == 1 and data["redactions"]["user_name"] >= 2

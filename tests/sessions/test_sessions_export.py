@@ -19,6 +19,7 @@ from expgit.sessions.sft import from_sft_example
 from expgit.sessions.store import SessionChanges, SessionStore
 from expgit.store.repository import ExperienceRepository
 from expgit.train.domain import Message
+from expgit.train.redaction import redact_messages
 
 FIXTURES = ROOT / "tests" / "fixtures" / "sessions"
 
@@ -77,12 +78,12 @@ def test_default_export_takes_sft_eligible_segments_best_first(
     report = export_sft(seeded_repo, out=out)
     assert (report.written, report.candidates) == (2, 5)
     assert report.skipped == {"below_threshold": 1, "duplicate": 1, "not_a_chat_example": 1}
-    assert report.redactions.counts == {"email": 1}
+    assert report.redactions.counts == {"email": 1, "home_path": 3}  # stored unredacted
     lines = read(out)
     assert from_sft_example(lines[0]) == [
         m.model_copy(update={"parts": [p.model_copy(update={"tool_status": "completed"})
                                        if getattr(p, "tool_status", "") == "error" else p
-                                       for p in m.parts]}) for m in hub["code"]]
+                                       for p in m.parts]}) for m in redact_messages(hub["code"])[0]]
     assert lines[1]["messages"][0] == {"role": "user",
                                        "content": "mail [REDACTED:email] the compose file"}
     assert "jo@example.com" not in out.read_text()
@@ -144,3 +145,14 @@ def test_segments_a_pending_resegmentation_may_replace_are_not_exported(
     assert (report.written, report.candidates) == (1, 2)
     assert report.skipped == {"pending_resegmentation": 1}
     assert from_sft_example(read(out)[0])[0] == code[0]
+
+
+def test_an_example_over_the_token_limit_is_left_out(
+        seeded_repo: ExperienceRepository, hub: dict[str, list[Message]],
+        tmp_path: Path) -> None:
+    path = tmp_path / "repo"
+    settings = (path / "expgit.toml").read_text() + "\n[sessions]\nsft_max_tokens = 50\n"
+    (path / "expgit.toml").write_text(settings)
+    git(path, "commit", "-qam", "tiny SFT examples")
+    report = export_sft(ExperienceRepository.open(path), out=tmp_path / "sft.jsonl")
+    assert report.written == 0 and report.skipped["over_token_limit"] == 2

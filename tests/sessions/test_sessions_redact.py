@@ -114,12 +114,12 @@ def test_user_names_come_from_the_whole_transcript() -> None:
     messages = [Message.text("user", "I am alice, fix it"),
                 Message(role="assistant", parts=[ToolPart(
                     tool_id="t", tool_name="Bash", tool_input={"cwd": "/home/alice/repo"},
-                    tool_output="x" * 50)])]
+                    tool_output="x" * 100)])]
     redacted, counts = redact_messages(messages, max_chars=30)
     assert redacted[0].plain_text == "I am [REDACTED:user_name], fix it"
     part = redacted[1].parts[0]
     assert isinstance(part, ToolPart) and part.tool_input == {"cwd": "~/repo"}
-    assert part.tool_output is not None and "[... 20 characters removed ...]" in part.tool_output
+    assert part.tool_output is not None and "[... 70 characters removed ...]" in part.tool_output
     assert counts["cut_messages"] == 1 and counts["home_path"] == 1
 
 
@@ -129,3 +129,4 @@ def test_cap_keeps_head_and_tail() -> None:
     assert text.startswith("a" * 10) and text.endswith("c" * 10)
     assert "[... 4,999,970 characters removed ...]" in text
     assert cap_text("short", 30) == ("short", 0)
+    assert cap_text(text, 30) == (text, 0)  # cut once, never again
