@@ -18,6 +18,7 @@ from scripted_pipeline import BAGGAGE_CASE, GOLD_RULE
 
 from expgit.llm.scripted import Step
 from expgit.store.repository import ExperienceRepository
+from expgit.train.domain import Message, Rollout, RubricEvaluation, ToolPart
 
 AWS = "AKIAZ7QXJ3NP5KW2R8TE"  # a made-up access key id of the real shape
 GITHUB = "ghp_" + "Rk8sQ2vNx5LmT9wZc3Hy7Jd4Fb6Gp1Ae0XuV"
@@ -143,3 +144,35 @@ def test_no_planted_secret_reaches_an_object_or_a_prompt(
     status = run_cli("-C", path, "sessions", "status", "--json")
     assert status.code == 0 and json.loads(status.out)["sessions"] == 1
     fsck(path)
+
+
+def test_recorded_rollouts_are_redacted_and_cut_before_training(
+        run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
+    path = tmp_path / "repo"
+    steps = _steps(seeded_repo)
+    estimate = json.dumps({"edits": [
+        _edit("aws-key", "create", f"# Key\n\nUse {AWS} from {HOME}.\n")]})
+    server = serve([steps[1], Step("estimate", estimate)])
+    rollout = Rollout(
+        case=BAGGAGE_CASE, policy_snapshot_id="s" * 12,
+        evaluation=RubricEvaluation(passed=False, score=0.0, feedback=[f"saw {GITHUB}"]),
+        messages=[Message.text("user", INJECTION), Message(role="assistant", parts=[
+            ToolPart(tool_id="t1", tool_name="Bash", tool_input={"cwd": f"{HOME}/proj"},
+                     tool_output=f"{AWS}\n" + "y" * 5_000_000)]),
+            Message.text("assistant", "3 free checked bags.")])
+    recorded = tmp_path / "rollouts.jsonl"
+    recorded.write_text(rollout.model_dump_json() + "\n")
+    result = run_cli("-C", path, "train-rollouts", recorded, "--llm", "openai",
+                     "--base-url", server.url, "--json")
+    assert result.code == 0, result.err
+    server.chat.assert_done()
+    report = json.loads(result.out)
+    assert_shape("train-rollouts", report)
+    assert report["redactions"]["cut_messages"] == 1
+    assert report["redactions"]["refused_secret"] == 1
+    assert report["phases"][0]["gradients"] == 0
+    objects = _all_objects(path)
+    prompts = json.dumps([messages for _, messages, _ in server.chat.calls])
+    for value in PLANTED:
+        assert value.encode() not in objects and value not in prompts, value
+    assert b"y" * 30_000 not in objects
