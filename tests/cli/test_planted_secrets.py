@@ -1,8 +1,9 @@
 """Planted secrets through every path that commits or prompts (issue 17): a prompt
 injection in a case, obeyed by every stage of a scripted model, in ``train --mode
-apply``; a Claude Code transcript under a home folder with a 5 MB tool output; empty
-session files; an outcome reason. No planted value is left in any object of the
-repository (``git cat-file --batch-all-objects --batch``) or in any prompt."""
+apply``, ``train-rollouts`` and ``expgit serve``; a Claude Code transcript under a home
+folder with a 5 MB tool output; empty session files; an outcome reason. No planted
+value is left in any object of the repository (``git cat-file --batch-all-objects
+--batch``) or in any prompt."""
 
 from __future__ import annotations
 
@@ -11,10 +12,19 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx
 from cli_support import cases_file
 from conftest import fsck
 from json_shapes import assert_shape
 from scripted_pipeline import BAGGAGE_CASE, GOLD_RULE
+from training_service_support import (
+    auth,
+    handles,
+    start_service,
+    topic_rollout,
+    training_script,
+    wait_finished,
+)
 
 from expgit.llm.scripted import Step
 from expgit.store.repository import ExperienceRepository
@@ -176,3 +186,24 @@ def test_recorded_rollouts_are_redacted_and_cut_before_training(
     for value in PLANTED:
         assert value.encode() not in objects and value not in prompts, value
     assert b"y" * 30_000 not in objects
+
+
+def test_serve_redacts_a_submitted_rollout_before_training(
+        seeded_repo: ExperienceRepository) -> None:
+    path = seeded_repo.git.work_tree
+    assert path is not None
+    rollout = topic_rollout("zebra")
+    rollout.messages.append(Message.text("user", INJECTION))
+    chat = training_script(("zebra",))
+    with start_service(path, handles(chat), mode="apply", batch=1) as server:
+        answer = httpx.post(f"{server.url}/v1/train/rollouts", headers=auth(),
+                            content=rollout.model_dump_json())
+        assert answer.status_code == 202, answer.text
+        job = wait_finished(server.url, answer.json()["job_id"])
+    assert job["status"] == "completed" and job["applied_commit"], job
+    chat.assert_done()
+    objects = _all_objects(path)
+    prompts = json.dumps([messages for _, messages, _ in chat.calls])
+    for value in PLANTED:
+        assert value.encode() not in objects and value not in prompts, value
+    assert "[REDACTED:api_key]" in prompts  # the analyst saw the redacted transcript
