@@ -29,6 +29,7 @@ from expgit.learn.seed_pack import SCHEMA as SEED_SCHEMA
 from expgit.learn.seed_pack import Seed, build_seeds
 from expgit.runs.build import load_rollouts
 from expgit.store.repository import ExperienceRepository
+from expgit.train.redaction import Redactor
 
 METRICS = "metrics.json"
 FINDINGS = "findings.json"
@@ -110,6 +111,10 @@ def learn_report(repo: ExperienceRepository, rollouts_file: Path, out_dir: Path,
     metrics = compute_metrics(data, snapshot, index, options)
     findings = find_all(data, index, options)
     seeds = build_seeds(repo, data, snapshot, index, options)
+    # run ids stay those of the rollouts as recorded (outcomes name them); what is
+    # written or proposed is redacted
+    redactor = Redactor(repo.settings.limits.max_message_chars)
+    findings, seeds = redactor.models(findings), redactor.models(seeds)
     say(f"{len(findings)} findings, {len(seeds)} seeds")
     files = write_files(out_dir, {
         METRICS: _dump(metrics),
@@ -121,6 +126,9 @@ def learn_report(repo: ExperienceRepository, rollouts_file: Path, out_dir: Path,
     result = LearnResult(output_dir=str(out_dir), files=files, rollouts=len(data.runs),
                          outcomes=len(outcomes), accuracy=metrics["overall"]["accuracy"],
                          findings=findings, seeds=seeds)
+    if redactor.counts:
+        result.notes.append("redacted from the findings and seeds: " + ", ".join(
+            f"{kind} {count}" for kind, count in redactor.report().items()))
     if data.unmatched:
         result.notes.append(f"{len(data.unmatched)} outcome records name a rollout or "
                             "trajectory that is not in the rollouts file")
