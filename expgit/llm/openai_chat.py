@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import openai
 
-from expgit.llm.port import ChatMessages, Completion, LLMError
+from expgit.llm.port import ChatMessages, Completion, LLMError, ToolCall, ToolMessages, ToolTurn
 
 R = TypeVar("R")
 
@@ -230,6 +230,31 @@ class OpenAIChatModel:
             return Completion(
                 text=choice.message.content or "", finish_reason=choice.finish_reason,
                 prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
+                completion_tokens=(usage.completion_tokens or 0) if usage else 0,
+                model=getattr(response, "model", None) or self.model)
+        except (AttributeError, IndexError, TypeError, ValueError):
+            raise LLMError(f"{stage}: {self.endpoint} returned a malformed chat completion: "
+                           f"{_short(response)}", cause="malformed chat completion") from None
+
+    async def complete_tools(self, messages: ToolMessages, tools: list[dict[str, Any]], *,
+                             stage: str, max_tokens: int, temperature: float) -> ToolTurn:
+        """One assistant turn with ``tools=``; same retries and deadline as complete."""
+        async def call(timeout: float) -> Any:
+            return await self.client.chat.completions.create(
+                model=self.model, messages=messages,  # type: ignore[arg-type]
+                tools=tools,  # type: ignore[arg-type]
+                max_tokens=max_tokens, temperature=temperature, timeout=timeout)
+
+        response = await self._with_retries(f"{stage} ({self.model})", call)
+        try:
+            choice = response.choices[0]
+            usage = response.usage
+            calls = [ToolCall(id=c.id, name=c.function.name,
+                              arguments=c.function.arguments or "{}")
+                     for c in (choice.message.tool_calls or [])]
+            return ToolTurn(
+                text=choice.message.content or "", finish_reason=choice.finish_reason,
+                tool_calls=calls, prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
                 completion_tokens=(usage.completion_tokens or 0) if usage else 0,
                 model=getattr(response, "model", None) or self.model)
         except (AttributeError, IndexError, TypeError, ValueError):

@@ -47,6 +47,21 @@ class Completion(BaseModel):
 
 
 ChatMessages = list[dict[str, str]]
+ToolMessages = list[dict[str, Any]]  # OpenAI-style, with tool_calls and role "tool"
+
+
+class ToolCall(BaseModel):
+    """One tool call the model asked for; ``arguments`` is the JSON text it sent."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+class ToolTurn(Completion):
+    """One assistant turn of a tool-calling conversation: its text and tool calls."""
+
+    tool_calls: list[ToolCall] = []
 
 
 class ChatModel(Protocol):
@@ -66,6 +81,22 @@ class ChatModel(Protocol):
     async def complete(self, messages: ChatMessages, *, stage: str,
                        response_format: dict[str, Any] | None, max_tokens: int,
                        temperature: float) -> Completion: ...
+
+
+class ToolChatModel(Protocol):
+    """A chat model that can call tools (OpenAI-style ``tools=`` / ``tool_calls``).
+
+    May assume: ``messages`` are OpenAI-style dicts (assistant turns may carry
+    ``tool_calls``; results are ``{"role": "tool", "tool_call_id", "content"}``) and
+    ``tools`` are ``{"type": "function", "function": {name, description, parameters}}``.
+    Must: return the turn's text and tool calls (arguments as sent, never parsed) with
+    usage; retry transient failures like :meth:`ChatModel.complete`. Raises LLMError.
+    """
+
+    model: str
+
+    async def complete_tools(self, messages: ToolMessages, tools: list[dict[str, Any]], *,
+                             stage: str, max_tokens: int, temperature: float) -> ToolTurn: ...
 
 
 class EmbeddingModel(Protocol):

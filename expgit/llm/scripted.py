@@ -2,7 +2,10 @@
 
 Each expected call is a :class:`Step`: the stage it is for and the reply (a string, or a
 function of the messages). A call takes the first unused step of its stage, so concurrent
-stages need no fixed interleaving; a call for which no step is left fails loudly, and
+stages need no fixed interleaving; a step for a tool-calling turn
+(:meth:`ScriptedChatModel.complete_tools`) may reply with a :class:`ToolTurn` (text and
+tool calls), or a function of the messages returning one; a call for which no step is
+left fails loudly, and
 :meth:`ScriptedChatModel.assert_done` fails if scripted steps were never used.
 """
 
@@ -14,9 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from expgit.llm.port import ChatMessages, Completion
+from expgit.llm.port import ChatMessages, Completion, ToolMessages, ToolTurn
 
 Reply = str | Callable[[ChatMessages], str]
+ToolReply = str | ToolTurn | Callable[[ToolMessages], "str | ToolTurn"]
 
 
 class ScriptError(AssertionError):
@@ -26,7 +30,7 @@ class ScriptError(AssertionError):
 @dataclass
 class Step:
     stage: str
-    reply: Reply
+    reply: Reply | ToolReply
     finish_reason: str = "stop"
 
 
@@ -35,25 +39,44 @@ class ScriptedChatModel:
     steps: list[Step]
     model: str = "scripted"
     delay_seconds: float = 0.0
-    calls: list[tuple[str, ChatMessages, dict[str, Any] | None]] = field(default_factory=list)
+    calls: list[tuple[str, Any, dict[str, Any] | None]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _used: set[int] = field(default_factory=set)
 
-    async def complete(self, messages: ChatMessages, *, stage: str,
-                       response_format: dict[str, Any] | None, max_tokens: int,
-                       temperature: float) -> Completion:
+    def _take(self, stage: str, messages: Any, extra: dict[str, Any] | None) -> Step:
         with self._lock:
-            self.calls.append((stage, messages, response_format))
+            self.calls.append((stage, messages, extra))
             index = next((i for i, s in enumerate(self.steps)
                           if s.stage == stage and i not in self._used), None)
             if index is None:
                 raise ScriptError(f"unexpected LLM call #{len(self.calls)} for stage "
                                   f"{stage!r}: no scripted step of that stage is left")
             self._used.add(index)
-            step = self.steps[index]
+            return self.steps[index]
+
+    async def complete_tools(self, messages: ToolMessages, tools: list[dict[str, Any]], *,
+                             stage: str, max_tokens: int, temperature: float) -> ToolTurn:
+        """The next step of ``stage``: its ToolTurn, or its text as a turn without calls;
+        ``calls`` records ``{"tools": tools}`` as the third item."""
+        step = self._take(stage, list(messages), {"tools": tools})
+        if self.delay_seconds:
+            await asyncio.sleep(self.delay_seconds)
+        reply = step.reply(messages) if callable(step.reply) else step.reply
+        turn = reply if isinstance(reply, ToolTurn) else ToolTurn(text=str(reply))
+        prompt_tokens = sum(len(str(m.get("content") or "")) for m in messages) // 4
+        return turn.model_copy(update={
+            "finish_reason": turn.finish_reason or step.finish_reason, "model": self.model,
+            "prompt_tokens": prompt_tokens, "completion_tokens": len(turn.text) // 4 + 1})
+
+    async def complete(self, messages: ChatMessages, *, stage: str,
+                       response_format: dict[str, Any] | None, max_tokens: int,
+                       temperature: float) -> Completion:
+        step = self._take(stage, messages, response_format)
         if self.delay_seconds:
             await asyncio.sleep(self.delay_seconds)
         text = step.reply(messages) if callable(step.reply) else step.reply
+        if not isinstance(text, str):
+            raise ScriptError(f"stage {stage!r}: a tool turn was scripted for a text call")
         prompt_tokens = sum(len(m["content"]) for m in messages) // 4
         return Completion(text=text, finish_reason=step.finish_reason, model=self.model,
                           prompt_tokens=prompt_tokens, completion_tokens=len(text) // 4)

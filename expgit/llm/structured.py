@@ -24,7 +24,15 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from expgit.llm.port import ChatMessages, ChatModel, LLMOutputError, UsageMeter
+from expgit.llm.port import (
+    ChatMessages,
+    ChatModel,
+    LLMError,
+    LLMOutputError,
+    ToolMessages,
+    ToolTurn,
+    UsageMeter,
+)
 
 T = TypeVar("T", bound=BaseModel)
 Mode = Literal["json_schema", "json_object", "prompt"]
@@ -144,6 +152,24 @@ class StructuredLLM:
     async def text(self, stage: str, messages: ChatMessages) -> str:
         """A free-text reply (one call), e.g. the agent's answer in a rollout."""
         return await self._call(messages, stage, None)
+
+    async def tools(self, stage: str, messages: ToolMessages, tools: list[dict[str, Any]]
+                    ) -> ToolTurn:
+        """One tool-calling turn (the model's ``complete_tools``), counted like any call;
+        LLMError if the model cannot call tools, or its reply was cut off."""
+        complete = getattr(self.model, "complete_tools", None)
+        if complete is None:
+            raise LLMError(f"{stage}: the model {self.model.model!r} cannot call tools",
+                           hint="use an OpenAI-compatible endpoint (--base-url)",
+                           cause="a model without tool calling")
+        turn: ToolTurn = await complete(messages, tools, stage=stage,
+                                        max_tokens=self.max_tokens,
+                                        temperature=self.temperature)
+        self.meter.record(stage, turn)
+        if turn.finish_reason == "length":
+            cut = f"reply cut off at {self.max_tokens} tokens (finish_reason=length)"
+            raise LLMOutputError(f"{stage}: the {cut}", cause=cut)
+        return turn
 
     async def generate(self, stage: str, system: str, user: str, output: type[T]) -> T:
         """One validated object of type ``output`` (at most two calls: ask, repair)."""
