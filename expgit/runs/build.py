@@ -43,6 +43,10 @@ from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer
 from expgit.train.components.policy_trainer import BatchPolicyTrainer
 from expgit.train.components.policy_updater import GitPolicyUpdater
 from expgit.train.components.snapshotter import ContentHashPolicySnapshotter
+from expgit.train.components.tool_executor import (
+    RoutingRolloutExecutor,
+    ToolCallingRolloutExecutor,
+)
 from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Case, Rollout
@@ -115,15 +119,23 @@ def _ranker(runtime: LLMHandles) -> ExperienceRanker | None:
 
 def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
                      concurrency: int = 4, top_k: int | None = None,
-                     token_budget: int | None = None) -> SingleTurnLLMRolloutExecutor:
-    """The in-process executor of the default chain: single-turn, rubric-evaluated,
-    each prompt's experiences by :func:`expgit.train.retrieval.select_context` within the
-    repository's ``[context]`` settings, ``top_k`` and ``token_budget`` overriding them
-    (also the example environment's)."""
+                     token_budget: int | None = None) -> RoutingRolloutExecutor:
+    """The in-process executor of the default chain (also the example environment's):
+    single-turn, or tool-calling for the cases a cases file binds to a tool environment
+    (``environment:``, limits from ``[train] tool_max_steps`` / ``tool_max_user_turns``);
+    rubric-evaluated. Each prompt's experiences by
+    :func:`expgit.train.retrieval.select_context` within the repository's ``[context]``
+    settings, ``top_k`` and ``token_budget`` overriding them."""
     evaluator = RubricRolloutEvaluator(runtime.structured, repo=repo)
-    return SingleTurnLLMRolloutExecutor(runtime.structured, evaluator, top_k=top_k,
-                                        token_budget=token_budget,
-                                        concurrency=concurrency, repo=repo)
+    single = SingleTurnLLMRolloutExecutor(runtime.structured, evaluator, top_k=top_k,
+                                          token_budget=token_budget,
+                                          concurrency=concurrency, repo=repo)
+    train = repo.settings.train
+    tools = ToolCallingRolloutExecutor(
+        runtime.structured, evaluator, single.experiences_for,
+        max_steps=train.tool_max_steps, max_user_turns=train.tool_max_user_turns,
+        concurrency=concurrency, repo=repo)
+    return RoutingRolloutExecutor(single, tools)
 
 
 def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurrency: int = 4,

@@ -63,6 +63,8 @@ class TrainSettings(BaseModel):
     # a lesson sharing a run of this many words with its case's input or trajectory is
     # refused; half as many are flagged in the PR body
     max_copied_words: int = Field(default=12, ge=2)
+    tool_max_steps: int = Field(default=30, ge=1)  # agent turns of a tool-calling rollout
+    tool_max_user_turns: int = Field(default=10, ge=1)  # user turns of one
 
 
 class SessionSettings(BaseModel):

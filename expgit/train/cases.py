@@ -3,7 +3,8 @@
 Formats, by file extension:
 
 * ``.yaml`` / ``.yml`` (YAML, duplicate keys refused) or ``.json``: a list of cases, or a
-  mapping ``{cases: [...]}``;
+  mapping ``{cases: [...]}``, optionally with ``environment`` and ``database``: the tool
+  environment the cases run in (see :mod:`expgit.train.tools.binding`);
 * ``.jsonl``: one case object per line (blank lines are skipped).
 
 A case is :class:`expgit.train.domain.Case`; each criterion's ``check`` is one of the
@@ -34,6 +35,7 @@ from expgit.errors import InvalidInputError, NotFoundError, UsageError
 from expgit.store.yamlload import UniqueKeyLoader
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Case
+from expgit.train.tools.binding import bind_cases
 
 _YAML_SUFFIXES = (".yaml", ".yml", ".json")
 _JSONL_SUFFIXES = (".jsonl",)
@@ -111,14 +113,20 @@ def _decode_document(path: Path, text: str) -> Any:
         raise InvalidInputError(f"{path}: not valid YAML{line}: {problem}") from None
 
 
-def _document_items(path: Path, text: str) -> list[tuple[Any, str]]:
+_HEADER_KEYS = {"cases", "environment", "database"}
+
+
+def _document_items(path: Path, text: str, header: dict[str, Any]
+                    ) -> list[tuple[Any, str]]:
     doc = _decode_document(path, text)
     if isinstance(doc, dict):
-        if set(doc) != {"cases"}:
-            extra = sorted(map(str, set(doc) - {"cases"}))
+        if "cases" not in doc or not set(doc) <= _HEADER_KEYS:
+            extra = sorted(map(str, set(doc) - _HEADER_KEYS))
             raise InvalidInputError(
-                f"{path}: the top level must be a list of cases or a mapping with only "
-                f"'cases'" + (f" (unexpected: {', '.join(extra)})" if extra else ""))
+                f"{path}: the top level must be a list of cases or a mapping with "
+                f"'cases' (and 'environment', 'database')"
+                + (f" (unexpected: {', '.join(extra)})" if extra else ""))
+        header.update({k: v for k, v in doc.items() if k != "cases"})
         doc = doc["cases"]
     if not isinstance(doc, list):
         raise InvalidInputError(f"{path}: the top level must be a list of cases or "
@@ -146,8 +154,9 @@ def load_cases(path: str | Path) -> list[Case]:
         raise InvalidInputError(f"{path}: unknown cases file type {suffix or '(none)'!r}; "
                                 "use .yaml, .yml, .json or .jsonl")
     text = _read(path)
+    header: dict[str, Any] = {}
     items = (_jsonl_items(path, text) if suffix in _JSONL_SUFFIXES
-             else _document_items(path, text))
+             else _document_items(path, text, header))
     if not items:
         raise InvalidInputError(f"{path}: contains no cases")
     cases: list[Case] = []
@@ -159,7 +168,7 @@ def load_cases(path: str | Path) -> list[Case]:
                                     f"{first_seen[case.name].removeprefix(f'{path}: ')})")
         first_seen[case.name] = where
         cases.append(case)
-    return cases
+    return bind_cases(cases, header, path)
 
 
 class ListCaseLoader:

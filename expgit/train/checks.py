@@ -1,4 +1,6 @@
-"""Rubric criterion checks. All but ``llm_judge`` are pure functions of the answer text.
+"""Rubric criterion checks. All but ``llm_judge`` are pure functions of the answer text,
+or, for the action checks (``db_state``, ``tool_called``, ``tool_not_called``), of the
+tool calls a rollout made and the final state of its tool environment.
 
 Each check looks at ``target``: the final assistant answer (default) or the whole
 transcript. ``json_field_equals`` and ``numeric`` with a ``path`` parse the target as JSON
@@ -73,14 +75,40 @@ class LLMJudgeCheck(_Check):
     instructions: str
 
 
+class DbStateCheck(_Check):
+    """The environment's final state has these values, by dotted path
+    (``reservations.ZFA04Y.status: cancelled``)."""
+
+    type: Literal["db_state"] = "db_state"
+    expected: dict[str, Any] = Field(min_length=1)
+
+
+class ToolCalledCheck(_Check):
+    """A completed call of ``name`` whose arguments include ``arguments``."""
+
+    type: Literal["tool_called"] = "tool_called"
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolNotCalledCheck(_Check):
+    """No completed call of ``name`` (with ``arguments``: none with those arguments)."""
+
+    type: Literal["tool_not_called"] = "tool_not_called"
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+ActionCheck = DbStateCheck | ToolCalledCheck | ToolNotCalledCheck
 CriterionCheck = Annotated[
     ContainsCheck | NotContainsCheck | RegexCheck | EqualsCheck | JsonFieldEqualsCheck
-    | NumericCheck | LLMJudgeCheck, Field(discriminator="type")]
+    | NumericCheck | LLMJudgeCheck | DbStateCheck | ToolCalledCheck | ToolNotCalledCheck,
+    Field(discriminator="type")]
 
 # A number: "1,000.5" (thousands commas), "2,5" (a decimal comma), or "3.25".
 _NUMBER = re.compile(
     r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])|-?\d+,\d{1,2}(?!\d)|-?\d+(?:\.\d+)?")
-_MISSING = object()
+_MISSING = MISSING = object()
 
 
 def _json_path(text: str, path: str) -> Any:
@@ -88,6 +116,11 @@ def _json_path(text: str, path: str) -> Any:
         node: Any = json.loads(_strip_fence(text))
     except ValueError:
         return _MISSING
+    return walk(node, path)
+
+
+def walk(node: Any, path: str) -> Any:
+    """The value at dotted ``path`` in ``node``, or ``MISSING``."""
     for key in path.split("."):
         if isinstance(node, list) and key.lstrip("-").isdigit() and -len(node) <= int(key) < len(
                 node):
@@ -142,3 +175,32 @@ def run_check(check: CriterionCheck, text: str) -> tuple[bool, str]:
         ok = abs(number - check.value) <= check.tolerance
         return ok, f"{number:g} vs expected {check.value:g} (tolerance {check.tolerance:g})"
     raise TypeError(f"{check.type} needs an LLM judge, not run_check")
+
+
+def run_action_check(check: ActionCheck, calls: list[tuple[str, dict[str, Any]]],
+                     state: dict[str, Any] | None) -> tuple[bool, str]:
+    """(passed, one-line feedback) of an action check on the completed tool ``calls``
+    (name, arguments) and the final ``state`` (None: the rollout had no environment)."""
+    if isinstance(check, DbStateCheck):
+        if state is None:
+            return False, "no final state: the rollout ran without a tool environment"
+        wrong = []
+        for path, value in check.expected.items():
+            got = walk(state, path)
+            if got != value:
+                shown = "missing" if got is _MISSING else repr(got)
+                wrong.append(f"{path} = {shown}, expected {value!r}")
+        if wrong:
+            return False, "final state differs: " + "; ".join(wrong)
+        return True, "final state has " + ", ".join(f"{p} = {v!r}"
+                                                    for p, v in check.expected.items())
+    wanted = f"{check.name}({json.dumps(check.arguments, sort_keys=True)})" \
+        if check.arguments else check.name
+    hits = [args for name, args in calls if name == check.name
+            and all(args.get(k) == v for k, v in check.arguments.items())]
+    if isinstance(check, ToolCalledCheck):
+        return bool(hits), (f"called {wanted}" if hits else
+                            f"never called {wanted}; calls made: "
+                            f"{', '.join(n for n, _ in calls) or 'none'}")
+    return not hits, (f"called {wanted}, which must not be called" if hits
+                      else f"did not call {wanted}")

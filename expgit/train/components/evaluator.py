@@ -2,7 +2,9 @@
 
 Texts a check looks at (``check.target``): ``final_answer`` = the plain text of the last
 assistant message ("" if there is none); ``transcript`` = every message rendered as
-``role: text`` with tool calls as ``[tool NAME(INPUT) -> STATUS: OUTPUT]``.
+``role: text`` with tool calls as ``[tool NAME(INPUT) -> STATUS: OUTPUT]``. The action
+checks look at the rollout's completed tool calls and at ``metadata.final_state`` (the
+tool environment's state at the end, recorded by the tool-calling executor).
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from expgit.llm.structured import StructuredLLM
 from expgit.store.repository import ExperienceRepository
 from expgit.store.templates import render_prompt
-from expgit.train.checks import LLMJudgeCheck, run_check
+from expgit.train.checks import (
+    DbStateCheck,
+    LLMJudgeCheck,
+    ToolCalledCheck,
+    ToolNotCalledCheck,
+    run_action_check,
+    run_check,
+)
 from expgit.train.context import PipelineContext
 from expgit.train.domain import (
     Case,
@@ -25,6 +34,7 @@ from expgit.train.domain import (
     RubricCriterion,
     RubricEvaluation,
     TextPart,
+    ToolPart,
 )
 
 NO_CHECK = "no check; the environment must evaluate"
@@ -117,16 +127,25 @@ class RubricRolloutEvaluator:
             return failed_evaluation(case, rollout.error)
         texts = {"final_answer": final_answer(rollout.messages),
                  "transcript": render_transcript(rollout.messages)}
-        results = [await self._criterion(case, criterion, texts)
+        results = [await self._criterion(case, criterion, texts, rollout)
                    for criterion in case.rubric.criteria]
         return aggregate(results, case.rubric.criteria)
 
     async def _criterion(self, case: Case, criterion: RubricCriterion,
-                         texts: dict[str, str]) -> CriterionResult:
+                         texts: dict[str, str], rollout: Rollout) -> CriterionResult:
         check = criterion.check
         if check is None:
             return CriterionResult(criterion_name=criterion.name, passed=False, score=0.0,
                                    feedback=[NO_CHECK])
+        if isinstance(check, DbStateCheck | ToolCalledCheck | ToolNotCalledCheck):
+            calls = [(p.tool_name, p.tool_input) for m in rollout.messages for p in m.parts
+                     if isinstance(p, ToolPart) and p.tool_status == "completed"]
+            state = rollout.metadata.get("final_state")
+            passed, line = run_action_check(check, calls,
+                                            state if isinstance(state, dict) else None)
+            return CriterionResult(criterion_name=criterion.name, passed=passed,
+                                   score=1.0 if passed else 0.0, feedback=[line],
+                                   metadata={"check": check.type})
         text = texts[check.target]
         if isinstance(check, LLMJudgeCheck):
             return await self._judge(case, criterion, check, text)

@@ -16,7 +16,7 @@ from expgit.train.domain import Case, Message, Rollout
 from expgit.train.experience_usage import KEY as USAGE_KEY
 from expgit.train.experience_usage import usage_records
 from expgit.train.interfaces import RolloutEvaluator
-from expgit.train.retrieval import ContextSelection, check_limits, select_context
+from expgit.train.retrieval import ContextItem, ContextSelection, check_limits, select_context
 
 
 class SingleTurnLLMRolloutExecutor:
@@ -70,6 +70,11 @@ class SingleTurnLLMRolloutExecutor:
     def _select(self, policy_set: Snapshot, query: str) -> ContextSelection:
         return select_context(policy_set, query, token_budget=self.token_budget,
                               top_k=self.top_k)
+
+    async def experiences_for(self, query: str, policy_set: Snapshot) -> list[ContextItem]:
+        """The experiences a prompt shows for ``query``, as this executor picks them
+        (also the tool-calling executor's experience block)."""
+        return self._select(policy_set, query).items
 
     async def _run_case(self, case: Case, policy_set: Snapshot, context: ExecutionContext,
                         pipeline: PipelineContext) -> Rollout:

@@ -1,0 +1,201 @@
+"""ToolCallingRolloutExecutor: a multi-turn conversation with tool calls, per case.
+
+A case bound to a tool environment (``metadata.environment``, see
+:mod:`expgit.train.tools.binding`) runs as a conversation: the experiences as the system
+prompt (``prompts/tool_rollout.md.j2``; the same selection as the single-turn
+executor's), the user's turns from the case or a simulated user
+(:mod:`expgit.train.tools.users`), and agent turns (one ``rollout`` call each, with the
+environment's tools) until the agent answers and the user is done, or
+``max_steps`` agent turns, or ``max_user_turns`` user turns. Every tool call is a
+ToolPart of its assistant message with its result; a call of an unknown tool, with
+arguments that are not a JSON object or fail the tool's schema, or whose tool raises,
+gets an error result (``tool_status: error``) that the agent sees. The environment is
+fresh per rollout; its final state is ``metadata.final_state``, and
+``metadata.stopped`` says why the conversation ended (``user done``, ``step limit``,
+``user turn limit``). A failed LLM call or evaluation is a Rollout with ``error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from expgit.errors import ExpgitError, UsageError
+from expgit.llm.port import ToolCall, ToolMessages
+from expgit.llm.structured import StructuredLLM
+from expgit.store.repository import ExperienceRepository
+from expgit.store.snapshot import Snapshot
+from expgit.store.templates import render_prompt
+from expgit.train.components.evaluator import failed_evaluation
+from expgit.train.context import ExecutionContext, PipelineContext
+from expgit.train.domain import Case, Message, Part, Rollout, TextPart, ToolPart
+from expgit.train.experience_usage import KEY as USAGE_KEY
+from expgit.train.experience_usage import usage_records
+from expgit.train.interfaces import RolloutEvaluator, RolloutExecutor
+from expgit.train.retrieval import ContextItem
+from expgit.train.tools.binding import binding
+from expgit.train.tools.environment import ToolEnvironment
+from expgit.train.tools.registry import open_environment
+from expgit.train.tools.users import Turn, user_for
+
+ExperienceSelector = Callable[[str, Snapshot], Awaitable[list[ContextItem]]]
+
+
+def run_tool_call(env: ToolEnvironment, known: set[str], call: ToolCall) -> ToolPart:
+    """The call run against ``env``, as a ToolPart with its result or its error."""
+    try:
+        args: Any = json.loads(call.arguments or "{}")
+    except ValueError:
+        args = None
+    if not isinstance(args, dict):
+        return ToolPart(tool_id=call.id, tool_name=call.name,
+                        tool_input={"_raw": call.arguments}, tool_status="error",
+                        tool_output="error: the arguments are not a JSON object")
+    if call.name not in known:
+        return ToolPart(tool_id=call.id, tool_name=call.name, tool_input=args,
+                        tool_status="error", tool_output=f"error: unknown tool {call.name!r}"
+                        f"; the tools are {', '.join(sorted(known))}")
+    try:
+        output = env.execute(call.name, args)
+    except Exception as exc:  # any failure of the tool is the agent's to see, not a crash
+        return ToolPart(tool_id=call.id, tool_name=call.name, tool_input=args,
+                        tool_status="error", tool_output=f"error: {exc}")
+    return ToolPart(tool_id=call.id, tool_name=call.name, tool_input=args,
+                    tool_output=output)
+
+
+def _assistant_message(text: str, calls: Sequence[ToolCall]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+            "name": c.name, "arguments": c.arguments}} for c in calls]
+    else:
+        message["content"] = text
+    return message
+
+
+class ToolCallingRolloutExecutor:
+    """Runs each case as a tool-calling conversation (module docstring); at most
+    ``concurrency`` at once. ``experiences(query, snapshot)`` picks the experiences
+    shown for the user's first message. Reads only; never writes."""
+
+    def __init__(self, llm: StructuredLLM, evaluator: RolloutEvaluator,
+                 experiences: ExperienceSelector, *, max_steps: int = 30,
+                 max_user_turns: int = 10, concurrency: int = 4,
+                 repo: ExperienceRepository | None = None) -> None:
+        if concurrency < 1 or max_steps < 1 or max_user_turns < 1:
+            raise UsageError("concurrency, max_steps and max_user_turns must be at least 1")
+        self.llm = llm
+        self.evaluator = evaluator
+        self.experiences = experiences
+        self.max_steps = max_steps
+        self.max_user_turns = max_user_turns
+        self.concurrency = concurrency
+        self.repo = repo
+
+    async def execute(self, cases: Sequence[Case], policy_set: Snapshot,
+                      context: ExecutionContext) -> list[Rollout]:
+        semaphore = asyncio.Semaphore(self.concurrency)
+        pipeline = PipelineContext(execution_metadata=dict(context.metadata))
+
+        async def run(case: Case) -> Rollout:
+            async with semaphore:
+                return await self._run_case(case, policy_set, context, pipeline)
+
+        return list(await asyncio.gather(*(run(case) for case in cases)))
+
+    async def _run_case(self, case: Case, policy_set: Snapshot, context: ExecutionContext,
+                        pipeline: PipelineContext) -> Rollout:
+        metadata: dict[str, Any] = {"snapshot_id": policy_set.id,
+                                    "snapshot_commit": policy_set.commit}
+        messages: list[Message] = []
+        stage = "rollout"
+        try:
+            bound = binding(case)
+            if bound is None:
+                raise UsageError(f"case {case.name!r} is not bound to a tool environment")
+            env = open_environment(*bound).new()
+            metadata["environment"] = bound[0]
+            metadata["stopped"] = await self._converse(case, policy_set, env, messages,
+                                                       metadata)
+            metadata["final_state"] = env.final_state()
+            rollout = Rollout(case=case, messages=messages, metadata=metadata,
+                              policy_snapshot_id=context.policy_snapshot_id)
+            stage = "evaluation"
+            rollout.evaluation = await self.evaluator.evaluate(rollout, pipeline)
+            return rollout
+        except (ExpgitError, TimeoutError) as exc:
+            error = f"{stage} failed: {type(exc).__name__}: {exc}"
+            return Rollout(case=case, messages=messages, metadata=metadata, error=error,
+                           policy_snapshot_id=context.policy_snapshot_id,
+                           evaluation=failed_evaluation(case, error))
+
+    async def _converse(self, case: Case, policy_set: Snapshot, env: ToolEnvironment,
+                        messages: list[Message], metadata: dict[str, Any]) -> str:
+        """Runs the conversation into ``messages``; returns why it stopped."""
+        user = user_for(case, self.llm, self.repo)
+        transcript: list[Turn] = []
+        said = await user.next_message(transcript)
+        if said is None:
+            return "user done"
+        experiences = await self.experiences(said, policy_set)
+        metadata[USAGE_KEY] = usage_records(
+            [p.usage() for p in experiences])
+        now = env.final_state().get("now")  # the environment's clock, if it has one
+        system, _ = render_prompt("tool_rollout", self.repo, experiences=experiences,
+                                  case=case, now=now if isinstance(now, str) else None)
+        schemas = env.tool_schemas()
+        known = {str(s["function"]["name"]) for s in schemas}
+        chat: ToolMessages = [{"role": "system", "content": system}]
+        user_turns, steps = 0, 0
+        while said is not None:
+            user_turns += 1
+            chat.append({"role": "user", "content": said})
+            messages.append(Message.text("user", said))
+            transcript.append(Turn("user", said))
+            while True:  # agent turns until it answers in text
+                if steps >= self.max_steps:
+                    return "step limit"
+                turn = await self.llm.tools("rollout", chat, schemas)
+                steps += 1
+                chat.append(_assistant_message(turn.text, turn.tool_calls))
+                parts: list[Part] = [TextPart(text=turn.text)] if turn.text else []
+                for call in turn.tool_calls:
+                    part = run_tool_call(env, known, call)
+                    parts.append(part)
+                    chat.append({"role": "tool", "tool_call_id": call.id,
+                                 "content": part.tool_output or ""})
+                messages.append(Message(role="assistant", parts=parts))
+                if not turn.tool_calls:
+                    transcript.append(Turn("agent", turn.text))
+                    break
+            if user_turns >= self.max_user_turns:
+                return "user turn limit"
+            said = await user.next_message(transcript)
+        return "user done"
+
+
+class RoutingRolloutExecutor:
+    """Cases bound to a tool environment go to ``tools``, the others to ``plain``;
+    rollouts come back in the order of the cases."""
+
+    def __init__(self, plain: RolloutExecutor, tools: RolloutExecutor) -> None:
+        self.plain = plain
+        self.tools = tools
+
+    async def execute(self, cases: Sequence[Case], policy_set: Snapshot,
+                      context: ExecutionContext) -> list[Rollout]:
+        bound = [binding(case) is not None for case in cases]
+        plain_cases = [c for c, b in zip(cases, bound, strict=True) if not b]
+        tool_cases = [c for c, b in zip(cases, bound, strict=True) if b]
+        plain, tools = await asyncio.gather(
+            self.plain.execute(plain_cases, policy_set, context) if plain_cases else _none(),
+            self.tools.execute(tool_cases, policy_set, context) if tool_cases else _none())
+        plain_iter, tools_iter = iter(plain), iter(tools)
+        return [next(tools_iter) if b else next(plain_iter) for b in bound]
+
+
+async def _none() -> list[Rollout]:
+    return []

@@ -1,0 +1,1 @@
+"""Tool environments for multi-turn rollouts: the Protocol, a registry, the airline example."""

@@ -1,0 +1,80 @@
+"""The environments a cases file can name (``environment: airline``), by name.
+
+Built in: ``airline`` (:mod:`expgit.train.tools.airline`). A program registers its own
+kind with :func:`register` before loading cases that name it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from expgit.errors import InvalidInputError
+from expgit.train.tools.environment import EnvironmentFactory, EnvironmentKind
+
+_KINDS: dict[str, EnvironmentKind] = {}
+_LOCK = threading.Lock()
+_OPENED: dict[tuple[str, str], EnvironmentFactory] = {}
+
+
+def register(kind: EnvironmentKind) -> None:
+    """Make ``kind`` loadable by its name (a later kind of the same name replaces it)."""
+    with _LOCK:
+        _KINDS[kind.name] = kind
+        for key in [k for k in _OPENED if k[0] == kind.name]:
+            del _OPENED[key]
+
+
+def names() -> list[str]:
+    _builtin()
+    with _LOCK:
+        return sorted(_KINDS)
+
+
+def environment_kind(name: str) -> EnvironmentKind:
+    """The kind registered as ``name``; InvalidInputError naming the known ones."""
+    _builtin()
+    with _LOCK:
+        kind = _KINDS.get(name)
+    if kind is None:
+        raise InvalidInputError(f"unknown environment {name!r}; known: "
+                                f"{', '.join(names()) or '(none)'}",
+                                hint="register it with expgit.train.tools.registry.register")
+    return kind
+
+
+def open_environment(name: str, database: Path) -> EnvironmentFactory:
+    """The factory of ``database`` for kind ``name``, parsed once per process."""
+    key = (name, str(database))
+    with _LOCK:
+        factory = _OPENED.get(key)
+    if factory is None:
+        factory = environment_kind(name).open(database)
+        with _LOCK:
+            _OPENED[key] = factory
+    return factory
+
+
+def read_json(path: Path) -> Any:
+    """A JSON fixture; InvalidInputError (one line) if it is missing or does not parse."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidInputError(f"{path}: no such database fixture") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"{path}: cannot read the database fixture: {exc}") from None
+    except ValueError as exc:
+        raise InvalidInputError(f"{path}: the database fixture is not valid JSON: {exc}"
+                                ) from None
+
+
+def _builtin() -> None:
+    with _LOCK:
+        if "airline" in _KINDS:
+            return
+    from expgit.train.tools.airline import AIRLINE  # its tools load only when needed
+
+    with _LOCK:
+        _KINDS.setdefault("airline", AIRLINE)
