@@ -4,6 +4,8 @@ from a strict ScriptedChatModel, by stage.
 The server tells the stage of a request from its ``response_format`` (the output model's
 name; none: a ``rollout``), so the real openai adapter, structured output and pipeline
 run end to end with no monkeypatching. The ``serve`` fixture (conftest.py) starts them.
+A request with ``tools`` is a tool-calling ``rollout`` turn: the step's ToolTurn comes
+back as the message's ``tool_calls``.
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ class ScriptServer:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 server.requests += 1
+                if body.get("tools"):
+                    self._tools(body)
+                    return
                 try:
                     done = asyncio.run(server.chat.complete(
                         body["messages"], stage=stage_of(body),
@@ -74,6 +79,29 @@ class ScriptServer:
                     "usage": {"prompt_tokens": done.prompt_tokens,
                               "completion_tokens": done.completion_tokens,
                               "total_tokens": done.prompt_tokens + done.completion_tokens}})
+
+            def _tools(self, body: dict[str, Any]) -> None:
+                try:
+                    turn = asyncio.run(server.chat.complete_tools(
+                        body["messages"], body["tools"], stage="rollout",
+                        max_tokens=body.get("max_tokens", 0),
+                        temperature=body.get("temperature", 0)))
+                except ScriptError as exc:
+                    server.unexpected.append(str(exc))
+                    self._send(400, {"error": {"message": str(exc), "type": "script"}})
+                    return
+                message: dict[str, Any] = {"role": "assistant", "content": turn.text or None}
+                if turn.tool_calls:
+                    message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+                        "name": c.name, "arguments": c.arguments}} for c in turn.tool_calls]
+                self._send(200, {
+                    "id": "chatcmpl-1", "object": "chat.completion", "created": 0,
+                    "model": body["model"], "choices": [{
+                        "index": 0, "message": message,
+                        "finish_reason": "tool_calls" if turn.tool_calls else "stop"}],
+                    "usage": {"prompt_tokens": turn.prompt_tokens,
+                              "completion_tokens": turn.completion_tokens,
+                              "total_tokens": turn.prompt_tokens + turn.completion_tokens}})
 
             def _send(self, status: int, payload: dict[str, Any]) -> None:
                 data = json.dumps(payload).encode()

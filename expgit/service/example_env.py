@@ -13,8 +13,12 @@ A rollout opens the repository at ``policy_set.root_uri`` (a local path; read-on
 takes the snapshot of ``policy_set.metadata.commit`` (default: the tip of ``main``) and
 runs the case through the in-process executor of ``expgit train``
 (:func:`expgit.runs.build.rollout_executor`: one ``rollout`` call, the rubric's checks,
-an ``judge`` call per ``llm_judge`` criterion). The Rollout carries the request's
-``policy_snapshot_id`` unchanged. The environment never writes to any repository.
+an ``judge`` call per ``llm_judge`` criterion; a case of a cases file that names a tool
+environment, such as ``cases/airline_eval.yaml``, runs as a tool-calling conversation
+in that environment). A request whose case names a tool environment or database this
+service does not serve is refused: the service opens only its own fixtures. The
+Rollout carries the request's ``policy_snapshot_id`` unchanged. The environment never
+writes to any repository.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from expgit.store.snapshot import Snapshot
 from expgit.train.cases import load_cases
 from expgit.train.context import ExecutionContext
 from expgit.train.domain import Case, Rollout
+from expgit.train.tools.binding import binding
 
 SERVICE_NAME = "expgit-example-env"
 DEFAULT_DATASET = "expgit-example"
@@ -86,6 +91,8 @@ class ExampleEnvironment:
                 **case.metadata, "dataset": dataset, "domain": domain, "split": split}})
                 for case in cases]
             for split, cases in splits.items()}
+        self._bindings = {bound for cases in splits.values() for case in cases
+                          if (bound := binding(case)) is not None}
         self._repositories: OrderedDict[str, ExperienceRepository] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -119,6 +126,11 @@ class ExampleEnvironment:
         """One rollout of ``request.case`` against the snapshot it names; ExpgitError
         (the execution fails with its message) if that snapshot cannot be read. A failed
         LLM call is a completed Rollout with ``error`` and a failed evaluation."""
+        bound = binding(request.case)
+        if bound is not None and bound not in self._bindings:
+            raise InvalidInputError(f"case {request.case.name!r} names the environment "
+                                    f"{bound[0]!r} with a database this service does not "
+                                    "serve")
         repo, snapshot = await asyncio.to_thread(self._snapshot, request)
         executor = rollout_executor(repo, self.llm, concurrency=1)
         context = ExecutionContext(request.execution_context.policy_snapshot_id,
