@@ -448,3 +448,32 @@ def test_the_local_runtime_samples_at_temperature_0() -> None:
     for runtime in (local, remote):
         runtime._wire(ScriptedChatModel([]), None)
     assert (local.structured.temperature, remote.structured.temperature) == (0.0, 0.7)
+
+
+def test_a_tool_calling_turn_sends_tools_and_returns_the_calls(fake: FakeOpenAI) -> None:
+    """complete_tools: tools= in the request, the calls back unparsed, the retries of
+    every call (a 503 first), usage counted once under its stage."""
+    tools = [{"type": "function", "function": {"name": "cancel_reservation", "parameters": {
+        "type": "object", "properties": {"reservation_id": {"type": "string"}}}}}]
+    reply = chat("")
+    assert isinstance(reply.body, dict)
+    reply.body["choices"][0]["finish_reason"] = "tool_calls"
+    reply.body["choices"][0]["message"] = {"role": "assistant", "content": None,
+                                           "tool_calls": [{
+        "id": "call_1", "type": "function", "function": {
+            "name": "cancel_reservation", "arguments": '{"reservation_id": "ZFA04Y"}'}}]}
+    fake.script(error(503, "busy", headers={"Retry-After": "0"}), reply)
+    meter = UsageMeter()
+
+    async def go() -> Any:
+        async with model_for(fake) as model:
+            llm = StructuredLLM(model, meter, max_tokens=100, temperature=0.0)
+            return await llm.tools("rollout", [{"role": "user", "content": "cancel"}], tools)
+
+    turn = run(go())
+    assert [(c.id, c.name, c.arguments) for c in turn.tool_calls] == [
+        ("call_1", "cancel_reservation", '{"reservation_id": "ZFA04Y"}')]
+    assert turn.text == "" and len(fake.requests) == 2
+    assert fake.requests[-1].json["tools"] == tools
+    assert meter.by_stage()["rollout"].calls == 1
+    assert meter.by_stage()["rollout"].prompt_tokens == 11
