@@ -11,10 +11,13 @@ from typing import Any
 
 import yaml
 from conftest import EXAMPLE
+from pydantic import BaseModel
 
 from expgit.llm.port import ToolCall, ToolMessages, ToolTurn
 from expgit.train.cases import load_cases
 from expgit.train.domain import Case
+from expgit.train.tools.environment import StateFactory, Tool
+from expgit.train.tools.registry import read_json
 
 DB = EXAMPLE / "airline" / "db.json"
 
@@ -61,3 +64,22 @@ def acting(plan: Callable[[str], list[ToolCall]], answer: str = "Done."
             return turn(*calls) if calls else turn(text=answer)
         return turn(text=answer)
     return reply
+
+
+class _Note(BaseModel):
+    text: str
+
+
+def _add_note(state: dict[str, Any], args: _Note) -> Any:
+    state["notes"].append(args.text)
+    return {"notes": len(state["notes"])}
+
+
+class NotesKind:
+    """An environment of one's own, named by import path (``tool_support:NotesKind``)."""
+
+    name = "notes"
+
+    def open(self, database: Path) -> StateFactory:
+        return StateFactory((Tool("add_note", "Add a note.", _Note, _add_note),),
+                            read_json(database))

@@ -275,3 +275,21 @@ def test_action_checks_need_an_environment(tmp_path: Path) -> None:
                     "        check: {type: tool_called, name: cancel_reservation}\n")
     with pytest.raises(InvalidInputError, match="needs a tool environment"):
         load_cases(path)
+
+
+def test_an_environment_named_by_import_path(seeded_repo: ExperienceRepository,
+                                             tmp_path: Path) -> None:
+    (tmp_path / "notes.json").write_text('{"notes": []}')
+    [case] = load_cases(write_cases(tmp_path, [{
+        "name": "note", "input": {"user_turns": ["note: buy milk"]},
+        "rubric": {"criteria": [{"name": "c", "check": {"type": "db_state", "expected": {
+            "notes.0": "buy milk"}}}]}}], environment="tool_support:NotesKind",
+        database="notes.json"))
+    model = ScriptedChatModel([Step("rollout", turn(call("add_note", text="buy milk"))),
+                               Step("rollout", turn(text="Noted."))])
+    [rollout] = run(seeded_repo, model, [case])
+    assert rollout.evaluation is not None and rollout.evaluation.passed
+    with pytest.raises(InvalidInputError, match="cannot be imported"):
+        load_cases(write_cases(tmp_path, [case.model_dump(include={"name", "input",
+                                                                    "rubric"})],
+                               environment="no_such_module:Kind", name="bad.yaml"))

@@ -1,11 +1,14 @@
 """The environments a cases file can name (``environment: airline``), by name.
 
 Built in: ``airline`` (:mod:`expgit.train.tools.airline`). A program registers its own
-kind with :func:`register` before loading cases that name it.
+kind with :func:`register` before loading cases that name it; a cases file run by the
+CLI names it by import path instead, ``module:attribute`` (an EnvironmentKind object,
+or a class of one), imported when the file is loaded.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import threading
 from pathlib import Path
@@ -38,11 +41,27 @@ def environment_kind(name: str) -> EnvironmentKind:
     _builtin()
     with _LOCK:
         kind = _KINDS.get(name)
+    if kind is None and ":" in name:
+        kind = _imported(name)
     if kind is None:
         raise InvalidInputError(f"unknown environment {name!r}; known: "
                                 f"{', '.join(names()) or '(none)'}",
                                 hint="register it with expgit.train.tools.registry.register")
     return kind
+
+
+def _imported(path: str) -> EnvironmentKind:
+    module_name, _, attribute = path.partition(":")
+    try:
+        found: Any = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidInputError(f"environment {path!r} cannot be imported: {exc}") from None
+    kind = found() if isinstance(found, type) else found
+    if not callable(getattr(kind, "open", None)):
+        raise InvalidInputError(f"environment {path!r} has no open(database) method")
+    with _LOCK:
+        _KINDS[path] = kind
+    return kind  # type: ignore[no-any-return]
 
 
 def open_environment(name: str, database: Path) -> EnvironmentFactory:
