@@ -16,8 +16,7 @@ from pydantic import BaseModel
 from expgit.llm.port import ToolCall, ToolMessages, ToolTurn
 from expgit.train.cases import load_cases
 from expgit.train.domain import Case
-from expgit.train.tools.environment import StateFactory, Tool
-from expgit.train.tools.registry import read_json
+from expgit.train.tools.environment import StateFactory, Tool, read_json
 
 DB = EXAMPLE / "airline" / "db.json"
 

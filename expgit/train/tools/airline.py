@@ -17,8 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from expgit.errors import InvalidInputError
-from expgit.train.tools.environment import State, StateFactory, Tool, ToolError
-from expgit.train.tools.registry import read_json
+from expgit.train.tools.environment import State, StateFactory, Tool, ToolError, read_json
 
 Cabin = Literal["basic_economy", "economy", "business"]
 _TABLES = ("users", "reservations", "flights")

@@ -23,6 +23,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from expgit.errors import InvalidInputError
+
 State = dict[str, Any]
 
 
@@ -124,3 +126,16 @@ class StateFactory:
 
     def new(self) -> StateEnvironment:
         return StateEnvironment(self.tools, self.state)
+
+
+def read_json(path: Path) -> Any:
+    """A JSON fixture; InvalidInputError (one line) if it is missing or does not parse."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidInputError(f"{path}: no such database fixture") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"{path}: cannot read the database fixture: {exc}") from None
+    except ValueError as exc:
+        raise InvalidInputError(f"{path}: the database fixture is not valid JSON: {exc}"
+                                ) from None

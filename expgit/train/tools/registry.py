@@ -9,13 +9,13 @@ or a class of one), imported when the file is loaded.
 from __future__ import annotations
 
 import importlib
-import json
 import threading
 from pathlib import Path
 from typing import Any
 
 from expgit.errors import InvalidInputError
 from expgit.train.tools.environment import EnvironmentFactory, EnvironmentKind
+from expgit.train.tools.environment import read_json as read_json  # re-exported
 
 _KINDS: dict[str, EnvironmentKind] = {}
 _LOCK = threading.Lock()
@@ -74,19 +74,6 @@ def open_environment(name: str, database: Path) -> EnvironmentFactory:
         with _LOCK:
             _OPENED[key] = factory
     return factory
-
-
-def read_json(path: Path) -> Any:
-    """A JSON fixture; InvalidInputError (one line) if it is missing or does not parse."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InvalidInputError(f"{path}: no such database fixture") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInputError(f"{path}: cannot read the database fixture: {exc}") from None
-    except ValueError as exc:
-        raise InvalidInputError(f"{path}: the database fixture is not valid JSON: {exc}"
-                                ) from None
 
 
 def _builtin() -> None:
