@@ -14,6 +14,7 @@ EXIT_CONFLICT = 3
 EXIT_LOCKED = 4
 EXIT_INVALID = 5
 EXIT_GATE = 6
+EXIT_RUN_ERRORS = 7
 
 
 class ExpgitError(Exception):
@@ -80,6 +81,13 @@ class GateError(ExpgitError):
     its eval could not be decided. The proposal stays open for review."""
 
     exit_code = EXIT_GATE
+
+
+class RunErrorsError(ExpgitError):
+    """A run finished, but some of its LLM calls, training steps or rollouts failed.
+    What it made (trajectories, gradients, proposals) is kept."""
+
+    exit_code = EXIT_RUN_ERRORS
 
 
 class GitError(ExpgitError):

@@ -14,7 +14,7 @@ import click
 from expgit.cli._common import emit
 from expgit.cli._run_options import RUN_CONCURRENCY as RUN_CONCURRENCY
 from expgit.cli._run_options import llm_options as llm_options
-from expgit.errors import ExpgitError, GateError, UsageError
+from expgit.errors import ExpgitError, GateError, RunErrorsError, UsageError
 from expgit.remote.environment import EnvironmentService
 from expgit.runs.build import NO_LLM, CaseSource, LLMOptions
 from expgit.store.repository import ExperienceRepository
@@ -117,6 +117,13 @@ def output(report: RunReport, as_json: bool, report_file: Path | None = None, *,
         raise GateError(f"gate: proposal {first.proposal}{what}: {first.gate.reason}"
                         + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
                         hint=f"it stays open for review: `expgit review {first.proposal}`")
+    errors = report.errors()
+    if errors:
+        raise RunErrorsError(
+            f"the run finished with errors: {errors[0]}"
+            + (f" (and {len(errors) - 1} more kinds)" if len(errors) > 1 else ""),
+            hint="what it made is kept; the report lists every failure"
+            + (f"; it stopped early: {report.stopped}" if report.stopped else ""))
     if report.remote is not None and report.remote.errors:
         raise ExpgitError(f"push to {report.remote.remote!r} failed: "
                           f"{report.remote.errors[0]}",

@@ -101,8 +101,9 @@ class LLMRuntime:
     ``is_local`` and ``prompt_tokens`` (the prompt size that fits the embedded model's
     context with its reply; None for an endpoint) are known before opening."""
 
-    def __init__(self, settings: LLMSettings, resolved: ResolvedLLM, meter: UsageMeter
-                 ) -> None:
+    def __init__(self, settings: LLMSettings, resolved: ResolvedLLM, meter: UsageMeter,
+                 *, preflight: bool = False) -> None:
+        self.preflight = preflight  # opening checks that the endpoint answers
         self.settings = settings
         self.resolved = resolved
         self.meter = meter
@@ -202,6 +203,12 @@ class LLMRuntime:
                 embeddings_model=settings.embeddings_model,
                 deadline_seconds=settings.call_deadline_seconds)
             self._description = f"{resolved.model} at {client.endpoint}"
+            if self.preflight:
+                try:
+                    await client.check_answers()
+                except BaseException:
+                    await client.aclose()
+                    raise
         self._client = client
         self._wire(client, client if client.embeddings_model else None)
         return self
@@ -220,9 +227,12 @@ class LLMRuntime:
 
 def open_llm(settings: LLMSettings, *, choice: Choice | None, model: str | None,
              base_url: str | None, meter: UsageMeter | None,
-             environ: Mapping[str, str] | None = None) -> LLMRuntime:
+             environ: Mapping[str, str] | None = None,
+             preflight: bool = False) -> LLMRuntime:
     """Resolve the LLM (raising UsageError at once when it cannot work) and return the
-    runtime to open with ``async with``. The meter gets the ``[llm] prices`` table."""
+    runtime to open with ``async with``. The meter gets the ``[llm] prices`` table.
+    ``preflight``: opening checks that an endpoint answers (no completion is asked: a
+    request for its model list), so a dead one stops a run before its first rollout."""
     resolved = resolve_llm(settings, choice=choice, model=model, base_url=base_url,
                            environ=environ)
     prices = dict(settings.prices)
@@ -233,4 +243,4 @@ def open_llm(settings: LLMSettings, *, choice: Choice | None, model: str | None,
     else:
         for name, price in prices.items():
             meter.prices.setdefault(name, price)
-    return LLMRuntime(settings, resolved, meter)
+    return LLMRuntime(settings, resolved, meter, preflight=preflight)

@@ -285,6 +285,26 @@ class OpenAIChatModel:
                            f"for {len(texts)} texts")
         return vectors
 
+    async def check_answers(self) -> None:
+        """Whether the endpoint answers at all, before a run's first rollout: one request
+        for its model list (no completion, no tokens), with the per-request timeout and
+        no retries. Any HTTP answer will do (a proxy without ``/models`` answers 404),
+        except a refused key; LLMError when nothing answers."""
+        try:
+            await self.client.models.list(timeout=min(self.timeout_seconds, 30.0))
+        except openai.AuthenticationError as exc:
+            raise LLMError(f"{self.endpoint} refused the API key: {_short(exc.message)}",
+                           hint=_HINTS.get(401), cause="HTTP 401") from None
+        except openai.APIStatusError:
+            return  # it answered
+        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
+            raise LLMError(f"{self.endpoint} does not answer (checked before the first "
+                           f"rollout): {_short(exc)}",
+                           hint="start the endpoint, or check --base-url / [llm] base_url",
+                           cause=f"{self.endpoint} unreachable") from None
+        except (openai.OpenAIError, ValueError):
+            return  # it answered, with something that is not a model list
+
     async def aclose(self) -> None:
         await self.client.close()
 

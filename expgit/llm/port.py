@@ -8,6 +8,7 @@ Every call is counted by stage in a :class:`UsageMeter`, with tokens and cost.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -121,14 +122,84 @@ class UsageListener(Protocol):
     def llm_counted(self, stage: str, total: StageUsage) -> None: ...
 
 
-class UsageMeter:
-    """Thread-safe per-stage counts of calls, tokens and cost."""
+class CallGuard:
+    """Stops a run's LLM calls once it cannot go on: after ``max_failures`` calls in a row
+    that the endpoint did not answer (a dead or hung endpoint: the rest of the run would
+    only run into it), or once ``deadline_seconds`` have passed since the guard was made.
+    A stopped guard fails every further call at once, without a request, with the reason
+    as its cause; the run keeps and reports what it has."""
 
-    def __init__(self, prices: dict[str, Price] | None = None) -> None:
+    def __init__(self, *, max_failures: int | None = 3,
+                 deadline_seconds: float | None = None) -> None:
+        self.max_failures = max_failures
+        self.deadline = None if deadline_seconds is None else (
+            time.monotonic() + deadline_seconds)
+        self.deadline_seconds = deadline_seconds
+        self.stopped: str | None = None  # why, once stopped
+        self._streak = 0
+        self._lock = threading.Lock()
+
+    def check(self, stage: str) -> None:
+        with self._lock:
+            if self.stopped is None and self.deadline is not None \
+                    and time.monotonic() >= self.deadline:
+                self.stopped = (f"the per-run deadline of {self.deadline_seconds:g}s "
+                                "passed")
+            stopped = self.stopped
+        if stopped is not None:
+            raise LLMError(f"{stage}: not called: {stopped}", cause=f"not called: {stopped}",
+                           hint="the run kept what it made before; see its report")
+
+    def failed(self, error: LLMError) -> None:
+        with self._lock:
+            if not error.transport or error.cause.startswith("not called: "):
+                return
+            self._streak += 1
+            if self.max_failures is not None and self._streak >= self.max_failures \
+                    and self.stopped is None:
+                self.stopped = (f"the endpoint stopped answering ({self._streak} calls in "
+                                f"a row failed: {error.cause})")
+
+    def succeeded(self) -> None:
+        with self._lock:
+            self._streak = 0
+
+
+class Failure(BaseModel):
+    """Calls of one stage that failed the same way."""
+
+    stage: str
+    cause: str
+    count: int
+
+
+class UsageMeter:
+    """Thread-safe per-stage counts of calls, tokens and cost; and of failed calls by
+    stage and cause. ``guard``: stops the run's calls when it cannot go on."""
+
+    def __init__(self, prices: dict[str, Price] | None = None, *,
+                 guard: CallGuard | None = None) -> None:
         self.prices = prices or {}
         self._stages: dict[str, StageUsage] = {}
+        self._failures: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self.listener: UsageListener | None = None
+        self.guard = guard
+
+    def failed(self, stage: str, error: LLMError) -> None:
+        """A call of ``stage`` failed (after its retries and repair)."""
+        with self._lock:
+            key = (stage, error.cause)
+            self._failures[key] = self._failures.get(key, 0) + 1
+        if self.guard is not None:
+            self.guard.failed(error)
+
+    def failures(self) -> list[Failure]:
+        """The failed calls by stage and cause, most first."""
+        with self._lock:
+            items = list(self._failures.items())
+        return [Failure(stage=stage, cause=cause, count=count) for (stage, cause), count
+                in sorted(items, key=lambda item: (-item[1], item[0]))]
 
     def started(self, stage: str) -> None:
         """A call of ``stage`` is starting (only the listener hears of it)."""

@@ -16,10 +16,12 @@ by the token limit (``finish_reason == "length"``) is a failure, never repaired.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
 import weakref
+from collections.abc import Iterator
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -137,8 +139,21 @@ class StructuredLLM:
         return ("\n\nReply with exactly one JSON object, no other text, matching this JSON "
                 f"Schema:\n{output_schema(output)[1]}")  # the bounds too: the model reads them
 
+    @contextlib.contextmanager
+    def _counted(self, stage: str) -> Iterator[None]:
+        """A public call: its failure counted by cause (and told to the run's guard)."""
+        try:
+            yield
+        except LLMError as exc:
+            self.meter.failed(stage, exc)
+            raise
+        if self.meter.guard is not None:
+            self.meter.guard.succeeded()
+
     async def _call(self, messages: ChatMessages, stage: str, fmt: dict[str, Any] | None
                     ) -> str:
+        if self.meter.guard is not None:
+            self.meter.guard.check(stage)
         self.meter.started(stage)
         completion = await self.model.complete(
             messages, stage=stage, response_format=fmt, max_tokens=self.max_tokens,
@@ -151,12 +166,20 @@ class StructuredLLM:
 
     async def text(self, stage: str, messages: ChatMessages) -> str:
         """A free-text reply (one call), e.g. the agent's answer in a rollout."""
-        return await self._call(messages, stage, None)
+        with self._counted(stage):
+            return await self._call(messages, stage, None)
 
     async def tools(self, stage: str, messages: ToolMessages, tools: list[dict[str, Any]]
                     ) -> ToolTurn:
         """One tool-calling turn (the model's ``complete_tools``), counted like any call;
         LLMError if the model cannot call tools, or its reply was cut off."""
+        with self._counted(stage):
+            return await self._tools(stage, messages, tools)
+
+    async def _tools(self, stage: str, messages: ToolMessages, tools: list[dict[str, Any]]
+                     ) -> ToolTurn:
+        if self.meter.guard is not None:
+            self.meter.guard.check(stage)
         complete = getattr(self.model, "complete_tools", None)
         if complete is None:
             raise LLMError(f"{stage}: the model {self.model.model!r} cannot call tools",
@@ -173,6 +196,10 @@ class StructuredLLM:
 
     async def generate(self, stage: str, system: str, user: str, output: type[T]) -> T:
         """One validated object of type ``output`` (at most two calls: ask, repair)."""
+        with self._counted(stage):
+            return await self._generate(stage, system, user, output)
+
+    async def _generate(self, stage: str, system: str, user: str, output: type[T]) -> T:
         if self.mode != "json_schema":
             user += self._schema_note(output)
         messages: ChatMessages = [{"role": "system", "content": system},

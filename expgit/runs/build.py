@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from expgit.errors import InvalidInputError, UsageError
-from expgit.llm.port import EmbeddingModel, UsageListener, UsageMeter
+from expgit.llm.port import CallGuard, EmbeddingModel, UsageListener, UsageMeter
 from expgit.llm.structured import StructuredLLM
 from expgit.outcomes.stats import experience_stats
 from expgit.remote.environment import NoTrainer, RemoteCases
@@ -213,6 +213,10 @@ def _report(command: str, repo: ExperienceRepository, runtime: LLMRuntime | None
         write_pr_body(repo, report.proposals, options.pr_body)
         report.pr_body = str(options.pr_body)
     report.seconds = time.monotonic() - started
+    if runtime is not None:
+        report.failures = runtime.meter.failures()
+        guard = runtime.meter.guard
+        report.stopped = guard.stopped if guard is not None else None
     report.check()
     return report
 
@@ -220,8 +224,13 @@ def _report(command: str, repo: ExperienceRepository, runtime: LLMRuntime | None
 def open_llm_for(repo: ExperienceRepository, options: RunOptions) -> LLMRuntime:
     from expgit.llm.factory import open_llm  # the openai client loads only when needed
 
-    return open_llm(repo.settings.llm, choice=options.llm.choice, model=options.llm.model,
-                    base_url=options.llm.base_url, meter=None)
+    settings = repo.settings.llm
+    # a batch run stops its calls when it cannot go on (a long-running service does not)
+    guard = CallGuard(max_failures=settings.max_consecutive_failures,
+                      deadline_seconds=settings.run_deadline_seconds)
+    return open_llm(settings, choice=options.llm.choice, model=options.llm.model,
+                    base_url=options.llm.base_url, meter=UsageMeter(guard=guard),
+                    preflight=True)
 
 
 def _publisher(repo: ExperienceRepository, options: RunOptions) -> RemotePublisher | None:

@@ -38,6 +38,10 @@ class LLMSettings(BaseModel):
     max_retries: int = Field(default=4, ge=0)
     # one call's whole time, retries and waits included (a hung endpoint ends here)
     call_deadline_seconds: float = Field(default=120.0, gt=0)
+    # a batch run (train, eval, train-rollouts) stops calling after this many calls in a
+    # row the endpoint did not answer, or after this long, and reports what it made
+    max_consecutive_failures: int = Field(default=3, ge=1)
+    run_deadline_seconds: float = Field(default=7200.0, gt=0)
     temperature: float = Field(default=0.2, ge=0, le=2)
     max_tokens: int = Field(default=2048, gt=0)
     embeddings_model: str | None = None

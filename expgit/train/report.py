@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from expgit.errors import InvalidInputError
-from expgit.llm.port import StageUsage, UsageMeter
+from expgit.llm.port import Failure, StageUsage, UsageMeter
 from expgit.train.candidate import CandidateReport, summary_line
 from expgit.train.pipeline import PhaseMetrics
 from expgit.train.remote_push import RemoteReport
@@ -59,7 +59,27 @@ class RunReport(BaseModel):
     # texts cut to [limits] max_message_chars; ``refused_secret`` / ``refused_copy``:
     # edits refused for a secret or for copying their input
     redactions: dict[str, int] = Field(default_factory=dict)
+    # the LLM calls that failed, by stage and cause; and why the run stopped calling
+    # early (a dead endpoint, the per-run deadline), None if it did not
+    failures: list[Failure] = Field(default_factory=list)
+    stopped: str | None = None
     seconds: float = 0.0
+
+    def errors(self) -> list[str]:
+        """What went wrong in a run that still finished: one line per kind of failed
+        call, then the phases' errors and failed rollouts (the run exits 7 if any)."""
+        lines = [f"{f.count} {f.stage} call{'s' if f.count != 1 else ''}: {f.cause}"
+                 for f in self.failures]
+        errors = sum(len(m.errors) for m in self.phases)
+        failed = sum(1 for m in self.phases if m.phase != "train_rollouts"
+                     for r in m.rollouts if r.error)
+        if not lines and errors:
+            lines.append(f"{errors} training error{'s' if errors != 1 else ''} "
+                         "(see --report)")
+        if not lines and failed:
+            lines.append(f"{failed} rollout{'s' if failed != 1 else ''} failed "
+                         "(see --report)")
+        return lines
 
     def phase(self, name: str) -> PhaseMetrics | None:
         return next((p for p in self.phases if p.phase == name), None)
@@ -166,6 +186,10 @@ def render_text(report: RunReport) -> str:
         if report.pr_body:
             lines.append(f"PR body: {report.pr_body}")
         lines += remote_lines(report.remote)
+    if report.failures:
+        lines += ["", "failed LLM calls:", *(f"  {line}" for line in report.errors())]
+    if report.stopped:
+        lines.append(f"stopped early: {report.stopped}")
     return "\n".join([*lines, "", *cost_table(report.usage)]) + "\n"
 
 

@@ -67,15 +67,17 @@ def test_one_epoch_teaches_the_tool_call(run_cli: Any, serve: Any, seeded_repo: 
                                                          "credit_card_1033")], name="e.yaml")
     server = serve([Step("rollout", agent), Step("rollout", agent), Step("analyze", analyze),
                     Step("estimate", estimate), Step("merge", merge),
-                    Step("rollout", agent), Step("rollout", agent)])
+                    # the proposal's candidate eval, then the final eval: a tool call each
+                    *(Step("rollout", agent) for _ in range(4))])
     result = run_cli("-C", tmp_path / "repo", "train", "--cases", train, "--eval-cases",
                      held_out, "--mode", "apply", "--llm", "openai", "--base-url",
                      server.url, "--json")
     assert result.code == 0, result.err
     assert server.unexpected == []
     server.chat.assert_done()
-    baseline, epoch, final = json.loads(result.out)["phases"]
-    assert (baseline["passed"], epoch["passed"], final["passed"]) == (0, 0, 1)
+    baseline, epoch, candidate, final = json.loads(result.out)["phases"]
+    assert (baseline["passed"], epoch["passed"], candidate["passed"], final["passed"]) == (
+        0, 0, 1, 1)  # measured before it was applied, then on main
     analyze_prompt = next(c[1][-1]["content"] for c in server.chat.calls
                           if c[0] == "analyze")
     assert "final state differs: reservations.NO6JO3.total_baggages = 1" in analyze_prompt
