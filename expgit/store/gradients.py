@@ -23,7 +23,7 @@ from expgit.store import trailers as tr
 from expgit.store.applied import NOTHING_APPLIED, AppliedIndex, applied_index, state_of
 from expgit.store.changes import FileChange, Operation, tree_changes
 from expgit.store.experience import check_experience, check_name, decode_experience
-from expgit.store.refnames import GRADIENT_STATES, GRADIENTS, ID_LEN, find_by_id
+from expgit.store.refnames import GRADIENT_STATES, GRADIENTS, ID_LEN, find_by_id, kept_commits
 from expgit.store.repository import ExperienceRepository
 
 
@@ -172,10 +172,7 @@ def list_gradients(repo: ExperienceRepository, states: tuple[str, ...] = ("open"
     applied when a commit of main carries it, wherever its ref is kept. Only those
     wanted are read."""
     index = applied_index(repo)
-    seen: dict[str, str] = {}
-    for location in ("open", "rejected", "applied"):
-        for sha in repo.git.refs(GRADIENT_STATES[location]).values():
-            seen.setdefault(sha, location)  # two refs of one (a crash): the open one
+    seen = kept_commits(repo, GRADIENT_STATES)
     found = [load_gradient(repo, sha, location, index) for sha, location in seen.items()
              if state_of(location, index.gradient(sha)) in states]
     return sorted(found, key=lambda g: (g.time, g.id))

@@ -25,7 +25,7 @@ from expgit.store.applied import NOTHING_APPLIED, AppliedIndex, applied_index, s
 from expgit.store.changes import FileChange, tree_changes
 from expgit.store.experience import check_experience
 from expgit.store.gradients import Gradient, find_gradient, list_gradients
-from expgit.store.refnames import ID_LEN, PROPOSAL_STATES, PROPOSALS, find_by_id
+from expgit.store.refnames import ID_LEN, PROPOSAL_STATES, PROPOSALS, find_by_id, kept_commits
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
 
@@ -153,13 +153,8 @@ def load_proposal(repo: ExperienceRepository, commit: str, location: str,
 
 
 def _kept(repo: ExperienceRepository) -> list[tuple[str, str]]:
-    """``(location, commit)`` of every proposal ref, each commit once (a crash between
-    namespaces may leave two refs of one proposal: the open one wins)."""
-    seen: dict[str, str] = {}
-    for location in ("open", "rejected", "applied"):
-        for sha in repo.git.refs(PROPOSAL_STATES[location]).values():
-            seen.setdefault(sha, location)
-    return [(location, sha) for sha, location in seen.items()]
+    """``(location, commit)`` of every proposal ref, each commit once."""
+    return [(location, sha) for sha, location in kept_commits(repo, PROPOSAL_STATES).items()]
 
 
 def _headline(repo: ExperienceRepository, sha: str) -> tuple[int, list[str]]:

@@ -32,6 +32,16 @@ GRADIENT_STATES = _states("gradients", GRADIENTS)
 PROPOSAL_STATES = _states("proposals", PROPOSALS)
 
 
+def kept_commits(repo: ExperienceRepository, states: dict[str, str]) -> dict[str, str]:
+    """``{commit: location}`` of every ref in ``states``' namespaces, each commit once: a
+    crash between namespaces may leave two refs of one object, and the open one wins."""
+    seen: dict[str, str] = {}
+    for location in ("open", "rejected", "applied"):
+        for sha in repo.git.refs(states[location]).values():
+            seen.setdefault(sha, location)
+    return seen
+
+
 def find_by_id(repo: ExperienceRepository, states: dict[str, str], prefix_id: str,
                what: str, hint: str) -> tuple[str, str]:
     """(state, commit) of the object whose id starts with ``prefix_id``.
