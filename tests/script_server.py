@@ -68,17 +68,11 @@ class ScriptServer:
                         max_tokens=body.get("max_tokens", 0),
                         temperature=body.get("temperature", 0)))
                 except ScriptError as exc:
-                    server.unexpected.append(str(exc))
-                    self._send(400, {"error": {"message": str(exc), "type": "script"}})
+                    self._unexpected(exc)
                     return
-                self._send(200, {
-                    "id": "chatcmpl-1", "object": "chat.completion", "created": 0,
-                    "model": body["model"], "choices": [{
-                        "index": 0, "finish_reason": done.finish_reason,
-                        "message": {"role": "assistant", "content": done.text}}],
-                    "usage": {"prompt_tokens": done.prompt_tokens,
-                              "completion_tokens": done.completion_tokens,
-                              "total_tokens": done.prompt_tokens + done.completion_tokens}})
+                self._completion(body, {"role": "assistant", "content": done.text},
+                                 done.finish_reason, done.prompt_tokens,
+                                 done.completion_tokens)
 
             def _tools(self, body: dict[str, Any]) -> None:
                 try:
@@ -87,21 +81,27 @@ class ScriptServer:
                         max_tokens=body.get("max_tokens", 0),
                         temperature=body.get("temperature", 0)))
                 except ScriptError as exc:
-                    server.unexpected.append(str(exc))
-                    self._send(400, {"error": {"message": str(exc), "type": "script"}})
+                    self._unexpected(exc)
                     return
                 message: dict[str, Any] = {"role": "assistant", "content": turn.text or None}
                 if turn.tool_calls:
                     message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
                         "name": c.name, "arguments": c.arguments}} for c in turn.tool_calls]
+                self._completion(body, message, "tool_calls" if turn.tool_calls else "stop",
+                                 turn.prompt_tokens, turn.completion_tokens)
+
+            def _unexpected(self, exc: ScriptError) -> None:
+                server.unexpected.append(str(exc))
+                self._send(400, {"error": {"message": str(exc), "type": "script"}})
+
+            def _completion(self, body: dict[str, Any], message: dict[str, Any],
+                            finish_reason: str | None, prompt: int, completion: int) -> None:
                 self._send(200, {
                     "id": "chatcmpl-1", "object": "chat.completion", "created": 0,
                     "model": body["model"], "choices": [{
-                        "index": 0, "message": message,
-                        "finish_reason": "tool_calls" if turn.tool_calls else "stop"}],
-                    "usage": {"prompt_tokens": turn.prompt_tokens,
-                              "completion_tokens": turn.completion_tokens,
-                              "total_tokens": turn.prompt_tokens + turn.completion_tokens}})
+                        "index": 0, "finish_reason": finish_reason, "message": message}],
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                              "total_tokens": prompt + completion}})
 
             def _send(self, status: int, payload: dict[str, Any]) -> None:
                 data = json.dumps(payload).encode()
