@@ -9,9 +9,12 @@ Run by hand (this is not a test)::
 1. **LLM calls and tokens** on ``example_repo`` (``cases/train.yaml``, ``cases/eval.yaml``)
    with an in-process fake LLM that answers every stage validly: baseline eval, one
    training epoch (``--batch-size`` cases per batch) and final eval, each phase metered
-   separately. Targets: at most 2 training calls (analyze + estimate) per rollout,
-   1 merge call per chunk of <= 16 gradients, and no call in eval beyond the rollouts
-   themselves (plus ``llm_judge`` criteria, which the example eval cases do not use).
+   separately, once with ``[train] calls_per_rollout = 2`` (analyze + estimate) and once
+   with 1 (reflect, the default), side by side. Targets of the default: 1.0 training
+   call per rollout, 1 merge call per chunk of <= 16 gradients, no call in eval beyond
+   the rollouts themselves (plus ``llm_judge`` criteria, which the example eval cases do
+   not use), and tokens per training rollout at least 30% below the 7,854 of the two
+   calls when issue 18 was filed.
 2. **Streaming**: ``--producers`` tasks submit ``--rollouts`` recorded rollouts to one
    StreamingPolicyTrainer (real analyzer, estimator, patch-merge optimizer, git updater
    and engine on a real repository), the fake LLM answering after ``--latency`` seconds.
@@ -44,6 +47,7 @@ import hashlib
 import json
 import math
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -117,6 +121,13 @@ def _reply(stage: str, messages: ChatMessages) -> str:
     if stage == "estimate":
         name = f"lesson-{_digest(user)}"
         return json.dumps({"edits": [{"name": name, "action": "create", **lesson(name)}]})
+    if stage == "reflect":
+        anchor, name = f"run {_digest(user)}", f"lesson-{_digest(user)}"
+        return json.dumps({"title": f"Lesson from {anchor}", "outcome": "partial",
+                           "summary": "The agent missed a rule.", "key_steps": ["answer"],
+                           "mistakes": ["skipped a check"], "lessons": ["check first"],
+                           "retrieval_anchor": anchor,
+                           "edits": [{"name": name, "action": "create", **lesson(name)}]})
     if stage == "merge":
         items: dict[str, list[str]] = {}
         for gid, target in _GRADIENT.findall(user):
@@ -164,16 +175,27 @@ def _fresh_repo(where: Path) -> ExperienceRepository:
 
 
 # -------------------------------------------------------------------- part 1: calls
-async def bench_calls(batch_size: int, where: str | None) -> None:
+BEFORE_ONE_CALL = 7854  # tokens per training rollout when issue 18 was filed (two calls)
+TRAINING_STAGES = ("reflect", "analyze", "estimate")
+Phases = list[tuple[str, int, dict[str, StageUsage]]]
+
+
+async def _run_calls(batch_size: int, where: str | None, calls: int
+                     ) -> tuple[Phases, list[Any]]:
+    """Baseline eval, one training epoch and final eval on a copy of example_repo with
+    ``[train] calls_per_rollout = calls``; each phase's usage by stage."""
     train, held_out = (load_cases(EXAMPLE / "cases" / f) for f in ("train.yaml", "eval.yaml"))
-    judged = sum(1 for c in train for k in c.rubric.criteria
-                 if k.check is not None and k.check.type == "llm_judge")
     with tempfile.TemporaryDirectory(dir=where) as tmp:
-        repo = _fresh_repo(Path(tmp) / "repo.git")
+        seed = Path(tmp) / "seed"
+        shutil.copytree(EXAMPLE, seed)
+        settings = seed / "expgit.toml"
+        settings.write_text(settings.read_text() + f"\n[train]\ncalls_per_rollout = {calls}\n")
+        init_repository(Path(tmp) / "repo.git", seed=seed, bare=True)
+        repo = ExperienceRepository.open(Path(tmp) / "repo.git")
         meter = UsageMeter()
         runtime = LLMRuntime.fixed(FakeChat(), meter=meter)
         pipeline = build_pipeline(repo, runtime, concurrency=8)
-        phases: list[tuple[str, int, dict[str, StageUsage]]] = []
+        phases: Phases = []
         trained: list[Any] = []
         for phase, cases in (("baseline_eval", held_out), ("train_epoch", train),
                              ("final_eval", held_out)):
@@ -185,31 +207,61 @@ async def bench_calls(batch_size: int, where: str | None) -> None:
             else:
                 await pipeline.eval(ListCaseLoader(cases, len(cases)), PipelineContext())
             phases.append((phase, len(cases), _delta(before, meter.by_stage())))
-    print("== LLM calls and tokens (example_repo, fake LLM) ==")
+    return phases, trained
+
+
+def _print_phases(calls: int, phases: Phases) -> None:
+    print(f"-- [train] calls_per_rollout = {calls}")
     print(f"{'phase':<14}{'cases':>6}  {'stage':<9}{'calls':>6}{'prompt tok':>12}"
           f"{'compl tok':>11}{'calls/case':>12}")
     for phase, n, usage in phases:
         for stage, u in usage.items():
             print(f"{phase:<14}{n:>6}  {stage:<9}{u.calls:>6}{u.prompt_tokens:>12}"
                   f"{u.completion_tokens:>11}{u.calls / n:>12.2f}")
+
+
+def _training_figures(phases: Phases, trained: list[Any]) -> dict[str, float]:
     _, n, usage = phases[1]
-    training = sum(usage[s].calls for s in ("analyze", "estimate") if s in usage)
-    merges = sum(usage[s].calls for s in ("merge", "compress") if s in usage)
     chunks = sum(math.ceil(b.gradients / 16) for b in trained)
-    print(f"training: {sum(b.gradients for b in trained)} gradients, "
-          f"{sum(len(b.proposals) for b in trained)} proposals, "
-          f"{sum(len(b.errors) for b in trained)} errors")
-    print(f"training calls per rollout (analyze+estimate): {training / n:.2f} (target <= 2)")
-    print(f"merge+compress calls per batch: {merges / len(trained):.2f} over "
-          f"{len(trained)} batches of <= {batch_size} cases; per chunk of <= 16 gradients: "
-          f"{merges / max(chunks, 1):.2f} (target 1)")
-    print(f"tokens per rollout in training: "
-          f"{sum(u.prompt_tokens + u.completion_tokens for u in usage.values()) / n:.0f}")
-    print(f"judge calls in training: {usage.get('judge', StageUsage()).calls} "
-          f"({judged} llm_judge criteria)")
-    for phase, _, eval_usage in (phases[0], phases[2]):
-        extra = sum(u.calls for s, u in eval_usage.items() if s != "rollout")
-        print(f"{phase}: calls beyond the rollouts: {extra} (target 0)")
+    training = [u for s, u in usage.items() if s in TRAINING_STAGES]
+    return {
+        "calls/rollout": sum(u.calls for u in training) / n,
+        "merge calls/chunk": sum(usage[s].calls for s in ("merge", "compress")
+                                 if s in usage) / max(chunks, 1),
+        "training prompt tok/rollout": sum(u.prompt_tokens for u in training) / n,
+        "prompt tok/rollout": sum(u.prompt_tokens for u in usage.values()) / n,
+        "tokens/rollout": sum(u.prompt_tokens + u.completion_tokens
+                              for u in usage.values()) / n,
+        "gradients": sum(b.gradients for b in trained),
+        "proposals": sum(len(b.proposals) for b in trained),
+        "errors": sum(len(b.errors) for b in trained),
+        "eval calls beyond rollouts": sum(u.calls for p in (phases[0], phases[2])
+                                          for s, u in p[2].items() if s != "rollout"),
+    }
+
+
+async def bench_calls(batch_size: int, where: str | None) -> None:
+    """Both training paths on the same cases; targets of the one-call path: 1.0 call per
+    training rollout, 1 merge call per chunk of <= 16 gradients, 0 extra calls in eval,
+    and tokens per training rollout at least 30% below the two-call figure of 7,854."""
+    print("== LLM calls and tokens (example_repo, fake LLM: 4 characters a token) ==")
+    figures: dict[int, dict[str, float]] = {}
+    for calls in (2, 1):
+        phases, trained = await _run_calls(batch_size, where, calls)
+        _print_phases(calls, phases)
+        figures[calls] = _training_figures(phases, trained)
+    print(f"\n{'per training rollout':<30}{'2 calls':>10}{'1 call':>10}{'ratio':>8}")
+    for key, two in figures[2].items():
+        one = figures[1][key]
+        ratio = f"{one / two:.2f}" if two else "-"
+        print(f"{key:<30}{two:>10.2f}{one:>10.2f}{ratio:>8}")
+    one = figures[1]["tokens/rollout"]
+    print(f"tokens per training rollout, 1 call: {one:.0f} against {BEFORE_ONE_CALL:,} when "
+          f"the issue was filed: {1 - one / BEFORE_ONE_CALL:.0%} fewer (target >= 30%); "
+          f"against 2 calls today: {1 - one / figures[2]['tokens/rollout']:.0%} fewer")
+    one_t, two_t = (figures[c]["training prompt tok/rollout"] for c in (1, 2))
+    print(f"training prompt tokens (the reflect, analyze and estimate calls) per rollout: "
+          f"{one_t:.0f} against {two_t:.0f}: {1 - one_t / two_t:.0%} fewer")
 
 
 # ------------------------------------------------------------ part 2: git share

@@ -25,12 +25,13 @@ from expgit.train.components.llm_outputs import (
     CompressOutput,
     EstimateOutput,
     MergeOutput,
+    ReflectOutput,
 )
 
 STAGES = {JudgeVerdict.__name__: "judge", AnalyzeOutput.__name__: "analyze",
           EstimateOutput.__name__: "estimate", MergeOutput.__name__: "merge",
           CompressOutput.__name__: "compress", SegmentOutput.__name__: "segment",
-          ScoreOutput.__name__: "score"}
+          ScoreOutput.__name__: "score", ReflectOutput.__name__: "reflect"}
 
 
 def stage_of(body: dict[str, Any]) -> str:

@@ -84,6 +84,36 @@ def analyze(messages: list[dict[str, str]]) -> str:
                        "lessons": [f"look up {anchor}"], "retrieval_anchor": anchor})
 
 
+def reflect_for(bodies: dict[str, str]) -> Callable[[list[dict[str, str]]], str]:
+    """The scripted one-call reflection: the analyst's trajectory and the estimator's
+    edit for the rollout in the prompt, in one reply."""
+    def reflect(messages: list[dict[str, str]]) -> str:
+        pets = "my cat" in messages[-1]["content"]
+        name = "pets-in-cabin" if pets else "checked-baggage-allowance"
+        action = "create" if pets else "update"
+        return json.dumps({**json.loads(analyze(messages)),
+                           "edits": [edit_reply(name, action, bodies[name])]})
+    return reflect
+
+
+Reply = Callable[[list[dict[str, str]]], str]
+
+
+def combined(analyst: Reply, estimator: Reply) -> Reply:
+    """A scripted reflection from a scripted analyst and estimator: both replies on the
+    reflect prompt, in one object."""
+    def reflect(messages: list[dict[str, str]]) -> str:
+        return json.dumps({**json.loads(analyst(messages)), **json.loads(estimator(messages))})
+    return reflect
+
+
+def reflect_with(*edits: dict[str, object]) -> Callable[[list[dict[str, str]]], str]:
+    """A scripted reflection with the analyst's trajectory and these ``edits``."""
+    def reflect(messages: list[dict[str, str]]) -> str:
+        return json.dumps({**json.loads(analyze(messages)), "edits": list(edits)})
+    return reflect
+
+
 def agent(messages: list[dict[str, str]]) -> str:
     """The scripted agent: right about baggage, clueless about pets."""
     if "gold member" in messages[-1]["content"]:
@@ -94,8 +124,7 @@ def agent(messages: list[dict[str, str]]) -> str:
 def script(repo: ExperienceRepository, *, eval_cases: int = 0) -> ScriptedChatModel:
     bodies = lesson_bodies(repo)
     steps = [Step("rollout", agent), Step("rollout", agent),
-             Step("analyze", analyze), Step("analyze", analyze),
-             Step("estimate", estimate_for(bodies)), Step("estimate", estimate_for(bodies)),
+             Step("reflect", reflect_for(bodies)), Step("reflect", reflect_for(bodies)),
              Step("merge", merge_of(bodies))]
     steps += [Step("rollout", agent) for _ in range(2 * eval_cases)]
     return ScriptedChatModel(steps)

@@ -29,10 +29,9 @@ from forge_stub import URLS, install_stubs, records
 from scripted_pipeline import (
     BAGGAGE_CASE,
     PETS_CASE,
-    analyze,
-    estimate_for,
     lesson_bodies,
     merge_of,
+    reflect_for,
 )
 
 from expgit.init import init_repository
@@ -65,15 +64,13 @@ EXPRESSIONS = {"vars.OPENAI_BASE_URL": "<the scripted server>",
 
 def training_steps(repo: ExperienceRepository) -> list[Step]:
     """A baseline eval of PETS_CASE, one batch of BAGGAGE_CASE and PETS_CASE (2 rollouts,
-    analyses and estimates, 1 merge), the candidate eval of its proposal and a final eval,
-    both of PETS_CASE."""
+    reflections, 1 merge), the candidate eval of its proposal and a final eval, both of
+    PETS_CASE."""
     bodies = lesson_bodies(repo)
-    estimate = estimate_for(bodies)
+    reflect = reflect_for(bodies)
     return [Step("rollout", agent), Step("rollout", agent), Step("rollout", agent),
-            Step("rollout", agent), Step("rollout", agent), Step("analyze", analyze),
-            Step("analyze", analyze),
-            Step("estimate", estimate), Step("estimate", estimate),
-            Step("merge", merge_of(bodies))]
+            Step("rollout", agent), Step("rollout", agent), Step("reflect", reflect),
+            Step("reflect", reflect), Step("merge", merge_of(bodies))]
 
 
 @pytest.fixture

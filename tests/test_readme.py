@@ -38,7 +38,7 @@ from pathlib import Path
 
 from conftest import ROOT
 from script_server import ScriptServer
-from scripted_pipeline import analyze
+from scripted_pipeline import reflect_with
 
 from expgit.llm.scripted import Reply, ScriptedChatModel, Step
 from expgit.sessions.metrics import METRIC_NAMES
@@ -55,15 +55,16 @@ SKIPPED = [  # the first line of each skipped block
     "python3 -m pip install -e '.[dev]'",
 ]
 # The LLM calls the snippets make, by stage. The cases: 10 in train.yaml (one with an
-# llm_judge criterion), 7 in eval.yaml. Every rollout fails, so each is analysed (once:
-# a rollout already stored as a trajectory is not) and estimated; each run merges once.
+# llm_judge criterion), 7 in eval.yaml. Every rollout fails, so each is reflected on in
+# one call (analysed and estimated); a rollout already stored as a trajectory is only
+# estimated. Each run merges once.
 #   run_example.sh train: 7 + 10 + 7 + 7 rollouts (baseline, train, candidate, final),
-#   1 judge, 10 analyze/estimate, 1 merge
-#   eval: 7 rollouts; train: as run_example.sh; train-rollouts: 2 analyze/estimate, 1 merge
+#   1 judge, 10 reflect, 1 merge
+#   eval: 7 rollouts; train: as run_example.sh; train-rollouts: 2 reflect, 1 merge
 #   env serve train: as run_example.sh (the rollouts run in the service); eval: 7 rollouts
-#   serve: the recorded rollout again (no analyze), 1 estimate, 1 merge
-#   sessions run: 1 segment (the 6-message session), 2 score, 2 analyze/estimate, 1 merge
-CALLS = {"rollout": 107, "judge": 3, "analyze": 36, "estimate": 37, "merge": 7,
+#   serve: the recorded rollout again (stored: no reflect), 1 estimate, 1 merge
+#   sessions run: 1 segment (the 6-message session), 2 score, 2 reflect, 1 merge
+CALLS = {"rollout": 107, "judge": 3, "reflect": 36, "estimate": 1, "merge": 7,
          "segment": 1, "score": 2}
 
 
@@ -112,7 +113,7 @@ def edit(action: str, **extra: object) -> dict[str, object]:
 REPLIES: dict[str, Reply] = {
     "rollout": "Let me check the policy for you.",
     "judge": json.dumps({"passed": False, "score": 0.0, "reason": "scripted"}),
-    "analyze": analyze,
+    "reflect": reflect_with(edit("create")),
     "estimate": json.dumps({"edits": [edit("create")]}),
     "merge": json.dumps({"items": [edit("upsert", gradient_ids=[])]}),
     "segment": json.dumps({"tasks": [{"start": 1, "topic": "one support request"}]}),

@@ -91,9 +91,13 @@ def merge(messages: ChatMessages) -> str:
                                  for t in TOPICS if f"experiences/{t}-feeding.md" in text]})
 
 
+def reflect(messages: ChatMessages) -> str:
+    """The analyst's and the estimator's replies in one (the one-call reflection)."""
+    return json.dumps({**json.loads(analyze(messages)), **json.loads(estimate(messages))})
+
+
 def training_script(topics: tuple[str, ...] = TOPICS) -> ScriptedChatModel:
-    steps = [Step(stage, reply) for _ in topics
-             for stage, reply in (("analyze", analyze), ("estimate", estimate))]
+    steps = [Step("reflect", reflect) for _ in topics]
     return ScriptedChatModel([*steps, Step("merge", merge)])
 
 

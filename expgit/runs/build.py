@@ -42,6 +42,7 @@ from expgit.train.components.llm_fields import (
 from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer
 from expgit.train.components.policy_trainer import BatchPolicyTrainer
 from expgit.train.components.policy_updater import GitPolicyUpdater
+from expgit.train.components.rollout_reflector import OneCallRolloutReflector
 from expgit.train.components.snapshotter import ContentHashPolicySnapshotter
 from expgit.train.components.tool_executor import (
     RoutingRolloutExecutor,
@@ -146,7 +147,9 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
                    ) -> OfflinePolicyOptimizationPipeline:
     """The RFC's default chain on ``repo``: single-turn executor with the rubric
     evaluator (unless another ``executor`` is given, e.g. a remote one), trajectory
-    analyzer, gradient estimator, patch-merge optimizer, git updater, batch trainer;
+    analyzer and gradient estimator (in one reflect call per rollout unless
+    ``[train] calls_per_rollout`` is 2, or the model is the embedded one), patch-merge
+    optimizer, git updater, batch trainer;
     relevance by embeddings when the runtime has them. With a ``publisher``, each
     update is pushed to its remote, and applied there in apply mode."""
     llm = runtime.structured
@@ -172,7 +175,10 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
         repo, llm, ranker, relevant_experiences=LOCAL_RELEVANT_EXPERIENCES if local else None,
         limits=LOCAL_EDIT_LIMITS if local else None, prompt_tokens=budget,
         usage_stats=experience_stats, redactor=redactor)
-    trainer = BatchPolicyTrainer(analyzer, estimator, engine, concurrency=concurrency)
+    calls = repo.settings.train.calls_per_rollout or (2 if local else 1)
+    reflector = OneCallRolloutReflector(analyzer, estimator, llm) if calls == 1 else None
+    trainer = BatchPolicyTrainer(analyzer, estimator, engine, concurrency=concurrency,
+                                 reflector=reflector)
     return OfflinePolicyOptimizationPipeline(repo, ContentHashPolicySnapshotter(), executor,
                                              trainer, observer=observer,
                                              candidates=candidates, redactor=redactor)

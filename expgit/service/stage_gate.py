@@ -1,5 +1,5 @@
-"""A bound on the LLM-bound training stages of the service: at most ``limit`` analyses and
-estimations at once, over all jobs. Waiting for a batch's update holds no slot, so a
+"""A bound on the LLM-bound training stages of the service: at most ``limit`` analyses,
+estimations and reflections at once, over all jobs. Waiting for a batch's update holds no slot, so a
 rollout whose gradients wait for their batch never keeps another from being analysed.
 
 The job a stage runs for is known from a context variable (set by the job's task): when
@@ -16,7 +16,12 @@ from contextvars import ContextVar
 from expgit.errors import UsageError
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Rollout, RolloutAnalysis, SemanticGradient
-from expgit.train.interfaces import ExperienceSet, GradientEstimator, RolloutAnalyzer
+from expgit.train.interfaces import (
+    ExperienceSet,
+    GradientEstimator,
+    RolloutAnalyzer,
+    RolloutReflector,
+)
 
 ON_SLOT: ContextVar[Callable[[], None] | None] = ContextVar("expgit_on_slot", default=None)
 
@@ -70,3 +75,17 @@ class GatedEstimator:
                        context: PipelineContext) -> list[SemanticGradient]:
         async with self.gate.slot():
             return await self.inner.estimate(analysis, experience_set, context)
+
+
+class GatedReflector:
+    """A RolloutReflector that reflects through ``inner`` within a slot of ``gate``."""
+
+    def __init__(self, inner: RolloutReflector, gate: StageGate) -> None:
+        self.inner = inner
+        self.gate = gate
+
+    async def reflect(self, rollout: Rollout, policy_set: ExperienceSet,
+                      context: PipelineContext
+                      ) -> tuple[RolloutAnalysis, list[SemanticGradient]]:
+        async with self.gate.slot():
+            return await self.inner.reflect(rollout, policy_set, context)

@@ -1,6 +1,7 @@
 """The training service's trainer: the default components of ``expgit train`` (trajectory
-analyzer, gradient estimator, patch-merge optimizer, git updater, all on one LLM) in a
-StreamingPolicyTrainer, with analysis and estimation bounded by the service's StageGate.
+analyzer, gradient estimator or both in one reflector, patch-merge optimizer, git updater,
+all on one LLM) in a StreamingPolicyTrainer, with the LLM stages bounded by the service's
+StageGate.
 Batching (``max_gradients_per_update``, ``max_wait_seconds``) from ``[train]``; with a
 ``publisher`` (``--remote``), each update is pushed to its remote."""
 
@@ -10,7 +11,12 @@ from collections.abc import Callable
 
 from expgit.errors import UsageError
 from expgit.runs.build import LLMHandles, build_pipeline
-from expgit.service.stage_gate import GatedAnalyzer, GatedEstimator, StageGate
+from expgit.service.stage_gate import (
+    GatedAnalyzer,
+    GatedEstimator,
+    GatedReflector,
+    StageGate,
+)
 from expgit.store.repository import ExperienceRepository
 from expgit.train.components.policy_trainer import BatchPolicyTrainer
 from expgit.train.components.streaming import StreamingPolicyTrainer
@@ -44,6 +50,8 @@ def streaming_trainer_factory(*, max_gradients_per_update: int | None = None,
             max_wait_seconds=max_wait_seconds or train.max_wait_seconds,
             timer_check_interval_seconds=min(timer_check_interval_seconds,
                                              max_wait_seconds or train.max_wait_seconds),
-            concurrency=gate.limit)
+            concurrency=gate.limit,
+            reflector=None if batch.reflector is None
+            else GatedReflector(batch.reflector, gate))
 
     return make

@@ -56,6 +56,9 @@ class TrainSettings(BaseModel):
     trajectories_branch: str = "expgit/trajectories"
     tool_output_chars: int = Field(default=2000, gt=0)
     relevant_experiences: int = Field(default=5, ge=0)
+    # ... of which those scoring under this share of the best match are left out (a file
+    # about another topic costs prompt tokens and invites a stray edit); 0 keeps them all
+    relevance_floor: float = Field(default=0.3, ge=0, le=1)
     gradients_per_chunk: int = Field(default=16, ge=1, le=64)
     total_token_budget: int = Field(default=200_000, gt=0)
     max_gradients_per_update: int = Field(default=8, ge=1)
@@ -69,6 +72,11 @@ class TrainSettings(BaseModel):
     max_copied_words: int = Field(default=12, ge=2)
     tool_max_steps: int = Field(default=30, ge=1)  # agent turns of a tool-calling rollout
     tool_max_user_turns: int = Field(default=10, ge=1)  # user turns of one
+    # LLM calls per training rollout: 1 analyses it and proposes its edits in one
+    # "reflect" call; 2 makes an "analyze" call, then an "estimate" call (for models that
+    # do better with two smaller tasks). None: 1, but 2 for the embedded model, whose
+    # replies are bounded to 1024 tokens
+    calls_per_rollout: Literal[1, 2] | None = None
 
 
 class SessionSettings(BaseModel):

@@ -1,8 +1,9 @@
 """The Protocols of the training pipeline. Each docstring is the contract.
 
 The RFC's chain, on git:
-CaseLoader -> RolloutExecutor -> PolicyTrainer (RolloutAnalyzer -> GradientEstimator ->
-PolicyOptimizer -> PolicyUpdater). ``ExperienceSet`` is a snapshot of ``main``.
+CaseLoader -> RolloutExecutor -> PolicyTrainer (RolloutAnalyzer -> GradientEstimator, or
+both in one RolloutReflector -> PolicyOptimizer -> PolicyUpdater). ``ExperienceSet`` is a
+snapshot of ``main``.
 """
 
 from __future__ import annotations
@@ -84,6 +85,22 @@ class GradientEstimator(Protocol):
 
     async def estimate(self, analysis: RolloutAnalysis, experience_set: ExperienceSet,
                        context: PipelineContext) -> list[SemanticGradient]: ...
+
+
+class RolloutReflector(Protocol):
+    """Analyses a rollout and proposes its edits in one step: a RolloutAnalyzer and a
+    GradientEstimator in one, with their contracts together.
+
+    May assume the experience set is a snapshot of ``main``. Must store the trajectory
+    as the analyzer does and commit each valid edit as a gradient as the estimator does
+    (an invalid one dropped with its reason in ``analysis.metadata["rejected_edits"]``);
+    never touches ``main``. At most one LLM call per rollout. Raises LLMError when that
+    call fails.
+    """
+
+    async def reflect(self, rollout: Rollout, policy_set: ExperienceSet,
+                      context: PipelineContext
+                      ) -> tuple[RolloutAnalysis, list[SemanticGradient]]: ...
 
 
 class PolicyOptimizer(Protocol):

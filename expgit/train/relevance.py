@@ -24,7 +24,7 @@ import math
 import re
 import threading
 from collections import Counter
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from expgit.errors import InvalidInputError
 from expgit.llm.port import EmbeddingModel, LLMError
@@ -47,6 +47,15 @@ class ExperienceRanker(Protocol):
     """Ranks a snapshot's usable experiences for a query; best first, at most ``k``."""
 
     async def rank(self, query: str, snapshot: Snapshot, k: int) -> list[ExperienceEntry]: ...
+
+
+@runtime_checkable
+class ScoringRanker(ExperienceRanker, Protocol):
+    """A ranker that also tells its scores (higher is more relevant; 0 or less: no
+    relation found), so that a caller can leave out the weak matches."""
+
+    async def ranked(self, query: str, snapshot: Snapshot, k: int
+                     ) -> list[tuple[float, ExperienceEntry]]: ...
 
 
 def stem(token: str) -> str:
@@ -142,10 +151,14 @@ class LexicalRanker:
         return self.index(snapshot).scores(set(tokenize(query)), snapshot, k)
 
     async def rank(self, query: str, snapshot: Snapshot, k: int) -> list[ExperienceEntry]:
+        return [entry for _, entry in await self.ranked(query, snapshot, k)]
+
+    async def ranked(self, query: str, snapshot: Snapshot, k: int
+                     ) -> list[tuple[float, ExperienceEntry]]:
+        """(BM25 score, entry) of the best ``k``, best first."""
         if k <= 0:
             return []
-        terms = set(tokenize(query))
-        return [entry for _, entry in self.index(snapshot).scores(terms, snapshot, k)]
+        return self.index(snapshot).scores(set(tokenize(query)), snapshot, k)
 
 
 def _trim(cache: dict[str, Any], size: int) -> None:
@@ -191,6 +204,11 @@ class EmbeddingRanker:
         return vectors
 
     async def rank(self, query: str, snapshot: Snapshot, k: int) -> list[ExperienceEntry]:
+        return [entry for _, entry in await self.ranked(query, snapshot, k)]
+
+    async def ranked(self, query: str, snapshot: Snapshot, k: int
+                     ) -> list[tuple[float, ExperienceEntry]]:
+        """(cosine similarity, entry) of the best ``k``, best first."""
         entries = eligible(snapshot)
         if not entries or k <= 0:
             return []
@@ -213,4 +231,4 @@ class EmbeddingRanker:
             raise LLMError("the embedding model returned vectors of different sizes "
                            "across calls") from None
         scored.sort(key=lambda item: (-item[0], item[1].name))
-        return [entry for _, entry in scored[:k]]
+        return scored[:k]

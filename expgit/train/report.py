@@ -21,7 +21,7 @@ from expgit.train.candidate import CandidateReport, summary_line
 from expgit.train.pipeline import PhaseMetrics
 from expgit.train.remote_push import RemoteReport
 
-STAGE_ORDER = ("rollout", "judge", "analyze", "estimate", "merge", "compress")
+STAGE_ORDER = ("rollout", "judge", "reflect", "analyze", "estimate", "merge", "compress")
 TRAINING_PHASES = ("train_epoch", "train_rollouts")
 
 

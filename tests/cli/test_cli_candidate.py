@@ -13,7 +13,7 @@ from typing import Any
 from cli_support import agent, cases_file
 from conftest import fsck, git
 from json_shapes import assert_shape
-from scripted_pipeline import BAGGAGE_CASE, GOLD_RULE, PETS_CASE
+from scripted_pipeline import BAGGAGE_CASE, GOLD_RULE, PETS_CASE, estimate_for, lesson_bodies
 from test_cli_train import training_steps
 
 from expgit.errors import EXIT_GATE
@@ -336,7 +336,10 @@ def test_the_gate_from_expgit_toml(run_cli: Any, serve: Any, seeded_repo: Experi
     server = serve(steps_with(repo, harmful, [harmful] * 3))
     gated = train(run_cli, path, tmp_path, server.url, "--eval-cases", held_out)
     assert gated.code == EXIT_GATE, gated.err
-    server = serve(steps_with(repo, harmful, [harmful] * 3))
+    # the same rollouts again: their trajectories are stored, so only the estimate calls
+    estimate = estimate_for(lesson_bodies(repo))
+    server = serve([Step("estimate", estimate) if s.stage == "reflect" else s
+                    for s in steps_with(repo, harmful, [harmful] * 3)])
     off = train(run_cli, path, tmp_path, server.url, "--eval-cases", held_out, "--no-gate")
     assert off.code == 0, off.err
     [candidate] = json.loads((tmp_path / "run.json").read_text())["candidates"]

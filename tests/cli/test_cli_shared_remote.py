@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import assert_only_fast_forwards, fsck, git, repo_state, run_expgit, shared_server
-from scripted_pipeline import GOLD_RULE, edit_reply
+from scripted_pipeline import GOLD_RULE, combined, edit_reply
 
 from expgit.llm.scripted import Step
 from expgit.store.repository import ExperienceRepository
@@ -45,7 +45,7 @@ def recorded(trainer: int, path: Path, count: int = ROLLOUTS) -> Path:
 
 
 def script(repo: ExperienceRepository, count: int = ROLLOUTS) -> list[Step]:
-    """One analysis and one estimate per rollout (an update of the baggage rules naming
+    """One reflection per rollout (an update of the baggage rules naming
     its ticket), and a merge per chunk of 16 gradients."""
     baggage = repo.snapshot().get(BAGGAGE)
     assert baggage is not None
@@ -70,8 +70,7 @@ def script(repo: ExperienceRepository, count: int = ROLLOUTS) -> list[Step]:
     merge = json.dumps({"items": [edit_reply(BAGGAGE, "upsert", body + GOLD_RULE,
                                              gradient_ids=[])]})
     chunks = -(-count // repo.settings.train.gradients_per_chunk)
-    return ([Step("analyze", analyze) for _ in range(count)]
-            + [Step("estimate", estimate) for _ in range(count)]
+    return ([Step("reflect", combined(analyze, estimate)) for _ in range(count)]
             + [Step("merge", merge) for _ in range(chunks)])
 
 

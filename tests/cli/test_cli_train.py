@@ -16,11 +16,11 @@ from json_shapes import assert_shape
 from scripted_pipeline import (
     BAGGAGE_CASE,
     PETS_CASE,
-    analyze,
     edit_reply,
-    estimate_for,
     lesson_bodies,
     merge_of,
+    reflect_for,
+    reflect_with,
 )
 
 from expgit.llm.scripted import Step
@@ -31,13 +31,12 @@ from expgit.train.domain import Message, Rollout, RubricEvaluation
 
 
 def training_steps(repo: ExperienceRepository) -> list[Step]:
-    """One batch of BAGGAGE_CASE and PETS_CASE: 2 rollouts, 2 analyses, 2 estimates
-    (an update and a create) and 1 merge of both."""
+    """One batch of BAGGAGE_CASE and PETS_CASE: 2 rollouts, 2 reflections (an update and a
+    create) and 1 merge of both."""
     bodies = lesson_bodies(repo)
-    estimate, merge = estimate_for(bodies), merge_of(bodies)
-    return [Step("rollout", agent), Step("rollout", agent), Step("analyze", analyze),
-            Step("analyze", analyze), Step("estimate", estimate), Step("estimate", estimate),
-            Step("merge", merge)]
+    reflect, merge = reflect_for(bodies), merge_of(bodies)
+    return [Step("rollout", agent), Step("rollout", agent), Step("reflect", reflect),
+            Step("reflect", reflect), Step("merge", merge)]
 
 
 LINE = {
@@ -79,9 +78,9 @@ def test_train_propose_mode(run_cli: Any, serve: Any, seeded_repo: ExperienceRep
     usage = lines[lines.index("LLM usage:") + 1:]
     assert usage[0].split()[0] == "stage" and usage[-1].split()[0] == "total"
     assert {row.split()[0]: int(row.split()[1]) for row in usage[1:]} == {
-        "rollout": 5, "analyze": 2, "estimate": 2, "merge": 1, "total": 10}
+        "rollout": 5, "reflect": 2, "merge": 1, "total": 8}
     # plain lines; the epoch counts the calls of the candidate eval it ran (1 rollout)
-    assert "expgit: train_epoch epoch=0: 2/2 rollouts, 8 LLM calls" in result.err
+    assert "expgit: train_epoch epoch=0: 2/2 rollouts, 6 LLM calls" in result.err
     assert "expgit: candidate_eval epoch=0: 1/1 rollouts, 1 LLM calls" in result.err
     # main untouched; trajectories, gradients, a proposal and its PR body
     assert git(path, "rev-parse", "main").strip() == main
@@ -98,7 +97,7 @@ def test_train_propose_mode(run_cli: Any, serve: Any, seeded_repo: ExperienceRep
                                                     "candidate_eval", "final_eval"]
     assert data["mode"] == "propose" and data["main_before"] == data["main_after"] == main
     assert data["proposals"] == [proposals[0].rsplit("/", 1)[1]]
-    assert data["usage"]["total"]["calls"] == 10
+    assert data["usage"]["total"]["calls"] == 8
     assert {r["case"] for r in data["phases"][1]["rollouts"]} == {BAGGAGE_CASE.name,
                                                                   PETS_CASE.name}
     fsck(path)
@@ -214,8 +213,7 @@ def test_rejected_edits_are_reported_with_their_reason(
     """An edit the estimator refuses (a delete of a file that does not exist) makes no
     gradient; the run says why instead of a bare 'proposal: none'."""
     path = tmp_path / "repo"
-    refusal = json.dumps({"edits": [edit_reply("no-such-lesson", "delete", "")]})
-    server = serve([Step("analyze", analyze), Step("estimate", refusal)])
+    server = serve([Step("reflect", reflect_with(edit_reply("no-such-lesson", "delete", "")))])
     file = unanswered_rollouts(tmp_path / "rollouts.jsonl", BAGGAGE_CASE)
     report = tmp_path / "report.json"
     result = run_cli("-C", path, "train-rollouts", file, "--llm", "openai", "--base-url",

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import git
-from scripted_pipeline import analyze
+from scripted_pipeline import analyze, combined
 from tool_support import call, last_role, turn, write_cases
 
 from expgit.llm.port import ToolMessages, ToolTurn
@@ -65,8 +65,8 @@ def test_one_epoch_teaches_the_tool_call(run_cli: Any, serve: Any, seeded_repo: 
                                                       "credit_card_4421")], name="t.yaml")
     held_out = write_cases(tmp_path / "cases", [bag_case("bags-sofia", "OBUT9V", 4, 0,
                                                          "credit_card_1033")], name="e.yaml")
-    server = serve([Step("rollout", agent), Step("rollout", agent), Step("analyze", analyze),
-                    Step("estimate", estimate), Step("merge", merge),
+    server = serve([Step("rollout", agent), Step("rollout", agent),
+                    Step("reflect", combined(analyze, estimate)), Step("merge", merge),
                     # the proposal's candidate eval, then the final eval: a tool call each
                     *(Step("rollout", agent) for _ in range(4))])
     result = run_cli("-C", tmp_path / "repo", "train", "--cases", train, "--eval-cases",
@@ -79,7 +79,7 @@ def test_one_epoch_teaches_the_tool_call(run_cli: Any, serve: Any, seeded_repo: 
     assert (baseline["passed"], epoch["passed"], candidate["passed"], final["passed"]) == (
         0, 0, 1, 1)  # measured before it was applied, then on main
     analyze_prompt = next(c[1][-1]["content"] for c in server.chat.calls
-                          if c[0] == "analyze")
+                          if c[0] == "reflect")
     assert "final state differs: reservations.NO6JO3.total_baggages = 1" in analyze_prompt
     final_calls = [c for c in server.chat.calls if c[0] == "rollout"][-2:]
     assert final_calls[0][2]["tools"] and MARKER in final_calls[0][1][0]["content"]

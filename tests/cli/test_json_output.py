@@ -13,7 +13,7 @@ import pytest
 from cli_support import agent, cases_file, unanswered_rollouts
 from conftest import EXAMPLE, ROOT, CliResult, Driver, edited
 from json_shapes import assert_shape, documented, documented_keys
-from scripted_pipeline import BAGGAGE_CASE, analyze, edit_reply
+from scripted_pipeline import BAGGAGE_CASE, edit_reply, reflect_with
 
 from expgit.cli._json import pretty_json
 from expgit.llm.scripted import Step
@@ -178,8 +178,7 @@ def test_eval_and_train_rollouts(driver: Driver, serve: Any, tmp_path: Path) -> 
     server = serve([Step("rollout", agent)])
     shape("eval", driver("eval", "--cases", cases_file(tmp_path / "e.yaml", BAGGAGE_CASE),
                          "--llm", "openai", "--base-url", server.url, "--json"))
-    refusal = json.dumps({"edits": [edit_reply("no-such-lesson", "delete", "")]})
-    server = serve([Step("analyze", analyze), Step("estimate", refusal)])
+    server = serve([Step("reflect", reflect_with(edit_reply("no-such-lesson", "delete", "")))])
     file = unanswered_rollouts(tmp_path / "rollouts.jsonl", BAGGAGE_CASE)
     shape("train-rollouts", driver("train-rollouts", file, "--llm", "openai", "--base-url",
                                    server.url, "--json"))

@@ -51,7 +51,7 @@ def test_not_a_terminal_each_line_once_with_both_streams_joined(
         assert len([x for x in lines if f"{phase} epoch={epoch}:" in x]) == 1
     progress = next(x for x in lines if x.startswith("expgit: train_epoch epoch=0: "))
     # the epoch counts the calls of the candidate eval it ran inside (1 rollout)
-    assert re.fullmatch(r"expgit: train_epoch epoch=0: 2/2 rollouts, 8 LLM calls, "
+    assert re.fullmatch(r"expgit: train_epoch epoch=0: 2/2 rollouts, 6 LLM calls, "
                         r"cost \d+\.\d{6}, \d+\.\ds", progress)
     assert "expgit: baseline_eval epoch=-1: 1/1 rollouts, 1 LLM calls" in lines[0]
 
@@ -99,7 +99,7 @@ def test_a_terminal_gets_one_live_line_per_phase_and_json_stays_clean(
                                ("candidate_eval", 0, "1/1"), ("final_eval", 1, "1/1")):
         assert re.search(rf"{phase} epoch={epoch}.*{done} rollouts\s+done\s+\d+ LLM calls"
                          rf"\s+cost \d\.\d{{6}}", text), text
-    assert "8 LLM calls" in text  # the training phase's, its candidate eval's included
+    assert "6 LLM calls" in text  # the training phase's, its candidate eval's included
     assert "expgit: train_epoch" not in text  # no plain lines on a terminal
     assert COLOUR.search(screen)  # coloured without NO_COLOR...
 

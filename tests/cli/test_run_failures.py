@@ -23,20 +23,19 @@ from expgit.llm.structured import StructuredLLM
 
 def test_truncated_replies_are_counted_by_cause_and_the_run_exits_7(
         driver: Driver, serve: Any, tmp_path: Path) -> None:
-    cut = '{"edits": [{"name": "pets'
+    cut = analyze([{"role": "user", "content": "bags"}])[:-1] + ', "edits": [{"name": "pets'
     server = serve([Step("rollout", agent), Step("rollout", agent),
-                    Step("analyze", analyze), Step("analyze", analyze),
-                    Step("estimate", cut, finish_reason="length"),
-                    Step("estimate", cut, finish_reason="length")])
+                    Step("reflect", cut, finish_reason="length"),
+                    Step("reflect", cut, finish_reason="length")])
     result = driver("train", "--cases", cases_file(tmp_path / "t.yaml", BAGGAGE_CASE,
                                                    PETS_CASE),
                     "--llm", "openai", "--base-url", server.url, "--report",
                     tmp_path / "run.json")
     assert result.code == EXIT_RUN_ERRORS, result.out + result.err
-    assert "2 estimate calls: reply cut off at 2048 tokens (finish_reason=length)" in result.out
-    assert "the run finished with errors: 2 estimate calls: reply cut off" in result.err
+    assert "2 reflect calls: reply cut off at 2048 tokens (finish_reason=length)" in result.out
+    assert "the run finished with errors: 2 reflect calls: reply cut off" in result.err
     report = json.loads((tmp_path / "run.json").read_text())
-    assert report["failures"] == [{"stage": "estimate", "count": 2, "cause":
+    assert report["failures"] == [{"stage": "reflect", "count": 2, "cause":
                                    "reply cut off at 2048 tokens (finish_reason=length)"}]
     assert report["stopped"] is None  # the endpoint answered: no reason to stop
     server.chat.assert_done()

@@ -29,11 +29,17 @@ from expgit.sessions.score_output import ScoreOutput
 from expgit.sessions.segment_output import SegmentOutput
 from expgit.train.components.evaluator import JudgeVerdict
 from expgit.train.components.llm_fields import AnalysisLimits, EditLimits
-from expgit.train.components.llm_outputs import analyze_output, estimate_output, merge_output
+from expgit.train.components.llm_outputs import (
+    analyze_output,
+    estimate_output,
+    merge_output,
+    reflect_output,
+)
 
 API_OUTPUTS: list[type[BaseModel]] = [
     estimate_output(EditLimits()), merge_output(EditLimits(), 16),
-    analyze_output(AnalysisLimits()), JudgeVerdict, SegmentOutput, ScoreOutput]
+    analyze_output(AnalysisLimits()), reflect_output(AnalysisLimits(), EditLimits()),
+    JudgeVerdict, SegmentOutput, ScoreOutput]
 
 
 def _keys(node: Any) -> set[str]:

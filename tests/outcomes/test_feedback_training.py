@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import Driver
-from scripted_pipeline import BAGGAGE_CASE, analyze, edit_reply
+from scripted_pipeline import BAGGAGE_CASE, edit_reply, reflect_with
 
 from expgit.llm.scripted import Step
 from expgit.train.domain import Message, Rollout, RubricEvaluation
@@ -39,12 +39,13 @@ def test_feedback_labels_the_rollouts_before_training(driver: Driver, serve: Any
                                                       tmp_path: Path) -> None:
     prompts: list[str] = []
 
-    def analyst(messages: list[dict[str, str]]) -> str:
-        prompts.append(messages[-1]["content"])
-        return analyze(messages)
+    refusal = reflect_with(edit_reply("no-such-lesson", "delete", ""))
 
-    refusal = json.dumps({"edits": [edit_reply("no-such-lesson", "delete", "")]})
-    server = serve([Step("analyze", analyst), Step("estimate", refusal)])
+    def reflect(messages: list[dict[str, str]]) -> str:
+        prompts.append(messages[-1]["content"])
+        return refusal(messages)
+
+    server = serve([Step("reflect", reflect)])
     report = json.loads(driver.ok(
         "train-rollouts", _session(tmp_path), "--evaluator", "feedback", "--llm", "openai",
         "--base-url", server.url, "--json").out)
@@ -56,7 +57,7 @@ def test_feedback_labels_the_rollouts_before_training(driver: Driver, serve: Any
 
 def test_the_recorded_evaluation_stands_by_default(driver: Driver, serve: Any,
                                                    tmp_path: Path) -> None:
-    server = serve([Step("analyze", analyze), Step("estimate", json.dumps({"edits": []}))])
+    server = serve([Step("reflect", reflect_with())])
     report = json.loads(driver.ok("train-rollouts", _session(tmp_path), "--llm", "openai",
                                   "--base-url", server.url, "--json").out)
     assert report["phases"][0]["passed"] == 1

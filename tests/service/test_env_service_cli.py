@@ -2,7 +2,7 @@
 environment service on 127.0.0.1, and ``expgit env serve`` as its own process.
 
 Two strict scripts: the environment's LLM answers only ``rollout`` calls, the trainer's
-(an OpenAI-compatible server, ``--base-url``) only analyze/estimate/merge: so the
+(an OpenAI-compatible server, ``--base-url``) only reflect/merge: so the
 rollouts provably ran in the service and nothing else did."""
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ from conftest import ROOT, fsck, git, repo_state
 from scripted_pipeline import (
     BAGGAGE_CASE,
     PETS_CASE,
-    analyze,
-    estimate_for,
     lesson_bodies,
     merge_of,
+    reflect_for,
 )
 
 from expgit.asgi.server import RunningServer, start_server
@@ -68,8 +67,7 @@ def env_service(tmp_path: Path) -> Iterator[Any]:
 
 def training_steps(repo: ExperienceRepository) -> list[Step]:
     bodies = lesson_bodies(repo)
-    return [Step("analyze", analyze), Step("analyze", analyze),
-            Step("estimate", estimate_for(bodies)), Step("estimate", estimate_for(bodies)),
+    return [Step("reflect", reflect_for(bodies)), Step("reflect", reflect_for(bodies)),
             Step("merge", merge_of(bodies))]
 
 
@@ -104,8 +102,8 @@ def test_train_propose_through_the_environment_service(
     assert {r["case"] for r in epoch["rollouts"]} == {BAGGAGE_CASE.name, PETS_CASE.name}
     assert {r["policy_snapshot_id"] for p in (baseline, epoch, final)
             for r in p["rollouts"]} == {snapshot_id}
-    # the trainer's LLM made no rollout call: only analyze, estimate, merge
-    assert set(data["usage"]["by_stage"]) == {"analyze", "estimate", "merge"}
+    # the trainer's LLM made no rollout call: only reflect and merge
+    assert set(data["usage"]["by_stage"]) == {"reflect", "merge"}
     assert data["main_before"] == data["main_after"] == main
     assert git(path, "rev-parse", "main").strip() == main
     branches = git(path, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split()

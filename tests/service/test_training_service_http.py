@@ -52,7 +52,7 @@ def train_four(repo: ExperienceRepository, mode: str) -> tuple[list[dict[str, An
         jobs = [wait_finished(server.url, a["job_id"]) for a in accepted]
     chat.assert_done()
     assert {s: u.calls for s, u in llm.meter.by_stage().items()} == {
-        "analyze": 4, "estimate": 4, "merge": 1}
+        "reflect": 4, "merge": 1}
     return jobs, path
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from conftest import git
 from test_training_service_cli import first_line
-from training_service_support import analyze, estimate, merge, topic_rollout
+from training_service_support import merge, reflect, topic_rollout
 
 from expgit.llm.port import ChatMessages
 from expgit.llm.scripted import Step
@@ -32,8 +32,7 @@ def test_sigterm_with_a_job_in_flight_finishes_it(serve: Any,
                                                    seeded_repo: ExperienceRepository) -> None:
     path = seeded_repo.git.work_tree
     assert path is not None
-    server = serve([Step("analyze", _slow(analyze, 1.5)), Step("estimate", estimate),
-                    Step("merge", merge)])
+    server = serve([Step("reflect", _slow(reflect, 1.5)), Step("merge", merge)])
     proc = subprocess.Popen(
         [sys.executable, "-m", "expgit", "-C", str(path), "serve", "--port", "0",
          "--mode", "propose", "--llm", "openai", "--base-url", server.url],
@@ -52,7 +51,7 @@ def test_sigterm_with_a_job_in_flight_finishes_it(serve: Any,
         _, err = proc.communicate(timeout=90)
     assert proc.returncode == 0, err
     assert "Traceback" not in err and "ERROR" not in err, err
-    server.chat.assert_done()  # analysed, estimated, and merged at shutdown
+    server.chat.assert_done()  # reflected on, and merged at shutdown
     branches = git(Path(path), "branch", "--list", "expgit/proposals/*").split()
     assert len(branches) == 1, err
     assert "yak-feeding" in git(Path(path), "show", "--stat", branches[0])

@@ -11,7 +11,7 @@ from typing import Any
 
 from conftest import fsck, git, repo_state
 from json_shapes import assert_shape
-from scripted_pipeline import analyze, estimate_for, lesson_bodies, merge_of
+from scripted_pipeline import lesson_bodies, merge_of, reflect_for
 
 from expgit.llm.factory import LLMRuntime
 from expgit.llm.port import ChatMessages
@@ -83,8 +83,7 @@ def training_script(repo: ExperienceRepository) -> ScriptedChatModel:
     bodies = {"checked-baggage-allowance": lesson_bodies(repo)["checked-baggage-allowance"]}
     return ScriptedChatModel([
         Step("score", score_reply), Step("score", score_reply),
-        Step("analyze", analyze), Step("estimate", estimate_for(bodies)),
-        Step("merge", merge_of(bodies))])
+        Step("reflect", reflect_for(bodies)), Step("merge", merge_of(bodies))])
 
 
 def test_run_labels_and_trains_eligible_segments_into_a_proposal(
@@ -97,7 +96,7 @@ def test_run_labels_and_trains_eligible_segments_into_a_proposal(
     report = asyncio.run(run(seeded_repo, llm=runtime))
     chat.assert_done()
     assert {s: u.calls for s, u in runtime.meter.by_stage().items()} == {
-        "score": 2, "analyze": 1, "estimate": 1, "merge": 1}
+        "score": 2, "reflect": 1, "merge": 1}
     assert report.errors == [] and len(report.labelled) == 2
     assert seeded_repo.main_commit() == main and report.main_after == main
     [gradient] = report.gradients
@@ -182,11 +181,11 @@ def test_cli_ingest_status_run(run_cli: Any, seeded_repo: ExperienceRepository,
     server = serve(training_script(seeded_repo).steps)
     out = run_cli("-C", repo_dir, "sessions", "run", "--base-url", server.url, "--json")
     assert out.code == 0, out.err
-    assert server.unexpected == [] and server.requests == 5
+    assert server.unexpected == [] and server.requests == 4
     result = json.loads(out.out)
     assert_shape("sessions run", result)
     assert len(result["proposals"]) == 1 and len(result["trained"]) == 1
-    assert result["usage"]["total"]["calls"] == 5
+    assert result["usage"]["total"]["calls"] == 4
     assert result["main_before"] == result["main_after"]
     status = json.loads(run_cli("-C", repo_dir, "sessions", "status", "--json").out)
     assert (status["labelled"], status["memory_eligible"], status["sft_eligible"],

@@ -349,16 +349,33 @@ def test_no_trajectory_means_no_call(seeded_repo: ExperienceRepository) -> None:
     assert model.calls == []
 
 
-def test_the_default_lexical_ranker_shows_relevant_files(
-        seeded_repo: ExperienceRepository) -> None:
+def without_floor(repo: ExperienceRepository, floor: float = 0.0) -> ExperienceRepository:
+    """``repo`` with ``[train] relevance_floor = floor`` (0: every ranked file shown)."""
+    train = repo.settings.train.model_copy(update={"relevance_floor": floor})
+    repo.settings = repo.settings.model_copy(update={"train": train})
+    return repo
+
+
+def shown_in(seeded_repo: ExperienceRepository) -> list[str]:
     model = ScriptedChatModel([Step("estimate", json.dumps({"edits": []}))])
     est = ExperienceGradientEstimator(seeded_repo, StructuredLLM(model, UsageMeter()))
     gradients = asyncio.run(est.estimate(analysis_for(seeded_repo), seeded_repo.snapshot(),
                                          PipelineContext()))
     assert gradients == []
     user = model.calls[0][1][1]["content"]
-    assert "### cancellation-eligibility-rules" in user
-    assert user.count("\n### ") == seeded_repo.settings.train.relevant_experiences
+    return re.findall(r"^### (\S+)", user, re.M)
+
+
+def test_the_default_lexical_ranker_shows_relevant_files(
+        seeded_repo: ExperienceRepository) -> None:
+    """The best match first; files under ``relevance_floor`` of its score are left out,
+    and all ``relevant_experiences`` are shown with a floor of 0."""
+    shown = shown_in(seeded_repo)
+    assert shown[0] == "cancellation-eligibility-rules"
+    everything = shown_in(without_floor(seeded_repo))
+    assert len(everything) == seeded_repo.settings.train.relevant_experiences
+    assert 1 <= len(shown) < len(everything) and everything[:len(shown)] == shown
+    assert shown_in(without_floor(seeded_repo, 1.0)) == shown[:1]
 
 
 def test_fewer_experiences_when_asked_or_when_the_prompt_would_not_fit(
@@ -372,6 +389,7 @@ def test_fewer_experiences_when_asked_or_when_the_prompt_would_not_fit(
         system, user = (m["content"] for m in model.calls[0][1])
         return system + user
 
+    without_floor(seeded_repo)
     two = run(relevant_experiences=2)
     assert two.count("\n### ") == 2
     # a budget just below that prompt (with its schema): the least relevant one goes

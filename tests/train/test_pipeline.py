@@ -14,10 +14,9 @@ from scripted_pipeline import (
     PETS_CASE,
     Handles,
     agent,
-    analyze,
-    estimate_for,
     lesson_bodies,
     merge_of,
+    reflect_for,
     script,
 )
 
@@ -33,6 +32,7 @@ from expgit.train.components.gradient_estimator import ExperienceGradientEstimat
 from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer
 from expgit.train.components.policy_trainer import BatchPolicyTrainer
 from expgit.train.components.policy_updater import GitPolicyUpdater
+from expgit.train.components.rollout_reflector import OneCallRolloutReflector
 from expgit.train.components.snapshotter import ContentHashPolicySnapshotter
 from expgit.train.components.streaming import StreamingPolicyTrainer
 from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
@@ -263,7 +263,7 @@ def test_real_components_propose_mode(seeded_repo: ExperienceRepository) -> None
         ListCaseLoader([BAGGAGE_CASE], 8)))
     chat.assert_done()
     assert {s: u.calls for s, u in meter.by_stage().items()} == {
-        "rollout": 4, "analyze": 2, "estimate": 2, "merge": 1}
+        "rollout": 4, "reflect": 2, "merge": 1}
     epoch = result.epochs[0]
     assert epoch.errors == [] and epoch.gradients == 2 and epoch.commits == 1
     assert (epoch.cases, epoch.passed) == (2, 1)
@@ -307,9 +307,9 @@ def test_real_components_apply_mode_moves_main_between_batches(
                 else "checked-baggage-allowance")
         return merge_of({name: bodies[name]})
 
-    estimate = estimate_for(bodies)
+    reflect = reflect_for(bodies)
     chat = ScriptedChatModel([Step(stage, reply) for _ in range(2) for stage, reply in (
-        ("rollout", agent), ("analyze", analyze), ("estimate", estimate), ("merge", merge))])
+        ("rollout", agent), ("reflect", reflect), ("merge", merge))])
     main = seeded_repo.main_commit()
     pipeline = build_pipeline(seeded_repo, Handles(StructuredLLM(chat, UsageMeter())))
     result = asyncio.run(pipeline.train(ListCaseLoader([BAGGAGE_CASE, PETS_CASE], 1),
@@ -336,9 +336,12 @@ def test_streaming_trainer_with_real_components(seeded_repo: ExperienceRepositor
     llm = StructuredLLM(chat, UsageMeter())
     engine = PolicyTrainingEngine(seeded_repo, PatchMergePolicyOptimizer(seeded_repo, llm),
                                   GitPolicyUpdater(seeded_repo))
-    trainer = StreamingPolicyTrainer(TrajectoryRolloutAnalyzer(seeded_repo, llm),
-                                     ExperienceGradientEstimator(seeded_repo, llm), engine,
-                                     max_gradients_per_update=2, max_wait_seconds=60)
+    analyzer = TrajectoryRolloutAnalyzer(seeded_repo, llm)
+    estimator = ExperienceGradientEstimator(seeded_repo, llm)
+    trainer = StreamingPolicyTrainer(analyzer, estimator, engine,
+                                     max_gradients_per_update=2, max_wait_seconds=60,
+                                     reflector=OneCallRolloutReflector(analyzer, estimator,
+                                                                       llm))
     rollouts = [Rollout(case=c, policy_snapshot_id="recorded", messages=[
         Message.text("user", c.input["user_query"]), Message.text("assistant", agent([
             {"role": "user", "content": c.input["user_query"]}]))],

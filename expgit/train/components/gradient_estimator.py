@@ -16,7 +16,7 @@ secret or copying ``[train] max_copied_words`` words of its case or trajectory
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from expgit.errors import ExpgitError, InvalidInputError
 from expgit.git.executor import run_git
@@ -37,7 +37,7 @@ from expgit.train.context import PipelineContext
 from expgit.train.domain import ExperienceFile, RolloutAnalysis, SemanticGradient
 from expgit.train.lesson_guard import LessonRefused, check_lesson
 from expgit.train.redaction import Redactor
-from expgit.train.relevance import ExperienceRanker, LexicalRanker
+from expgit.train.relevance import ExperienceRanker, LexicalRanker, ScoringRanker
 from expgit.train.track_record import ExperienceStats, UsageStatsSource, track_record
 
 __all__ = ["EstimateOutput", "ExperienceGradientEstimator", "estimate_output", "shown",
@@ -45,10 +45,17 @@ __all__ = ["EstimateOutput", "ExperienceGradientEstimator", "estimate_output", "
 
 
 def shown(entry: ExperienceEntry, stats: ExperienceStats | None = None) -> dict[str, object]:
+    """An experience as the prompts show it: the whole file (``text``, ``fence``), or
+    only what an edit writes (``summary``, ``tags``, ``body``, ``body_fence``), and its
+    track record."""
     text = entry.text
+    experience = entry.experience
+    body = experience.body if experience.body.endswith("\n") else experience.body + "\n"
     return {"name": entry.name, "path": entry.path, "version": entry.version,
             "text": text if text.endswith("\n") else text + "\n", "fence": fence(text),
-            "track_record": track_record(stats)}
+            "summary": experience.front_matter.summary,
+            "tags": list(experience.front_matter.tags), "body": body,
+            "body_fence": fence(body), "track_record": track_record(stats)}
 
 
 def without_front_matter(text: str) -> str:
@@ -111,45 +118,84 @@ class ExperienceGradientEstimator:
 
     async def estimate(self, analysis: RolloutAnalysis, experience_set: Snapshot,
                        context: PipelineContext) -> list[SemanticGradient]:
+        analysis.metadata["rejected_edits"] = []
+        trajectory = analysis.trajectory
+        if trajectory is None:
+            return []
+        # ranked by the document's text, not its front matter (which lists every
+        # experience the run had in context, and would pull them all up alike)
+        query = (f"{trajectory.retrieval_anchor}\n{analysis.rollout.case.task_signature}\n"
+                 f"{without_front_matter(trajectory.content)}")
+        relevant = await self.relevant(query, experience_set)
+        experiences = await self.shown_with_stats(analysis, relevant)
+        limits = self.edit_limits()
+        output = estimate_output(limits)
+        while True:
+            system, user = render_prompt(
+                "estimate", self.repo, templates_at=experience_set.commit,
+                trajectory=trajectory, trajectory_fence=fence(trajectory.content),
+                experiences=experiences, rules=self.rules(limits))
+            if not relevant or fits(self.prompt_tokens, output, system, user):
+                break
+            relevant, experiences = relevant[:-1], experiences[:-1]
+        out = await self.llm.generate("estimate", system, user, output)
+        return await self.commit_edits(out.edits, analysis, experience_set, relevant)
+
+    async def relevant(self, query: str, experience_set: Snapshot) -> list[ExperienceEntry]:
+        """The experiences to show for ``query``, best first: ``relevant_experiences``
+        (else ``[train] relevant_experiences``) of them, leaving out, when the ranker
+        tells scores, those under ``[train] relevance_floor`` times the best one's."""
+        train = self.repo.settings.train
+        k = (self.relevant_experiences if self.relevant_experiences is not None
+             else train.relevant_experiences)
+        if not k:
+            return []
+        if not isinstance(self.ranker, ScoringRanker):
+            return await self.ranker.rank(query, experience_set, k)
+        scored = await self.ranker.ranked(query, experience_set, k)
+        best = scored[0][0] if scored else 0.0
+        return [entry for score, entry in scored
+                if best <= 0 or score >= train.relevance_floor * best]
+
+    def edit_limits(self) -> EditLimits:
+        """The bounds of the edits, the body capped to the repository's token budget."""
+        return self.limits.for_budget(self.repo.settings.token_budget)
+
+    def rules(self, limits: EditLimits) -> dict[str, object]:
+        """The prompts' ``rules``: the bounds an edit must keep."""
+        settings = self.repo.settings
+        return {"root": settings.experiences_root, "token_budget": settings.token_budget,
+                "name_max": NAME_MAX, "name_words": limits.name_words,
+                "max_edits": limits.max_edits, "body_chars": limits.body_chars,
+                "summary_chars": limits.summary_chars, "max_tags": limits.max_tags,
+                "rationale_chars": limits.rationale_chars,
+                "allow_delete": limits.allow_delete, "main_branch": settings.main_branch}
+
+    async def shown_with_stats(self, analysis: RolloutAnalysis,
+                               relevant: list[ExperienceEntry]) -> list[dict[str, object]]:
+        """``relevant`` as the prompts show them, each with its track record."""
+        stats = await self._stats(analysis) if relevant else {}
+        return [shown(e, stats.get(e.name)) for e in relevant]
+
+    async def commit_edits(self, edits: Sequence[EstimatedEdit], analysis: RolloutAnalysis,
+                           experience_set: Snapshot, relevant: Sequence[ExperienceEntry]
+                           ) -> list[SemanticGradient]:
+        """Check each edit the model proposed with ``relevant`` in view and commit the
+        valid ones as gradients; the others are listed with their reasons in
+        ``analysis.metadata["rejected_edits"]``."""
         rejected: list[str] = []
         analysis.metadata["rejected_edits"] = rejected
         trajectory = analysis.trajectory
         if trajectory is None:
             return []
         settings = self.repo.settings
-        k = (self.relevant_experiences if self.relevant_experiences is not None
-             else settings.train.relevant_experiences)
-        # ranked by the document's text, not its front matter (which lists every
-        # experience the run had in context, and would pull them all up alike)
-        query = (f"{trajectory.retrieval_anchor}\n{analysis.rollout.case.task_signature}\n"
-                 f"{without_front_matter(trajectory.content)}")
-        relevant = await self.ranker.rank(query, experience_set, k) if k else []
-        stats = await self._stats(analysis) if relevant else {}
-        limits = self.limits.for_budget(settings.token_budget)
-        output = estimate_output(limits)
-        rules = {"root": settings.experiences_root, "token_budget": settings.token_budget,
-                 "name_max": NAME_MAX, "name_words": limits.name_words,
-                 "max_edits": limits.max_edits, "body_chars": limits.body_chars,
-                 "summary_chars": limits.summary_chars, "max_tags": limits.max_tags,
-                 "rationale_chars": limits.rationale_chars,
-                 "allow_delete": limits.allow_delete, "main_branch": settings.main_branch}
-        while True:
-            system, user = render_prompt(
-                "estimate", self.repo, templates_at=experience_set.commit,
-                trajectory=trajectory,
-                trajectory_fence=fence(trajectory.content),
-                experiences=[shown(e, stats.get(e.name)) for e in relevant], rules=rules)
-            if not relevant or fits(self.prompt_tokens, output, system, user):
-                break
-            relevant = relevant[:-1]
-        out = await self.llm.generate("estimate", system, user, output)
         visible = {e.name for e in relevant}
         seen: set[str] = set()
         gradients: list[SemanticGradient] = []
         rollout = analysis.rollout
         sources = [json.dumps(rollout.case.input, ensure_ascii=False),
                    *(m.plain_text for m in rollout.messages if m.role != "system")]
-        for edit in out.edits:
+        for edit in edits:
             try:
                 note = check_lesson([edit.name, edit.summary, *edit.tags, edit.body], sources,
                                     settings.train.max_copied_words)

@@ -4,8 +4,8 @@ Each ``*_output(limits)`` function returns the model for one set of limits (cach
 bounds are in its fields and so in its JSON Schema, which a grammar-constrained model
 cannot break (see :mod:`expgit.train.components.llm_fields`). The base classes give the
 shapes and field order; the class names (``AnalyzeOutput``, ``EstimateOutput``,
-``MergeOutput``, ``CompressOutput``) are the schema titles. Every field is required
-(one fixed order for a grammar; OpenAI's strict mode wants it too).
+``MergeOutput``, ``CompressOutput``, ``ReflectOutput``) are the schema titles. Every
+field is required (one fixed order for a grammar; OpenAI's strict mode wants it too).
 """
 
 from __future__ import annotations
@@ -92,6 +92,18 @@ class AnalyzeOutput(_Output):
     retrieval_anchor: str
 
 
+class ReflectOutput(AnalyzeOutput):
+    """The one-call reply for one rollout: its analysis (the fields of
+    :class:`AnalyzeOutput`, first, so the model reasons before it edits), then the
+    proposed edits; the bounds come from :func:`reflect_output`."""
+
+    edits: list[EstimatedEdit]
+
+    def analysis(self, limits: AnalysisLimits) -> AnalyzeOutput:
+        """The analysis part, as the analyzer's own reply model."""
+        return analyze_output(limits).model_validate(self.model_dump(exclude={"edits"}))
+
+
 @lru_cache(maxsize=32)
 def estimate_output(limits: EditLimits) -> type[EstimateOutput]:
     """The estimate reply model with ``limits`` in its fields (and JSON Schema)."""
@@ -148,3 +160,15 @@ def analyze_output(limits: AnalysisLimits) -> type[AnalyzeOutput]:
         mistakes=(soft_list(item, limits.max_mistakes), ...),
         lessons=(soft_list(item, limits.max_lessons), ...),
         retrieval_anchor=(soft_text(limits.anchor_chars, min_length=1), ...))
+
+
+@lru_cache(maxsize=32)
+def reflect_output(analysis: AnalysisLimits, edits: EditLimits) -> type[ReflectOutput]:
+    """The one-call reply model: the analysis fields of :func:`analyze_output`, then the
+    edits of :func:`estimate_output`, with both sets of bounds."""
+    fields: dict[str, Any] = {
+        name: (info.annotation, info) for name, info in
+        analyze_output(analysis).model_fields.items()}
+    fields["edits"] = (estimate_output(edits).model_fields["edits"].annotation,
+                       estimate_output(edits).model_fields["edits"])
+    return create_model("ReflectOutput", __base__=ReflectOutput, **fields)

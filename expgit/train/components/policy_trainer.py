@@ -22,7 +22,12 @@ from expgit.train.domain import (
     RolloutTrainingResult,
     SemanticGradient,
 )
-from expgit.train.interfaces import ExperienceSet, GradientEstimator, RolloutAnalyzer
+from expgit.train.interfaces import (
+    ExperienceSet,
+    GradientEstimator,
+    RolloutAnalyzer,
+    RolloutReflector,
+)
 
 
 class TrainingEngine(Protocol):
@@ -53,11 +58,17 @@ class Prepared:
 
 async def prepare(analyzer: RolloutAnalyzer, estimator: GradientEstimator, rollout: Rollout,
                   policy_set: ExperienceSet, context: PipelineContext,
-                  analysis: RolloutAnalysis | None = None) -> Prepared:
-    """Analyse (unless ``analysis`` is given) and estimate one rollout; never raises for
-    a failure of either stage (it is returned in ``error``)."""
+                  analysis: RolloutAnalysis | None = None,
+                  reflector: RolloutReflector | None = None) -> Prepared:
+    """Analyse (unless ``analysis`` is given) and estimate one rollout, in one step with
+    a ``reflector`` when no analysis is given; never raises for a failure of either stage
+    (it is returned in ``error``)."""
     stage = "analysis"
     try:
+        if analysis is None and reflector is not None:
+            stage = "reflection"
+            analysis, gradients = await reflector.reflect(rollout, policy_set, context)
+            return Prepared(rollout, analysis, list(gradients))
         if analysis is None:
             analysis = await analyzer.analyze(rollout, context)
         stage = "estimation"
@@ -94,16 +105,20 @@ def update_errors(apply_result: PolicyApplyResult | None) -> list[str]:
 class BatchPolicyTrainer:
     """Trains on an explicit batch: analyse and estimate every rollout concurrently (at
     most ``concurrency`` at a time, outside the lock), then one ``plan_and_apply`` of all
-    their gradients. Per-rollout failures and a failed update land in ``errors``."""
+    their gradients. Per-rollout failures and a failed update land in ``errors``. With a
+    ``reflector``, a rollout with no given analysis is analysed and estimated in its one
+    call."""
 
     def __init__(self, analyzer: RolloutAnalyzer, estimator: GradientEstimator,
-                 engine: TrainingEngine, *, concurrency: int = 4) -> None:
+                 engine: TrainingEngine, *, concurrency: int = 4,
+                 reflector: RolloutReflector | None = None) -> None:
         if concurrency < 1:
             raise UsageError(f"concurrency must be at least 1, not {concurrency}")
         self.analyzer = analyzer
         self.estimator = estimator
         self.engine = engine
         self.concurrency = concurrency
+        self.reflector = reflector
 
     async def train_rollouts(self, rollouts: Sequence[Rollout], policy_set: ExperienceSet,
                              context: PipelineContext,
@@ -115,7 +130,7 @@ class BatchPolicyTrainer:
         async def one(rollout: Rollout, analysis: RolloutAnalysis | None) -> Prepared:
             async with gate:
                 return await prepare(self.analyzer, self.estimator, rollout, policy_set,
-                                     context, analysis)
+                                     context, analysis, self.reflector)
 
         prepared = await asyncio.gather(*(one(r, a) for r, a in zip(rollouts, given,
                                                                     strict=True)))

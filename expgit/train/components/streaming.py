@@ -40,7 +40,12 @@ from expgit.train.domain import (
     RolloutAnalysis,
     RolloutTrainingResult,
 )
-from expgit.train.interfaces import ExperienceSet, GradientEstimator, RolloutAnalyzer
+from expgit.train.interfaces import (
+    ExperienceSet,
+    GradientEstimator,
+    RolloutAnalyzer,
+    RolloutReflector,
+)
 from expgit.train.pipeline import combined_apply_result
 
 
@@ -85,13 +90,15 @@ class StreamingPolicyTrainer:
                  engine: TrainingEngine, *, max_gradients_per_update: int = 8,
                  max_wait_seconds: float = 10.0, timer_check_interval_seconds: float = 1.0,
                  concurrency: int = 4, git_threads: int = 1,
-                 git_inline_below: float = INLINE_BELOW) -> None:
+                 git_inline_below: float = INLINE_BELOW,
+                 reflector: RolloutReflector | None = None) -> None:
         if max_gradients_per_update < 1 or max_wait_seconds <= 0 \
                 or timer_check_interval_seconds <= 0 or concurrency < 1 or git_threads < 1:
             raise UsageError("streaming trainer: max_gradients_per_update, concurrency and "
                              "git_threads must be >= 1, the waits > 0")
         self.analyzer = analyzer
         self.estimator = estimator
+        self.reflector = reflector  # one call per rollout with no given analysis
         self.engine = engine
         self.max_gradients_per_update = max_gradients_per_update
         self.max_wait_seconds = max_wait_seconds
@@ -177,7 +184,7 @@ class StreamingPolicyTrainer:
                 return Prepared(rollout, analysis, error=f"case {rollout.case.name}: "
                                 f"cannot read the policy: {describe(exc)}")
         return await prepare(self.analyzer, self.estimator, rollout, policy_set, context,
-                             analysis)
+                             analysis, self.reflector)
 
     def _current_main(self) -> ExperienceSet:
         """The snapshot of ``main`` now (reused while ``main`` has not moved)."""

@@ -138,20 +138,37 @@ class TrajectoryRolloutAnalyzer:
         tid = rollout_id(rollout)
         stored = await run_git(self.store.find, tid)
         if stored is not None:
-            return self._reuse(rollout, tid, stored)
-        evaluation, source = await self._evaluate(rollout, context)
-        view = transcript_view(rollout.messages, self.repo.settings.train.tool_output_chars)
+            return self.reuse(rollout, tid, stored)
+        evaluation, source = await self.evaluation_of(rollout, context)
+        view = self.view(rollout)
         if not view:
-            return RolloutAnalysis(
-                rollout=rollout, evaluation=evaluation or fallback_evaluation(False),
-                metadata={"trajectory_id": tid, "reused": False,
-                          "evaluation_source": source,
-                          "skipped": "empty transcript: nothing to analyse"})
+            return self.skipped(rollout, tid, evaluation, source)
         output = analyze_output(self.limits)
         templates_at = self.repo.git.ref(self.repo.main_ref)  # both renders: one main
         system, user = self._prompt(rollout, view, evaluation, output, templates_at)
-        # the model's words are redacted before they are stored (it may obey an injection)
-        out = self.redactor.model(await self.llm.generate("analyze", system, user, output))
+        out = await self.llm.generate("analyze", system, user, output)
+        return await self.record(rollout, tid, out, evaluation, source, templates_at)
+
+    def view(self, rollout: Rollout) -> list[dict[str, Any]]:
+        """The rollout's transcript as the prompts show it (tool parts truncated to
+        ``[train] tool_output_chars``)."""
+        return transcript_view(rollout.messages, self.repo.settings.train.tool_output_chars)
+
+    def skipped(self, rollout: Rollout, tid: str, evaluation: RubricEvaluation | None,
+                source: str) -> RolloutAnalysis:
+        """The analysis of a rollout with an empty transcript: no call, no trajectory."""
+        return RolloutAnalysis(
+            rollout=rollout, evaluation=evaluation or fallback_evaluation(False),
+            metadata={"trajectory_id": tid, "reused": False, "evaluation_source": source,
+                      "skipped": "empty transcript: nothing to analyse"})
+
+    async def record(self, rollout: Rollout, tid: str, out: AnalyzeOutput,
+                     evaluation: RubricEvaluation | None, source: str,
+                     templates_at: str | None) -> RolloutAnalysis:
+        """Store the trajectory document of the model's analysis ``out`` (redacted first:
+        the model may obey an injection) and return the analysis; the outcome follows
+        from ``evaluation`` when there is one."""
+        out = self.redactor.model(out)
         if evaluation is None:
             evaluation = fallback_evaluation(True)
         else:  # the evaluation is the ground truth: the outcome follows from it
@@ -161,7 +178,7 @@ class TrajectoryRolloutAnalyzer:
         uri, created = await run_git(
             self.store.store, tid, document, f"trajectory: {out.title}")
         if not created:  # another analyzer stored this rollout meanwhile: theirs wins
-            return self._reuse(rollout, tid, await run_git(self.store.read, uri))
+            return self.reuse(rollout, tid, await run_git(self.store.read, uri))
         trajectory = Trajectory(
             name=tid, uri=uri, content=document, outcome=out.outcome,
             retrieval_anchor=out.retrieval_anchor,
@@ -191,7 +208,7 @@ class TrajectoryRolloutAnalyzer:
             limit = max(200, limit // 2)
             view = transcript_view(rollout.messages, limit, limit)
 
-    async def _evaluate(self, rollout: Rollout, context: PipelineContext
+    async def evaluation_of(self, rollout: Rollout, context: PipelineContext
                         ) -> tuple[RubricEvaluation | None, str]:
         if rollout.evaluation is not None:
             return rollout.evaluation, "rollout"
@@ -218,7 +235,8 @@ class TrajectoryRolloutAnalyzer:
                       case=rollout.case, evaluation=evaluation, evaluation_source=source,
                       rollout_error=rollout.error)
 
-    def _reuse(self, rollout: Rollout, tid: str, document: str) -> RolloutAnalysis:
+    def reuse(self, rollout: Rollout, tid: str, document: str) -> RolloutAnalysis:
+        """The analysis of a rollout whose trajectory is stored (``document``)."""
         uri = self.store.uri_of(tid)
         front = read_front_matter(document, uri)
         try:

@@ -1,0 +1,136 @@
+"""OneCallRolloutReflector: one rollout -> its trajectory and its gradients, in one call.
+
+The default training step (``[train] calls_per_rollout = 1``): the ``reflect`` prompt shows
+the case, the transcript, the evaluation and the most relevant experiences once, and the
+reply (:func:`~expgit.train.components.llm_outputs.reflect_output`) holds the trajectory's
+fields, then the proposed edits. The trajectory document is stored exactly as the
+analyzer stores it, and the edits go through the estimator's checks and commits, so the
+stored document and the gradients are the ones the two-call path makes; only the
+prompt differs (the transcript is sent once, with no trajectory document and no second
+set of rules).
+
+A rollout whose trajectory is already stored is not analysed again: its edits come from
+the estimator's own call on the stored trajectory (one call, as before).
+"""
+
+from __future__ import annotations
+
+import json
+
+from expgit.git.executor import run_git
+from expgit.llm.structured import StructuredLLM
+from expgit.store.snapshot import Snapshot
+from expgit.store.templates import render_prompt
+from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
+from expgit.train.components.llm_fields import fits
+from expgit.train.components.llm_outputs import reflect_output
+from expgit.train.components.trajectory_analyzer import (
+    TrajectoryRolloutAnalyzer,
+    fallback_evaluation,
+    transcript_view,
+)
+from expgit.train.context import PipelineContext
+from expgit.train.domain import Rollout, RolloutAnalysis, RubricEvaluation, SemanticGradient
+from expgit.train.trajectory_store import rollout_id
+
+QUERY_CHARS = 4000  # of the transcript, for ranking the experiences to show
+
+
+def ranking_query(rollout: Rollout, evaluation: RubricEvaluation | None) -> str:
+    """What the experiences are ranked by before the run is analysed: the task
+    signature, what the rubric calls good, the criteria the run failed, the case's input
+    and the start of the transcript (system prompts left out: they list the experiences
+    the agent had, and would pull them all up alike)."""
+    text = "\n".join(m.plain_text for m in rollout.messages if m.role != "system")
+    failed = [f"{r.criterion_name} {' '.join(r.feedback)}"
+              for r in (evaluation.criterion_results if evaluation else []) if not r.passed]
+    return "\n".join([rollout.case.task_signature, rollout.case.rubric.description or "",
+                      *failed, json.dumps(rollout.case.input, ensure_ascii=False),
+                      text[:QUERY_CHARS]])
+
+
+def input_text(rollout: Rollout) -> str:
+    """The case's input as JSON for the prompt; "" when it is one text that the first
+    user message of the transcript already holds (it would be shown twice)."""
+    values = list(rollout.case.input.values())
+    first = next((m.plain_text for m in rollout.messages if m.role == "user"), "")
+    if len(values) == 1 and isinstance(values[0], str) and values[0].strip() \
+            and values[0].strip() in first:
+        return ""
+    return json.dumps(rollout.case.input, ensure_ascii=False, indent=2, sort_keys=True)
+
+
+def extra_feedback(evaluation: RubricEvaluation | None) -> list[str]:
+    """The evaluation's feedback lines that do not repeat what a failed criterion's line
+    of the prompt already says ("<criterion>: <its feedback>")."""
+    if evaluation is None:
+        return []
+    said = {f"{r.criterion_name}: {line}" for r in evaluation.criterion_results
+            if not r.passed for line in r.feedback}
+    return [line for line in evaluation.feedback if line not in said]
+
+
+class OneCallRolloutReflector:
+    """Analyses one rollout and proposes its edits with one ``reflect`` call (see the
+    module docstring). The contract is the two steps' together: the trajectory goes to
+    the trajectories branch only, each valid edit becomes a gradient commit, an invalid
+    one is dropped with its reason in ``analysis.metadata["rejected_edits"]``, and
+    ``main`` is never touched. Raises LLMError when the call fails.
+
+    ``analyzer`` and ``estimator`` give the limits, the evaluator, the ranker, the
+    redactor and the prompt budget (``prompt_tokens``: the least relevant experiences
+    are dropped first, then the transcript's parts are halved, down to 200 characters)."""
+
+    def __init__(self, analyzer: TrajectoryRolloutAnalyzer,
+                 estimator: ExperienceGradientEstimator, llm: StructuredLLM) -> None:
+        self.analyzer = analyzer
+        self.estimator = estimator
+        self.llm = llm
+
+    async def reflect(self, rollout: Rollout, policy_set: Snapshot, context: PipelineContext
+                      ) -> tuple[RolloutAnalysis, list[SemanticGradient]]:
+        analyzer, estimator = self.analyzer, self.estimator
+        tid = rollout_id(rollout)
+        stored = await run_git(analyzer.store.find, tid)
+        if stored is not None:
+            analysis = analyzer.reuse(rollout, tid, stored)
+            return analysis, await estimator.estimate(analysis, policy_set, context)
+        evaluation, source = await analyzer.evaluation_of(rollout, context)
+        view = analyzer.view(rollout)
+        if not view:
+            analysis = analyzer.skipped(rollout, tid, evaluation, source)
+            analysis.metadata["rejected_edits"] = []
+            return analysis, []
+        relevant = await estimator.relevant(ranking_query(rollout, evaluation), policy_set)
+        pending = RolloutAnalysis(rollout=rollout,  # carries a stats error, if any
+                                  evaluation=evaluation or fallback_evaluation(True))
+        experiences = await estimator.shown_with_stats(pending, relevant)
+        edit_limits = estimator.edit_limits()
+        output = reflect_output(analyzer.limits, edit_limits)
+        case_input = input_text(rollout)
+        budget = analyzer.prompt_tokens
+        limit = max((len(v) for m in view for p in m["parts"] for k, v in p.items()
+                     if k in ("text", "input", "output")), default=0)
+        while True:
+            system, user = render_prompt(
+                "reflect", analyzer.repo, templates_at=policy_set.commit, case=rollout.case,
+                case_input=case_input, messages=view, evaluation=evaluation,
+                feedback=extra_feedback(evaluation), error=rollout.error,
+                limits=analyzer.limits, experiences=experiences,
+                rules=estimator.rules(edit_limits))
+            if fits(budget, output, system, user):
+                break
+            if relevant:
+                relevant, experiences = relevant[:-1], experiences[:-1]
+            elif limit > 200:
+                limit = max(200, limit // 2)
+                view = transcript_view(rollout.messages, limit, limit)
+            else:
+                break
+        out = await self.llm.generate("reflect", system, user, output)
+        analysis = await analyzer.record(rollout, tid, out.analysis(analyzer.limits),
+                                         evaluation, source, policy_set.commit)
+        if "stats_error" in pending.metadata:
+            analysis.metadata["stats_error"] = pending.metadata["stats_error"]
+        return analysis, await estimator.commit_edits(out.edits, analysis, policy_set,
+                                                      relevant)
