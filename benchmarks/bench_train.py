@@ -16,7 +16,7 @@ Run by hand (this is not a test)::
    not use), and tokens per training rollout at least 30% below the 7,854 of the two
    calls when issue 18 was filed.
 2. **Streaming**: ``--producers`` tasks submit ``--rollouts`` recorded rollouts to one
-   StreamingPolicyTrainer (real analyzer, estimator, patch-merge optimizer, git updater
+   StreamingPolicyTrainer (real reflector, patch-merge optimizer, git updater
    and engine on a real repository), the fake LLM answering after ``--latency`` seconds.
    Every GitRepo method is timed (outermost call per thread); the figure is the union of
    the intervals during which some git operation ran, as a share of the wall time
@@ -73,6 +73,7 @@ from expgit.train.cases import ListCaseLoader, load_cases  # noqa: E402
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator  # noqa: E402
 from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer  # noqa: E402
 from expgit.train.components.policy_updater import GitPolicyUpdater  # noqa: E402
+from expgit.train.components.rollout_reflector import OneCallRolloutReflector  # noqa: E402
 from expgit.train.components.streaming import StreamingPolicyTrainer  # noqa: E402
 from expgit.train.components.trajectory_analyzer import (  # noqa: E402
     TrajectoryRolloutAnalyzer,
@@ -334,11 +335,14 @@ async def bench_streaming(rollouts: int, producers: int, latency: float, mode: s
         llm = runtime.structured
         engine = PolicyTrainingEngine(repo, PatchMergePolicyOptimizer(repo, llm),
                                       GitPolicyUpdater(repo))
-        trainer = StreamingPolicyTrainer(TrajectoryRolloutAnalyzer(repo, llm),
-                                         ExperienceGradientEstimator(repo, llm), engine,
+        analyzer = TrajectoryRolloutAnalyzer(repo, llm)
+        estimator = ExperienceGradientEstimator(repo, llm)
+        trainer = StreamingPolicyTrainer(analyzer, estimator, engine,
                                          max_gradients_per_update=8, max_wait_seconds=2.0,
                                          timer_check_interval_seconds=0.1,
-                                         git_threads=git_threads)
+                                         git_threads=git_threads,
+                                         reflector=OneCallRolloutReflector(
+                                             analyzer, estimator, llm))
         context = PipelineContext(mode="apply" if mode == "apply" else "propose")
         results: list[RolloutTrainingResult] = []
         queue = list(range(rollouts))
