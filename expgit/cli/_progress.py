@@ -6,7 +6,9 @@ finished phase's line stays as it ended. rich honours ``NO_COLOR`` (and ``TERM=d
 Not a terminal: a plain line per finished batch, each printed once (the phase lines
 themselves are the result, printed on stdout once)::
 
-    expgit: train_epoch epoch=0: 2/2 rollouts, 7 LLM calls, cost 0.000000, 0.4s
+    expgit: train_epoch epoch=0: 2/2 rollouts, 7 LLM calls, cost 0.004210, 0.4s
+
+(``cost unknown`` when a call had no price in ``[llm.prices]``.)
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import Any
 
 import click
 
-from expgit.llm.port import StageUsage
+from expgit.llm.budget import money
+from expgit.llm.port import StageUsage, add_cost
 from expgit.train.pipeline import PhaseMetrics
 
 
@@ -31,7 +34,7 @@ class _Phase:
     epoch: int
     total: int
     calls_before: int  # the run's LLM calls and cost when the phase started
-    cost_before: float
+    cost_before: float | None
     started: float = field(default_factory=time.monotonic)
     done: int = 0  # rollouts done: told one by one, or by the batch
     batched: int = 0  # the cases of the batches done
@@ -60,7 +63,7 @@ class Progress:
             if self.tty:
                 current.task = self._display().add_task(
                     f"{phase} epoch={epoch}", total=current.total or None, stage="rollout",
-                    calls=0, cost=0.0)
+                    calls=0, cost=money(0.0, None))
 
     def stage(self, name: str) -> None:
         self._update(stage=name)
@@ -114,11 +117,15 @@ class Progress:
     # drawing
     def _plain(self, current: _Phase) -> str:
         calls = self._usage.calls - current.calls_before
-        cost = self._usage.cost - current.cost_before
         total = current.total or current.done
         return (f"expgit: {current.name} epoch={current.epoch}: {current.done}/{total} "
-                f"rollouts, {calls} LLM calls, cost {cost:.6f}, "
+                f"rollouts, {calls} LLM calls, cost {self._cost(current)}, "
                 f"{time.monotonic() - current.started:.1f}s")
+
+    def _cost(self, current: _Phase) -> str:
+        """The phase's cost so far (``unknown`` once a call had no price)."""
+        before = None if current.cost_before is None else -current.cost_before
+        return money(add_cost(self._usage.cost, before), None)
 
     def _update(self, **fields: Any) -> None:
         with self._lock:
@@ -127,7 +134,7 @@ class Progress:
                 return
             self._live.update(current.task, completed=current.done,
                               calls=self._usage.calls - current.calls_before,
-                              cost=self._usage.cost - current.cost_before, **fields)
+                              cost=self._cost(current), **fields)
 
     def _display(self) -> Any:
         if self._live is None:
@@ -144,7 +151,7 @@ class Progress:
                 TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("rollouts"), TextColumn("[cyan]{task.fields[stage]:<8}"),
                 TextColumn("{task.fields[calls]} LLM calls"),
-                TextColumn("cost {task.fields[cost]:.6f}"), TimeElapsedColumn(),
+                TextColumn("cost {task.fields[cost]}"), TimeElapsedColumn(),
                 console=Console(stderr=True), redirect_stdout=False)
             self._live.start()
         return self._live

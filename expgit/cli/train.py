@@ -11,12 +11,14 @@ from expgit.cli._common import json_option, open_repo
 from expgit.cli._progress import progress_display
 from expgit.cli._run_options import gate_options, make_gate, trials_option
 from expgit.cli.train_common import (
+    budget_options,
     case_source,
     env_options,
     environment_service,
     llm_options,
     make_llm_options,
     output,
+    print_estimate,
     report_html_option,
 )
 from expgit.cli.train_rollouts import train_write_options
@@ -45,6 +47,7 @@ from expgit.runs.build import RunOptions, run_train
 @train_write_options
 @report_html_option
 @llm_options
+@budget_options
 @json_option
 @click.pass_context
 def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
@@ -55,6 +58,7 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
               mode: str, pr_body: Path | None, report: Path | None,
               remote: str | None, report_html: Path | None, llm_choice: str | None,
               model: str | None, base_url: str | None, concurrency: int,
+              max_calls: int | None, max_cost: float | None,
               as_json: bool) -> None:
     """Train the experiences on the --cases FILE: run each case, turn the runs into trajectories (on
     the expgit/trajectories branch) and gradients, and merge each batch's gradients into
@@ -103,7 +107,9 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
                              mode="apply" if mode == "apply" else "propose",
                              pr_body=pr_body, progress=progress, remote=remote,
                              trials=trials, candidate_eval=candidate_eval,
-                             gate=gate_settings)
+                             gate=gate_settings,
+                             max_calls=max_calls, max_cost=max_cost,
+                             announce=print_estimate)
         result = asyncio.run(run_train(repo, train_set, options, eval_cases=eval_set,
                                        epochs=epochs, batch_size=batch_size))
     output(result, as_json, report, report_html=report_html, repo=repo)

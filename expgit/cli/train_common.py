@@ -1,5 +1,6 @@
-"""What ``expgit train``, ``eval`` and ``train-rollouts`` share: LLM options, the
-environment service options, and printing and writing a run report (the gate's and
+"""What ``expgit train``, ``eval`` and ``train-rollouts`` share: LLM and budget options,
+the environment service options, the estimate printed before a run, and printing and
+writing a run report (the gate's and
 trials' options: ``expgit.cli._run_options``, light enough for ``apply``)."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from expgit.cli._common import emit
 from expgit.cli._run_options import RUN_CONCURRENCY as RUN_CONCURRENCY
 from expgit.cli._run_options import llm_options as llm_options
 from expgit.errors import ExpgitError, GateError, RunErrorsError, UsageError
+from expgit.llm.budget import RunEstimate
 from expgit.remote.environment import EnvironmentService
 from expgit.runs.build import NO_LLM, CaseSource, LLMOptions
 from expgit.store.repository import ExperienceRepository
@@ -82,6 +84,28 @@ def make_llm_options(llm_choice: str | None, model: str | None, base_url: str | 
     choice: Literal["local", "openai"] | None = (
         "local" if llm_choice == "local" else "openai" if llm_choice == "openai" else None)
     return LLMOptions(choice=choice, model=model, base_url=base_url)
+
+
+def budget_options(func: F) -> F:
+    """``--max-calls``, ``--max-cost`` (``[llm] max_calls`` / ``max_cost``)."""
+    for option in reversed([
+        click.option("--max-calls", type=click.IntRange(min=1), metavar="N",
+                     help="Stop calling the model after N calls; what the run made is "
+                     "kept (exit 7).  [default: [llm] max_calls, unbounded]"),
+        click.option("--max-cost", type=click.FloatRange(min=0, min_open=True),
+                     metavar="AMOUNT", help="Stop calling the model once its calls cost "
+                     "AMOUNT (in [llm] currency, at [llm.prices]); as --max-calls.  "
+                     "[default: [llm] max_cost, unbounded]"),
+    ]):
+        func = option(func)
+    return func
+
+
+def print_estimate(estimate: RunEstimate) -> None:
+    """Before the run, on stderr: its estimate and any budget warning."""
+    click.echo(f"expgit: {estimate.line()}", err=True)
+    for warning in estimate.warnings:
+        click.echo(f"expgit: warning: {warning}", err=True)
 
 
 report_html_option = click.option(

@@ -11,12 +11,14 @@ from expgit.cli._common import json_option, open_repo
 from expgit.cli._progress import progress_display
 from expgit.cli._run_options import trials_option
 from expgit.cli.train_common import (
+    budget_options,
     case_source,
     env_options,
     environment_service,
     llm_options,
     make_llm_options,
     output,
+    print_estimate,
     report_html_option,
 )
 from expgit.errors import UsageError
@@ -37,6 +39,7 @@ from expgit.runs.build import RunOptions, run_eval
               "same cases and report B against A: delta, flipped cases.")
 @trials_option
 @llm_options
+@budget_options
 @json_option
 @click.pass_context
 def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
@@ -45,6 +48,7 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
              at: str | None, compare: tuple[str, str] | None, trials: int,
              llm_choice: str | None,
              model: str | None, base_url: str | None, concurrency: int,
+             max_calls: int | None, max_cost: float | None,
              as_json: bool) -> None:
     """Evaluate the experiences on main with CASES: one rollout per case, scored by its
     rubric (no training, nothing written). Prints accuracy, average reward and the LLM
@@ -74,7 +78,9 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
         raise UsageError("give --at REV or --compare A B, not both")
     with progress_display() as progress:
         options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
-                             concurrency=concurrency, progress=progress, trials=trials)
+                             concurrency=concurrency, progress=progress, trials=trials,
+                             max_calls=max_calls, max_cost=max_cost,
+                             announce=print_estimate)
         result = asyncio.run(run_eval(repo, eval_set, options, at=at,
                                       compare=compare or None))
     output(result, as_json, report, report_html=report_html, repo=repo)

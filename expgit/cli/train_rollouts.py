@@ -11,7 +11,14 @@ import click
 
 from expgit.cli._common import json_option, open_repo
 from expgit.cli._progress import progress_display
-from expgit.cli.train_common import llm_options, make_llm_options, output, report_html_option
+from expgit.cli.train_common import (
+    budget_options,
+    llm_options,
+    make_llm_options,
+    output,
+    print_estimate,
+    report_html_option,
+)
 from expgit.runs.build import RunOptions, run_train_rollouts
 from expgit.runs.relabel import EVALUATORS
 
@@ -47,12 +54,14 @@ def train_write_options(func: F) -> F:
 @train_write_options
 @report_html_option
 @llm_options
+@budget_options
 @json_option
 @click.pass_context
 def train_rollouts_cmd(ctx: click.Context, rollouts_file: Path, evaluator: str, mode: str,
                        pr_body: Path | None, report: Path | None, remote: str | None,
                        report_html: Path | None, llm_choice: str | None,
                        model: str | None, base_url: str | None, concurrency: int,
+                       max_calls: int | None, max_cost: float | None,
                        as_json: bool) -> None:
     """Train from recorded rollouts: FILE holds one Rollout JSON object per line, each
     with its case (and, ideally, its evaluation). One update against the current main.
@@ -72,6 +81,8 @@ def train_rollouts_cmd(ctx: click.Context, rollouts_file: Path, evaluator: str, 
                              concurrency=concurrency,
                              mode="apply" if mode == "apply" else "propose",
                              pr_body=pr_body, remote=remote, progress=progress,
-                             evaluator=evaluator)
+                             evaluator=evaluator,
+                             max_calls=max_calls, max_cost=max_cost,
+                             announce=print_estimate)
         result = asyncio.run(run_train_rollouts(repo, rollouts_file, options))
     output(result, as_json, report, report_html=report_html, repo=repo)

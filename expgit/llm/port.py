@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from expgit.errors import ExpgitError
+from expgit.llm.budget import Budget
 from expgit.store.settings import Price as Price  # re-exported: what the meter prices by
 
 
@@ -107,10 +108,23 @@ class EmbeddingModel(Protocol):
 
 
 class StageUsage(BaseModel):
+    """``cost``: None (unknown) once a counted call had no price in ``[llm.prices]``."""
+
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cost: float = 0.0
+    cost: float | None = 0.0
+
+    def add(self, other: StageUsage) -> None:
+        self.calls += other.calls
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.cost = add_cost(self.cost, other.cost)
+
+
+def add_cost(a: float | None, b: float | None) -> float | None:
+    """A sum of costs, unknown if either is."""
+    return None if a is None or b is None else a + b
 
 
 class UsageListener(Protocol):
@@ -125,13 +139,18 @@ class UsageListener(Protocol):
 class CallGuard:
     """Stops a run's LLM calls once it cannot go on: after ``max_failures`` calls in a row
     that the endpoint did not answer (a dead or hung endpoint: the rest of the run would
-    only run into it), or once ``deadline_seconds`` have passed since the guard was made.
-    A stopped guard fails every further call at once, without a request, with the reason
+    only run into it), once ``deadline_seconds`` have passed since the guard was made, or
+    once its ``budget`` is spent (the calls let through, the cost of those counted). A
+    stopped guard fails every further call at once, without a request, with the reason
     as its cause; the run keeps and reports what it has."""
 
     def __init__(self, *, max_failures: int | None = 3,
-                 deadline_seconds: float | None = None) -> None:
+                 deadline_seconds: float | None = None,
+                 budget: Budget | None = None) -> None:
         self.max_failures = max_failures
+        self.budget = budget
+        self._calls = 0  # let through
+        self._cost: float | None = 0.0  # of the calls counted
         self.deadline = None if deadline_seconds is None else (
             time.monotonic() + deadline_seconds)
         self.deadline_seconds = deadline_seconds
@@ -145,7 +164,11 @@ class CallGuard:
                     and time.monotonic() >= self.deadline:
                 self.stopped = (f"the per-run deadline of {self.deadline_seconds:g}s "
                                 "passed")
+            if self.stopped is None and self.budget is not None:
+                self.stopped = self.budget.spent(self._calls, self._cost)
             stopped = self.stopped
+            if stopped is None:
+                self._calls += 1
         if stopped is not None:
             raise LLMError(f"{stage}: not called: {stopped}", cause=f"not called: {stopped}",
                            hint="the run kept what it made before; see its report")
@@ -163,6 +186,11 @@ class CallGuard:
     def succeeded(self) -> None:
         with self._lock:
             self._streak = 0
+
+    def spent(self, cost: float | None) -> None:
+        """A call was counted at ``cost`` (None: no price)."""
+        with self._lock:
+            self._cost = add_cost(self._cost, cost)
 
 
 class Failure(BaseModel):
@@ -206,16 +234,26 @@ class UsageMeter:
         if self.listener is not None:
             self.listener.llm_started(stage)
 
+    def price(self, model: str) -> Price | None:
+        """The price of ``model``: its own, a dated release's base name's
+        (``gpt-4o-mini`` for ``gpt-4o-mini-2024-07-18``, as endpoints report it), or
+        ``"*"``; None: unknown."""
+        if model in self.prices:
+            return self.prices[model]
+        bases = [name for name in self.prices if model.startswith(f"{name}-")]
+        return self.prices[max(bases, key=len)] if bases else self.prices.get("*")
+
     def record(self, stage: str, completion: Completion) -> None:
-        price = self.prices.get(completion.model) or self.prices.get("*") or Price()
-        cost = (completion.prompt_tokens * price.prompt_per_million
-                + completion.completion_tokens * price.completion_per_million) / 1e6
+        price = self.price(completion.model)
+        cost = None if price is None else (
+            completion.prompt_tokens * price.prompt_per_million
+            + completion.completion_tokens * price.completion_per_million) / 1e6
         with self._lock:
             usage = self._stages.setdefault(stage, StageUsage())
-            usage.calls += 1
-            usage.prompt_tokens += completion.prompt_tokens
-            usage.completion_tokens += completion.completion_tokens
-            usage.cost += cost
+            usage.add(StageUsage(calls=1, prompt_tokens=completion.prompt_tokens,
+                                 completion_tokens=completion.completion_tokens, cost=cost))
+        if self.guard is not None:
+            self.guard.spent(cost)
         if self.listener is not None:
             self.listener.llm_counted(stage, self.total())
 
@@ -226,8 +264,5 @@ class UsageMeter:
     def total(self) -> StageUsage:
         total = StageUsage()
         for usage in self.by_stage().values():
-            total.calls += usage.calls
-            total.prompt_tokens += usage.prompt_tokens
-            total.completion_tokens += usage.completion_tokens
-            total.cost += usage.cost
+            total.add(usage)
         return total

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from expgit.errors import InvalidInputError, UsageError
-from expgit.llm.port import CallGuard, EmbeddingModel, UsageListener, UsageMeter
+from expgit.llm.budget import RunEstimate
+from expgit.llm.port import EmbeddingModel, UsageListener, UsageMeter
 from expgit.llm.structured import StructuredLLM
 from expgit.outcomes.stats import experience_stats
 from expgit.remote.environment import NoTrainer, RemoteCases
+from expgit.runs import budget as run_budget
 from expgit.runs.relabel import by_feedback
 from expgit.store.jsonl import load_jsonl
 from expgit.store.proposals import find_proposal
@@ -112,6 +114,9 @@ class RunOptions:
     trials: int = 1  # runs of every eval case
     gate: Gate | None = None  # the regression gate; None: not checked
     candidate_eval: bool = True  # with eval cases: measure each proposal's snapshot
+    max_calls: int | None = None  # the run's budget; None: [llm] max_calls / max_cost
+    max_cost: float | None = None
+    announce: run_budget.Announce | None = None  # told the estimate before the run
 
 
 def _ranker(runtime: LLMHandles) -> ExperienceRanker | None:
@@ -175,8 +180,8 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
         repo, llm, ranker, relevant_experiences=LOCAL_RELEVANT_EXPERIENCES if local else None,
         limits=LOCAL_EDIT_LIMITS if local else None, prompt_tokens=budget,
         usage_stats=experience_stats, redactor=redactor)
-    calls = repo.settings.train.calls_per_rollout or (2 if local else 1)
-    reflector = OneCallRolloutReflector(analyzer, estimator, llm) if calls == 1 else None
+    one_call = repo.settings.train.calls_for(embedded=local) == 1
+    reflector = OneCallRolloutReflector(analyzer, estimator, llm) if one_call else None
     trainer = BatchPolicyTrainer(analyzer, estimator, engine, concurrency=concurrency,
                                  reflector=reflector)
     return OfflinePolicyOptimizationPipeline(repo, ContentHashPolicySnapshotter(), executor,
@@ -206,13 +211,14 @@ def write_pr_body(repo: ExperienceRepository, proposal_ids: list[str], path: Pat
 
 
 def _report(command: str, repo: ExperienceRepository, runtime: LLMRuntime | None,
-            options: RunOptions, phases: list[PhaseMetrics], started: float) -> RunReport:
+            options: RunOptions, phases: list[PhaseMetrics], started: float,
+            estimate: RunEstimate | None = None) -> RunReport:
     """``runtime`` None: no model was started here (a remote eval)."""
     report = RunReport(command=command, repository=str(repo.git.work_tree or repo.git.git_dir),
                        llm=runtime.description if runtime is not None else NO_LLM,
                        phases=phases, mode=None if command == "eval" else options.mode,
-                       usage=UsageReport.of(runtime.meter if runtime is not None
-                                            else UsageMeter({})))
+                       usage=UsageReport.of(runtime.meter, repo.settings.llm.currency)
+                       if runtime is not None else UsageReport(), estimate=estimate)
     report.proposals = [p for m in phases for p in m.proposals]
     report.applied_commits = [c for m in phases for c in m.applied_commits]
     if options.pr_body is not None and report.proposals:
@@ -232,11 +238,19 @@ def open_llm_for(repo: ExperienceRepository, options: RunOptions) -> LLMRuntime:
 
     settings = repo.settings.llm
     # a batch run stops its calls when it cannot go on (a long-running service does not)
-    guard = CallGuard(max_failures=settings.max_consecutive_failures,
-                      deadline_seconds=settings.run_deadline_seconds)
-    return open_llm(settings, choice=options.llm.choice, model=options.llm.model,
-                    base_url=options.llm.base_url, meter=UsageMeter(guard=guard),
-                    preflight=True)
+    guard = run_budget.guard_for(settings, options.max_calls, options.max_cost)
+    runtime = open_llm(settings, choice=options.llm.choice, model=options.llm.model,
+                       base_url=options.llm.base_url, meter=UsageMeter(guard=guard),
+                       preflight=True)
+    run_budget.check_priced(guard.budget, runtime)
+    return runtime
+
+
+def _open_planned(repo: ExperienceRepository, options: RunOptions,
+                  plan: run_budget.RunPlan) -> tuple[LLMRuntime, RunEstimate]:
+    """The run's runtime (to open) and estimate, told to ``announce`` before it runs."""
+    runtime = open_llm_for(repo, options)
+    return runtime, run_budget.announce(plan, runtime, options.announce)
 
 
 def _publisher(repo: ExperienceRepository, options: RunOptions) -> RemotePublisher | None:
@@ -298,7 +312,10 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
     totals = {"train_epoch": len(train_set), "baseline_eval": len(eval_set or []),
               "candidate_eval": len(eval_set or []), "final_eval": len(eval_set or [])}
     observer = _observer(options, totals)
-    async with open_llm_for(repo, options) as runtime:
+    runtime, estimate = _open_planned(repo, options, run_budget.train_plan(
+        repo, train_set, eval_set, epochs=epochs, batch_size=batch_size,
+        measure=measure, rollouts_here=executor is None))
+    async with runtime:
         _listen(runtime, observer)
         stage = CandidateStage(repo, trials=options.trials, gate=options.gate,
                                apply=options.mode == "apply", usage=runtime.meter.total
@@ -310,7 +327,7 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
             ListCaseLoader(train_set, batch_size or len(train_set)),
             PipelineContext(max_epochs=epochs, mode=options.mode),
             ListCaseLoader(eval_set, batch_size or len(eval_set)) if eval_set else None)
-        report = _report("train", repo, runtime, options, result.phases, started)
+        report = _report("train", repo, runtime, options, result.phases, started, estimate)
         report.redactions = pipeline.redactor.report()
     report.main_before, report.main_after = result.main_before, result.main_after
     report.candidates = result.candidates
@@ -350,13 +367,15 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
         report = _report("eval", repo, None, options, [r.metrics for r in results], started)
         report.redactions = pipeline.redactor.report()
     else:
-        async with open_llm_for(repo, options) as runtime:
+        plan = run_budget.RunPlan(repo).evals(eval_set, len(commits))
+        runtime, estimate = _open_planned(repo, options, plan)
+        async with runtime:
             _listen(runtime, observer)
             pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
                                       observer=observer)
             results = await evaluate(pipeline)
             report = _report("eval", repo, runtime, options, [r.metrics for r in results],
-                             started)
+                             started, estimate)
             report.redactions = pipeline.redactor.report()
     report.main_before = report.main_after = results[0].metrics.batches[0].policy_commit
     if compare is not None:
@@ -374,7 +393,10 @@ async def run_train_rollouts(repo: ExperienceRepository, rollouts_file: Path,
     started = time.monotonic()
     main_before = repo.main_commit()
     observer = _observer(options, {"train_rollouts": len(recorded)})
-    async with open_llm_for(repo, options) as runtime:
+    plan = run_budget.RunPlan(repo, rollouts_here=False).train([r.case for r in recorded],
+                                                               rolled_out=True)
+    runtime, estimate = _open_planned(repo, options, plan)
+    async with runtime:
         _listen(runtime, observer)
         pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
                                   publisher=publisher)
@@ -393,7 +415,8 @@ async def run_train_rollouts(repo: ExperienceRepository, rollouts_file: Path,
         if observer is not None:
             observer.batch_done(metrics.phase, 0, len(rollouts))
             observer.phase_done(metrics)
-        report = _report("train-rollouts", repo, runtime, options, [metrics], started)
+        report = _report("train-rollouts", repo, runtime, options, [metrics], started,
+                         estimate)
         report.redactions = pipeline.redactor.report()
     report.main_before, report.main_after = main_before, repo.main_commit()
     await _push_rest(report, publisher)

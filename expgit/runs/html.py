@@ -176,6 +176,7 @@ def render_html(data: dict[str, Any], repo: ExperienceRepository | None = None) 
     return render("report.html.j2", repo, report=data, phases=phases,
                   percent=percent, plot=plot(phases), flipped=flipped(phases),
                   stages=usage.get("by_stage") or {}, total=usage.get("total") or {},
+                  usage_currency=usage.get("currency"),
                   proposals=proposals(data.get("proposals") or [], repo),
                   candidates=candidates(data.get("candidates") or []))
 

@@ -42,6 +42,11 @@ class LLMSettings(BaseModel):
     # row the endpoint did not answer, or after this long, and reports what it made
     max_consecutive_failures: int = Field(default=3, ge=1)
     run_deadline_seconds: float = Field(default=7200.0, gt=0)
+    # ... or once it made this many calls, or spent this much (in ``currency``, at
+    # ``prices``); None: unbounded (--max-calls / --max-cost override them)
+    max_calls: int | None = Field(default=None, ge=1)
+    max_cost: float | None = Field(default=None, gt=0)
+    currency: str = Field(default="USD", min_length=1, max_length=8)  # of ``prices``
     temperature: float = Field(default=0.2, ge=0, le=2)
     max_tokens: int = Field(default=2048, gt=0)
     embeddings_model: str | None = None
@@ -77,6 +82,11 @@ class TrainSettings(BaseModel):
     # do better with two smaller tasks). None: 1, but 2 for the embedded model, whose
     # replies are bounded to 1024 tokens
     calls_per_rollout: Literal[1, 2] | None = None
+
+    def calls_for(self, embedded: bool) -> int:
+        """The LLM calls per training rollout (``calls_per_rollout``, or its default for
+        the embedded model or an endpoint)."""
+        return self.calls_per_rollout or (2 if embedded else 1)
 
 
 class SessionSettings(BaseModel):

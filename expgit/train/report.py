@@ -16,6 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from expgit.errors import InvalidInputError
+from expgit.llm.budget import RunEstimate, money
 from expgit.llm.port import Failure, StageUsage, UsageMeter
 from expgit.train.candidate import CandidateReport, summary_line
 from expgit.train.pipeline import PhaseMetrics
@@ -23,18 +24,25 @@ from expgit.train.remote_push import RemoteReport
 
 STAGE_ORDER = ("rollout", "judge", "reflect", "analyze", "estimate", "merge", "compress")
 TRAINING_PHASES = ("train_epoch", "train_rollouts")
+BUDGET_SPENT = "not called: budget: "  # the error of a call the budget refused
 
 
 class UsageReport(BaseModel):
+    """The calls, tokens and cost by stage; a cost is null (unknown) when a call had no
+    price (``[llm.prices]``), ``currency`` then null too."""
+
     by_stage: dict[str, StageUsage] = Field(default_factory=dict)
     total: StageUsage = Field(default_factory=StageUsage)
+    currency: str | None = None
 
     @classmethod
-    def of(cls, meter: UsageMeter) -> UsageReport:
+    def of(cls, meter: UsageMeter, currency: str | None = None) -> UsageReport:
         stages = meter.by_stage()
         ordered = {s: stages[s] for s in STAGE_ORDER if s in stages}
         ordered.update({s: u for s, u in stages.items() if s not in ordered})
-        return cls(by_stage=ordered, total=meter.total())
+        total = meter.total()
+        return cls(by_stage=ordered, total=total,
+                   currency=currency if total.cost is not None else None)
 
 
 class RunReport(BaseModel):
@@ -60,9 +68,10 @@ class RunReport(BaseModel):
     # edits refused for a secret or for copying their input
     redactions: dict[str, int] = Field(default_factory=dict)
     # the LLM calls that failed, by stage and cause; and why the run stopped calling
-    # early (a dead endpoint, the per-run deadline), None if it did not
+    # early (a dead endpoint, the per-run deadline, the budget), None if it did not
     failures: list[Failure] = Field(default_factory=list)
     stopped: str | None = None
+    estimate: RunEstimate | None = None  # what the run would take, said before it ran
     seconds: float = 0.0
 
     def errors(self) -> list[str]:
@@ -86,11 +95,14 @@ class RunReport(BaseModel):
 
     def check(self) -> None:
         """Record a phase whose every rollout failed (an unreachable model, typically).
-        Recorded rollouts (``train_rollouts``) are data: failed ones are fine there."""
+        Recorded rollouts (``train_rollouts``) are data: failed ones are fine there; and
+        rollouts not made because the budget was spent are no fault of the model."""
         for m in self.phases:
             if m.phase == "train_rollouts":
                 continue
             failed = [r for r in m.rollouts if r.error]
+            if all(BUDGET_SPENT in (r.error or "") for r in failed):
+                continue
             if m.rollouts and len(failed) == len(m.rollouts):
                 self.problems.append(
                     f"{m.phase} epoch={m.epoch}: all {len(failed)} rollouts failed; first: "
@@ -123,12 +135,15 @@ def delta_lines(baseline: PhaseMetrics, final: PhaseMetrics) -> list[str]:
 
 
 def cost_table(usage: UsageReport) -> list[str]:
-    head = ("stage", "calls", "prompt tokens", "completion tokens", "cost")
+    """The calls, tokens and cost by stage; the cost in ``usage.currency``, or
+    ``unknown`` for a stage with a call that had no price."""
+    cost = f"cost ({usage.currency})" if usage.currency else "cost"
+    head = ("stage", "calls", "prompt tokens", "completion tokens", cost)
     rows = [(stage, str(u.calls), str(u.prompt_tokens), str(u.completion_tokens),
-             f"{u.cost:.6f}") for stage, u in usage.by_stage.items()]
+             money(u.cost, None)) for stage, u in usage.by_stage.items()]
     t = usage.total
     rows.append(("total", str(t.calls), str(t.prompt_tokens), str(t.completion_tokens),
-                 f"{t.cost:.6f}"))
+                 money(t.cost, None)))
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
 
     def fmt(row: tuple[str, ...]) -> str:
