@@ -129,7 +129,7 @@ async def run_with_llm(repo: ExperienceRepository, options: LLMOptions, *,
         report = await run(repo, batch_size=batch_size, llm=runtime, mode=mode,
                            concurrency=concurrency, progress=progress)
         report.llm_description = runtime.description
-        report.usage = UsageReport.of(runtime.meter)
+        report.usage = UsageReport.of(runtime.meter, repo.settings.llm.currency)
     return report
 
 
