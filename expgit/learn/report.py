@@ -27,7 +27,7 @@ from expgit.learn.propose import LearnProposal, propose_learning
 from expgit.learn.runs import build_runs, load_outcomes
 from expgit.learn.seed_pack import SCHEMA as SEED_SCHEMA
 from expgit.learn.seed_pack import Seed, build_seeds
-from expgit.runs.build import load_rollouts
+from expgit.runs.run_files import load_rollouts
 from expgit.store.repository import ExperienceRepository
 from expgit.train.redaction import Redactor
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from expgit.errors import InvalidInputError, UsageError
+from expgit.errors import UsageError
 from expgit.llm.budget import RunEstimate
 from expgit.llm.port import EmbeddingModel, UsageListener, UsageMeter
 from expgit.llm.structured import StructuredLLM
@@ -24,8 +24,7 @@ from expgit.outcomes.stats import experience_stats
 from expgit.remote.environment import NoTrainer, RemoteCases
 from expgit.runs import budget as run_budget
 from expgit.runs.relabel import by_feedback
-from expgit.store.jsonl import load_jsonl
-from expgit.store.proposals import find_proposal
+from expgit.runs.run_files import load_rollouts, write_pr_body
 from expgit.store.refnames import ID_LEN
 from expgit.store.repository import ExperienceRepository
 from expgit.train.candidate import Gate
@@ -52,7 +51,7 @@ from expgit.train.components.tool_executor import (
 )
 from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Case, Rollout
+from expgit.train.domain import Case
 from expgit.train.engine import PolicyTrainingEngine
 from expgit.train.interfaces import RolloutExecutor
 from expgit.train.pipeline import (
@@ -187,27 +186,6 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
     return OfflinePolicyOptimizationPipeline(repo, ContentHashPolicySnapshotter(), executor,
                                              trainer, observer=observer,
                                              candidates=candidates, redactor=redactor)
-
-
-def load_rollouts(path: Path) -> list[Rollout]:
-    """Recorded rollouts, one Rollout JSON object per line (each with its case)."""
-    rollouts = load_jsonl(path, Rollout, "rollouts")
-    if not rollouts:
-        raise InvalidInputError(f"{path}: contains no rollouts")
-    return rollouts
-
-
-def write_pr_body(repo: ExperienceRepository, proposal_ids: list[str], path: Path) -> None:
-    """The PR description of the run's proposals (title line, blank line, body); several
-    proposals are written one after the other, separated by a ``---`` line."""
-    bodies = []
-    for pid in proposal_ids:
-        proposal = find_proposal(repo, pid)
-        bodies.append(f"{proposal.subject}\n\n{proposal.description.rstrip()}\n")
-    try:
-        path.write_text("\n---\n\n".join(bodies))
-    except OSError as exc:
-        raise InvalidInputError(f"{path}: cannot write the PR body: {exc.strerror}") from None
 
 
 def _report(command: str, repo: ExperienceRepository, runtime: LLMRuntime | None,

@@ -24,7 +24,7 @@ from scripted_pipeline import (
 )
 
 from expgit.llm.scripted import Step
-from expgit.runs.build import load_rollouts
+from expgit.runs.run_files import load_rollouts
 from expgit.store.repository import ExperienceRepository
 from expgit.train.cases import load_cases
 from expgit.train.domain import Message, Rollout, RubricEvaluation
