@@ -29,7 +29,7 @@ from expgit.llm.local import (
 from expgit.llm.openai_chat import OpenAIChatModel
 from expgit.llm.port import ChatModel, EmbeddingModel, UsageMeter
 from expgit.llm.structured import Mode, StructuredLLM
-from expgit.store.settings import LLMSettings
+from expgit.store.settings import LLMSettings, Price
 
 Choice = Literal["local", "openai"]
 LOCAL_MIN_TIMEOUT_SECONDS = 300.0  # requests are queued client-side; generation is slow
@@ -238,6 +238,8 @@ def open_llm(settings: LLMSettings, *, choice: Choice | None, model: str | None,
     prices = dict(settings.prices)
     if resolved.choice == "local":
         prices.pop("*", None)  # a catch-all API price does not apply to the local model
+        # it runs on this machine: its calls cost no money (known, not unknown)
+        prices.setdefault(resolved.model, Price())
     if meter is None:
         meter = UsageMeter(prices)
     else:
