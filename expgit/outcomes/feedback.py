@@ -18,7 +18,10 @@ rule that holds gives the label:
    feedback (``rating`` == 0).
 
 So explicit feedback always wins over a re-ask, and a thumb_down wins over a thumb_up.
-Record fields: ``reask_within_10m`` is the fact of rule 3 whatever the label;
+Every record's ``evidence`` says why (never empty): the feedback with its text, each
+later user turn and whether it fell in the window (or had no time), that there was no
+later user turn, or no feedback at all. Record fields: ``reask_within_10m`` is the fact
+of rule 3 whatever the label;
 ``clarification_turns`` counts the user turns of rule 3 (re-asks within the window);
 ``follow_up_without_feedback`` is true iff that is the label; ``resolved_in_one_turn`` is
 true iff there was no re-ask and the label is not ``negative_feedback``.
@@ -75,7 +78,7 @@ class ResponseOutcome(BaseModel):
     follow_up_without_feedback: bool
     outcome_label: OutcomeLabel
     evaluated_at: datetime
-    evidence: list[str] = Field(default_factory=list)
+    evidence: list[str] = Field(min_length=1)  # why: every label has a reason
 
     @property
     def passed(self) -> bool:
@@ -109,8 +112,10 @@ def evaluate_responses(messages: list[Message], signals: SessionSignals, *,
             if i >= following:
                 break
             stamp = stamps.get(i)
-            if stamp is None:
-                evidence.append(f"user turn #{i} has no time: not counted as a re-ask")
+            if stamp is None or stamp.at is None or response.at is None:
+                whose = "the response" if response.at is None else f"user turn #{i}"
+                evidence.append(f"{whose} has no time: user turn #{i} not counted as a "
+                                "re-ask")
                 continue
             delta = max(stamp.at - response.at, timedelta(0))
             within = delta <= window
@@ -125,6 +130,8 @@ def evaluate_responses(messages: list[Message], signals: SessionSignals, *,
         elif later_users[0] >= following:  # the user spoke again only after the next reply
             evidence.append(f"the next user turn (#{later_users[0]}) came after the next "
                             f"response (#{following}), so it is not a re-ask of this one")
+        if label == "follow_up_without_feedback":
+            evidence.append("no feedback event on this response")
         evidence += [_describe(e) for e in events]  # last: explicit feedback decides first
         outcomes.append(ResponseOutcome(
             response_id=response.response_id,

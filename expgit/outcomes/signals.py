@@ -2,10 +2,11 @@
 
 ``Message`` has no metadata of its own, so both live in ``rollout.metadata``:
 
-* ``message_stamps``: ``[{index, at, response_id?}]`` — ``index`` is the position in
+* ``message_stamps``: ``[{index, at?, response_id?}]`` — ``index`` is the position in
   ``rollout.messages``; ``at`` an ISO-8601 time (a time without zone is UTC);
   ``response_id`` marks an **assistant** message as a response to be evaluated (ids are
-  unique in a rollout). Unstamped messages have no known time.
+  unique in a rollout). Unstamped messages, and stamps without ``at``, have no known
+  time (a stamp without ``at`` only marks a response).
 * ``feedback_events``: ``[{response_id, kind, rating?, at?, text?}]`` — ``kind`` is
   ``thumb_up``, ``thumb_down`` or ``rating``; a ``rating`` event needs a signed
   ``rating`` (< 0 negative, > 0 positive, 0 neutral); a thumb's ``rating`` is ignored.
@@ -44,13 +45,19 @@ class MessageStamp(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     index: int = Field(ge=0)
-    at: datetime
+    at: datetime | None = None
     response_id: str | None = Field(default=None, min_length=1, max_length=200)
 
     @field_validator("at")
     @classmethod
-    def _at_utc(cls, value: datetime) -> datetime:
-        return _utc(value)
+    def _at_utc(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else _utc(value)
+
+    @model_validator(mode="after")
+    def _says_something(self) -> MessageStamp:
+        if self.at is None and self.response_id is None:
+            raise ValueError("a stamp needs a time (at), a response_id, or both")
+        return self
 
 
 class FeedbackEvent(BaseModel):

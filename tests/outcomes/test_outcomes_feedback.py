@@ -86,6 +86,27 @@ def test_every_label(turns: list[Turn], feedback: list[dict[str, Any]], label: s
     assert [c.criterion_name for c in evaluation.criterion_results] == ["response r1"]
     assert record["evaluated_at"] == NOW.isoformat().replace("+00:00", "Z")
     assert record["follow_up_without_feedback"] == (label == "follow_up_without_feedback")
+    assert record["evidence"] and all(record["evidence"]), "every label says why"
+
+
+def test_a_follow_up_without_feedback_says_so() -> None:
+    record = outcome(evaluate(session([ASK, ANSWER, ("user", 3600.0)])))
+    assert record["evidence"] == [
+        "user turn #2 3595s after the response (outside the 600s re-ask window)",
+        "no feedback event on this response"]
+
+
+def test_a_response_without_a_time() -> None:
+    rollout = session([ASK, ("assistant", None), ("user", 30.0)])
+    rollout.metadata["message_stamps"].append({"index": 1, "response_id": "r1"})
+    record = outcome(evaluate(rollout))
+    assert record["outcome_label"] == "follow_up_without_feedback"  # never a re-ask
+    assert record["evidence"][0] == ("the response has no time: user turn #2 not counted "
+                                     "as a re-ask")
+    empty = session([ASK])
+    empty.metadata["message_stamps"].append({"index": 0})
+    with pytest.raises(InvalidInputError, match="needs a time"):
+        evaluate(empty)
 
 
 def test_documented_mapping() -> None:
