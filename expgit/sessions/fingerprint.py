@@ -2,9 +2,9 @@
 
 A segment's fingerprint is the hash of the canonical JSON of its normalised messages
 (:func:`canonical_json`: keys sorted, no insignificant whitespace, UTF-8 kept), so it
-covers roles, texts and tool calls with their inputs and outputs; the same messages give
-the same fingerprint in any process. Identifiers (session ids, user ids, source paths)
-are stored only as :func:`hash_id`.
+covers roles, texts and tool calls with their inputs and outputs (and the feedback on
+them, when there is any); the same messages give the same fingerprint in any process.
+Identifiers (session ids, user ids, source paths) are stored only as :func:`hash_id`.
 """
 
 from __future__ import annotations
@@ -40,9 +40,13 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:HASH_CHARS]
 
 
-def fingerprint(messages: Sequence[Message]) -> str:
-    """The fingerprint of a segment: SHA-256 (16 hex) of its messages' canonical JSON."""
-    return _sha(canonical_json(list(messages)))
+def fingerprint(messages: Sequence[Message], signals: BaseModel | None = None) -> str:
+    """The fingerprint of a segment: SHA-256 (16 hex) of its messages' canonical JSON;
+    with feedback ``signals``, of ``{"messages", "signals"}`` (so the fingerprint of
+    messages without feedback is what it always was)."""
+    if signals is None:
+        return _sha(canonical_json(list(messages)))
+    return _sha(canonical_json({"messages": list(messages), "signals": signals}))
 
 
 def hash_id(value: str) -> str:

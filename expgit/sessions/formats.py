@@ -20,7 +20,10 @@ Normalisation (:class:`~expgit.train.domain.Message` of TextPart / ToolPart):
   (``skipped_rows["empty"]``);
 * ``_type: metadata`` rows are skipped (``skipped_metadata``); blank lines are counted;
   a line that is not JSON, not an object or not of the file's shape is listed in
-  ``invalid_lines`` (1-based) - never fatal.
+  ``invalid_lines`` (1-based) - never fatal;
+* feedback rows (``_type: feedback``, :mod:`expgit.sessions.feedback`) are never
+  messages: they become the session's ``signals`` (with the response ids and times of
+  the message rows); a malformed one IS fatal (InvalidInputError naming its line).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from expgit.errors import InvalidInputError, NotFoundError
+from expgit.outcomes.signals import SessionSignals
+from expgit.sessions.feedback import is_feedback_row, session_signals_of
 from expgit.sessions.formats_anthropic import AnthropicFormat
 from expgit.sessions.formats_base import Row, RowFormat
 from expgit.sessions.formats_claude_code import ClaudeCodeFormat, session_id_of
@@ -66,6 +71,7 @@ class ParsedSession(BaseModel):
     skipped_metadata: int = 0
     skipped_rows: dict[str, int] = Field(default_factory=dict)
     reasoning_dropped: int = 0
+    signals: SessionSignals | None = None  # only for a file with feedback rows
 
 
 def detect_format(rows: Iterable[Row]) -> DetectedFormat:
@@ -89,11 +95,13 @@ def _decode(raw: str | bytes) -> str | None:
 
 def parse_session_lines(lines: Iterable[str | bytes],
                         session_format: SessionFormat = "auto") -> ParsedSession:
-    """Parse the lines of one session (bad lines are reported, never raised)."""
+    """Parse the lines of one session (bad lines are reported, never raised; a
+    malformed feedback row is an InvalidInputError)."""
     if session_format != "auto" and session_format not in FORMATS:
         raise InvalidInputError(f"unknown session format {session_format!r}",
                                 hint="use auto, openai, anthropic or claude_code")
     rows: list[tuple[int, Row]] = []
+    feedback: list[tuple[int, Row]] = []
     line_count = blank = metadata = 0
     invalid: list[int] = []
     session_id: str | None = None
@@ -110,6 +118,9 @@ def parse_session_lines(lines: Iterable[str | bytes],
         if not isinstance(row, dict):
             invalid.append(number)
             continue
+        if is_feedback_row(row):  # its session_id (a /feedback event's) is not the key
+            feedback.append((number, row))
+            continue
         session_id = session_id or session_id_of(row)
         if row.get("_type") == "metadata":
             metadata += 1
@@ -123,11 +134,12 @@ def parse_session_lines(lines: Iterable[str | bytes],
         if not fmt.add_row(row, number, builder):
             invalid.append(number)
     messages, starts = builder.messages()
+    signals = session_signals_of(messages, starts, rows, feedback)
     return ParsedSession(
         format=name, messages=messages, message_lines=starts, session_id=session_id,
         line_count=line_count, blank_lines=blank, invalid_lines=sorted(invalid),
         skipped_metadata=metadata, skipped_rows=dict(sorted(builder.skipped.items())),
-        reasoning_dropped=builder.reasoning_dropped)
+        reasoning_dropped=builder.reasoning_dropped, signals=signals)
 
 
 def parse_session_file(path: Path, session_format: SessionFormat = "auto") -> ParsedSession:
@@ -138,4 +150,7 @@ def parse_session_file(path: Path, session_format: SessionFormat = "auto") -> Pa
         raise NotFoundError(f"session file {path} does not exist") from None
     except OSError as exc:
         raise InvalidInputError(f"cannot read session file {path}: {exc.strerror}") from None
-    return parse_session_lines(data.splitlines(), session_format)
+    try:
+        return parse_session_lines(data.splitlines(), session_format)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"session file {path}: {exc.message}", hint=exc.hint) from None

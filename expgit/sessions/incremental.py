@@ -6,6 +6,11 @@ have gone on), or from the first changed message if that is earlier (from the st
 the segment holding it). Segments wholly before that point are kept as they are. Of
 the new segments, one whose fingerprint an old segment had keeps that old record (its
 metrics, training); an old segment whose fingerprint is gone is ``superseded``.
+
+A segment's fingerprint covers its feedback (:mod:`expgit.sessions.feedback`): when only
+the feedback of a session changed, :func:`refingerprint` gives the segments whose
+feedback changed a new record over the same messages (no re-segmentation, no LLM call)
+and supersedes the old one, so it is labelled and trained again.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from expgit.sessions.feedback import segment_signals
 from expgit.sessions.fingerprint import fingerprint
 from expgit.sessions.manifest import SegmentRecord, SessionManifest
 from expgit.sessions.segmenter import Segmentation
@@ -66,7 +72,7 @@ def apply_segmentation(manifest: SessionManifest, messages: Sequence[Message], s
     records: list[SegmentRecord] = []
     for span in result.spans:
         part = list(messages[span.start:span.end])
-        fp = fingerprint(part)
+        fp = fingerprint(part, segment_signals(manifest.signals, span.start, span.end))
         match = by_fingerprint.get(fp)
         if match is not None and id(match) not in reused:
             reused.add(id(match))
@@ -89,4 +95,31 @@ def apply_segmentation(manifest: SessionManifest, messages: Sequence[Message], s
     manifest.segments = kept_before + records + waiting + superseded
     manifest.resume_from = result.resume
     manifest.status_reason = result.reason
+    return change
+
+
+def refingerprint(manifest: SessionManifest, messages: Sequence[Message],
+                  before: int | None = None) -> Resegmented:
+    """Fingerprint ``manifest``'s active segments (those ending at or before ``before``,
+    or all) again with its current ``signals`` (in place): one whose fingerprint changed
+    is superseded by a new, unlabelled record of the same span and topic."""
+    change = Resegmented()
+    renewed: list[SegmentRecord] = []
+    for segment in manifest.segments:
+        if segment.status != "active" or (before is not None and segment.end > before):
+            renewed.append(segment)
+            continue
+        part = list(messages[segment.start:segment.end])
+        fp = fingerprint(part, segment_signals(manifest.signals, segment.start, segment.end))
+        if fp == segment.fingerprint:
+            renewed.append(segment)
+            continue
+        renewed.append(SegmentRecord(start=segment.start, end=segment.end, fingerprint=fp,
+                                     topic=segment.topic))
+        change.added[fp] = part
+        segment.status = "superseded"
+        change.superseded.append(segment)
+    manifest.segments = ([s for s in renewed if s.status == "active"]
+                         + [s for s in renewed if s.status == "superseded"]
+                         + change.superseded)
     return change

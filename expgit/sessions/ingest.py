@@ -10,7 +10,10 @@ else sees it, then compare with the session's manifest:
   segment at once; without a segmenter the session is ``pending``);
 * changed (grew, or edited): re-segmented from the last segment's start or the first
   changed message (:mod:`expgit.sessions.incremental`); superseded segments that were
-  trained get an invalidation proposal (:mod:`expgit.sessions.invalidate`).
+  trained get an invalidation proposal (:mod:`expgit.sessions.invalidate`);
+* only its feedback changed (:mod:`expgit.sessions.feedback`): no re-segmentation; each
+  segment whose feedback changed is superseded by a new record of the same messages (to
+  be labelled and trained again; invalidated as above if it was trained).
 
 An empty file (no message, or only metadata rows such as a `summary`) is skipped and
 listed in `empty`, never stored. Each message text and tool output is first cut to
@@ -30,9 +33,16 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from expgit.llm.structured import StructuredLLM
+from expgit.sessions.feedback import redact_signals
 from expgit.sessions.fingerprint import fingerprint, hash_id
 from expgit.sessions.formats import SessionFormat, parse_session_file
-from expgit.sessions.incremental import apply_segmentation, first_change, resume_point
+from expgit.sessions.incremental import (
+    Resegmented,
+    apply_segmentation,
+    first_change,
+    refingerprint,
+    resume_point,
+)
 from expgit.sessions.invalidate import invalidate_segments
 from expgit.sessions.manifest import SessionManifest
 from expgit.sessions.segmenter import (
@@ -46,7 +56,7 @@ from expgit.sessions.segmenter import (
 from expgit.sessions.store import SessionChanges, SessionStore
 from expgit.store.repository import ExperienceRepository
 from expgit.train.domain import Message
-from expgit.train.redaction import redact_messages
+from expgit.train.redaction import document_names, redact_messages
 
 NO_LLM = "not segmented yet: `expgit sessions run` segments it (with an LLM)"
 
@@ -106,11 +116,21 @@ async def segment_session(repo: ExperienceRepository, manifest: SessionManifest,
     else:
         result = await segmenter.segment(messages, start)
     change = apply_segmentation(manifest, messages, start, result)
+    outcome = SegmentOutcome(llm_prompts=result.calls, pending_reason=result.reason)
+    await settle(repo, manifest, change, changes, outcome)
+    return outcome
+
+
+async def settle(repo: ExperienceRepository, manifest: SessionManifest, change: Resegmented,
+                 changes: SessionChanges, outcome: SegmentOutcome) -> None:
+    """Record ``change`` of ``manifest``'s segments: the new segments' messages into
+    ``changes``, the counts into ``outcome``, and the invalidation of what superseded
+    trained segments taught."""
     changes.segments.update(change.added)
-    outcome = SegmentOutcome(segments=len(manifest.active()), added=list(change.added),
-                             kept=change.kept,
-                             superseded=[s.fingerprint for s in change.superseded],
-                             llm_prompts=result.calls, pending_reason=result.reason)
+    outcome.segments = len(manifest.active())
+    outcome.added += list(change.added)
+    outcome.kept += change.kept
+    outcome.superseded += [s.fingerprint for s in change.superseded]
     trained = [s for s in change.superseded if s.trained]
     if trained:
         record = await asyncio.to_thread(invalidate_segments, repo, trained)
@@ -119,7 +139,6 @@ async def segment_session(repo: ExperienceRepository, manifest: SessionManifest,
                 segment.invalidation = record
             if record.proposal_id:
                 outcome.invalidation_proposals.append(record.proposal_id)
-    return outcome
 
 
 def session_key(path: Path, session_id: str | None) -> str:
@@ -146,6 +165,8 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
     for path, parsed in parsed_files:
         messages, counts = redact_messages(parsed.messages,
                                            repo.settings.limits.max_message_chars)
+        signals, found = redact_signals(parsed.signals, document_names(parsed.messages))
+        counts.update(found)
         total.update(counts)
         key = session_key(path, parsed.session_id)
         if not messages:  # an empty file, or only metadata rows: nothing to keep
@@ -162,7 +183,7 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
                 else await asyncio.to_thread(store.manifest_bytes, key))
         if manifest is None and base is not None:
             manifest = SessionManifest.model_validate_json(base)
-        content = fingerprint(messages)
+        content = fingerprint(messages, signals)
         file = FileReport(
             file=str(path), session=key, format=parsed.format, outcome="unchanged",
             messages=len(messages), lines=parsed.line_count, blank_lines=parsed.blank_lines,
@@ -183,21 +204,33 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
                 session_key=key, source_hash=hash_id(str(path.resolve())),
                 session_id_hash=hash_id(parsed.session_id) if parsed.session_id else None,
                 agent=agent, format=parsed.format, message_count=len(messages),
-                content_hash=content)
+                content_hash=content, signals=signals)
+            renewed, only_feedback = None, False
         else:
             file.outcome = "changed"
             old = changes.transcripts.get(key)
             if old is None:
                 old = await asyncio.to_thread(store.transcript, key)
-            start = resume_point(manifest, first_change(old, messages))
+            only_feedback = old == messages  # the segments stand: no re-segmentation
+            start = (len(messages) if only_feedback
+                     else resume_point(manifest, first_change(old, messages)))
             manifest.agent, manifest.format = agent or manifest.agent, parsed.format
+            renewed = None
+            if manifest.signals != signals:  # segments before start: relabel if need be
+                manifest.signals = signals
+                renewed = refingerprint(manifest, messages, before=start)
         manifest.message_count, manifest.content_hash = len(messages), content
         manifest.invalid_lines = len(parsed.invalid_lines)
         manifest.redactions = dict(sorted(counts.items()))
         changes.put(manifest, base)
         changes.transcripts[key] = messages
-        file.segmentation = await segment_session(repo, manifest, messages, start,
-                                                  segmenter, changes)
+        if not only_feedback:
+            file.segmentation = await segment_session(repo, manifest, messages, start,
+                                                      segmenter, changes)
+        else:
+            file.segmentation = SegmentOutcome(segments=len(manifest.active()))
+        if renewed is not None:
+            await settle(repo, manifest, renewed, changes, file.segmentation)
         report.invalidation_proposals += file.segmentation.invalidation_proposals
         manifest.refresh_status()
         file.status, file.status_reason = manifest.status, manifest.status_reason

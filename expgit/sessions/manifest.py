@@ -11,7 +11,13 @@ Session status:
 * ``pending``: some messages still need segmentation (``resume_from`` says from where;
   ``status_reason`` why it has not happened yet: no LLM, an invalid reply, ...);
 * ``segmented``: every message is in an active segment, some are not labelled yet;
-* ``labelled``: every active segment has its trajectory metrics.
+* ``labelled``: every active segment has its label: its trajectory metrics, or (a
+  segment with feedback events) its feedback label.
+
+``signals``: the session's feedback events and the response ids and times they need
+(:mod:`expgit.sessions.feedback`), by message index; None for a session file without
+feedback rows. They are part of ``content_hash`` and of the fingerprint of each segment
+with feedback, so feedback added later gives new segments, labelled again.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from expgit.outcomes.signals import SessionSignals
+from expgit.sessions.feedback import FeedbackLabel
 from expgit.sessions.metrics import SegmentMetrics
 
 SessionStatus = Literal["pending", "segmented", "labelled"]
@@ -50,6 +58,7 @@ class SegmentRecord(_Model):
     topic: str
     status: SegmentStatus = "active"
     metrics: SegmentMetrics | None = None
+    feedback: FeedbackLabel | None = None  # instead of metrics: labelled by its feedback
     memory_eligible: bool = False
     sft_eligible: bool = False
     trained: bool = False
@@ -61,7 +70,7 @@ class SegmentRecord(_Model):
 
     @property
     def labelled(self) -> bool:
-        return self.metrics is not None
+        return self.metrics is not None or self.feedback is not None
 
     @property
     def messages(self) -> int:
@@ -76,13 +85,14 @@ class SessionManifest(_Model):
     agent: str | None = None
     format: str
     message_count: int = Field(ge=0)
-    content_hash: str  # fingerprint of all the (redacted) messages
+    content_hash: str  # fingerprint of all the (redacted) messages and the signals
     status: SessionStatus = "pending"
     status_reason: str | None = None
     resume_from: int | None = Field(default=None, ge=0)  # pending: segmentation from here
     invalid_lines: int = 0  # of the last ingest
     redactions: dict[str, int] = Field(default_factory=dict)  # of the last ingest
     segments: list[SegmentRecord] = Field(default_factory=list)
+    signals: SessionSignals | None = None  # feedback events, redacted, response ids hashed
 
     def active(self) -> list[SegmentRecord]:
         return sorted((s for s in self.segments if s.status == "active"),

@@ -8,6 +8,13 @@
   score = the overall score, one criterion result per metric (with its reason);
 * metadata: ``source: session``, the segment fingerprint, the session key, the agent.
 
+A segment labelled by its feedback (:mod:`expgit.sessions.feedback`) instead: task
+signature ``session:feedback``, one rubric criterion per response, the evaluation of
+the feedback evaluator (:func:`~expgit.outcomes.feedback.outcome_evaluation`: a criterion
+result per response with the evidence of its label, the outcome records in
+``metadata.response_outcomes``) and its signals in the metadata (``message_stamps``,
+``feedback_events``), as ``train-rollouts --evaluator feedback`` reads them.
+
 The rollout is a pure function of the segment record and its messages, so its
 trajectory id (the content address on the trajectories branch) and thus the evidence
 URI its gradients cite are too (:func:`evidence_uri`).
@@ -17,6 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from expgit.outcomes.feedback import outcome_evaluation
+from expgit.sessions.feedback import FeedbackLabel, segment_signals
 from expgit.sessions.manifest import SegmentRecord, SessionManifest
 from expgit.sessions.metrics import WEIGHTS, SegmentMetrics
 from expgit.store.repository import ExperienceRepository
@@ -57,9 +66,34 @@ def evaluation_of(metrics: SegmentMetrics, threshold: float) -> RubricEvaluation
         metadata={"source": "session-metrics"})
 
 
+def _feedback_rollout(manifest: SessionManifest, segment: SegmentRecord,
+                      messages: Sequence[Message], label: FeedbackLabel) -> Rollout:
+    rubric = Rubric(
+        name="session-feedback",
+        description="What the users' feedback says of each response of a task segment "
+                    "of a recorded agent session",
+        criteria=[RubricCriterion(name=f"response {o.response_id}")
+                  for o in label.outcomes])
+    case = Case(name=case_name(segment.fingerprint), task_signature="session:feedback",
+                input={"topic": segment.topic, "request": first_user_turn(messages)},
+                rubric=rubric)
+    signals = segment_signals(manifest.signals, segment.start, segment.end)
+    evaluation = outcome_evaluation(label.outcomes)
+    return Rollout(
+        case=case, messages=list(messages),
+        policy_snapshot_id=f"session:{manifest.agent or 'unknown-agent'}",
+        evaluation=evaluation.model_copy(update={"metadata": {
+            **evaluation.metadata, "source": "session-feedback"}}),
+        metadata={"source": "session", "segment_fingerprint": segment.fingerprint,
+                  "session": manifest.session_key, "agent": manifest.agent,
+                  **(signals.model_dump(mode="json", exclude_none=True) if signals else {})})
+
+
 def segment_rollout(manifest: SessionManifest, segment: SegmentRecord,
                     messages: Sequence[Message], threshold: float) -> Rollout:
-    """The rollout of a labelled segment (ValueError if it has no metrics)."""
+    """The rollout of a labelled segment (ValueError if it has no label)."""
+    if segment.feedback is not None:
+        return _feedback_rollout(manifest, segment, messages, segment.feedback)
     metrics = segment.metrics
     if metrics is None:
         raise ValueError(f"segment {segment.fingerprint} has no metrics yet")

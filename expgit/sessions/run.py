@@ -5,12 +5,15 @@ the sessions branch.
 1. segment the pending sessions (their stored, redacted transcripts);
 2. label the settled, unlabelled segments with the trajectory scorer (one call each);
    memory-eligible: overall >= ``[sessions] memory_threshold``, SFT-eligible: overall
-   >= ``sft_threshold``;
+   >= ``sft_threshold``. A segment with feedback events is labelled by them instead
+   (:mod:`expgit.sessions.feedback`; no call, even without an LLM): memory-eligible
+   whatever its label, not SFT-eligible (``export-sft`` takes scored segments);
 3. train the memory-eligible, untrained segments as rollouts through the pipeline's
    ``train_from_rollouts`` (propose mode by default: gradients and a proposal, ``main``
    unchanged) and record the trajectory, gradient and proposal ids in the manifests.
 
-Without an LLM nothing is segmented, labelled or trained; the report says so.
+Without an LLM nothing is segmented, scored or trained (only segments with feedback are
+labelled); the report says so.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from typing import Literal
 
 from expgit.errors import ExpgitError, UsageError
 from expgit.llm.port import LLMError
+from expgit.outcomes.signals import SessionSignals
 from expgit.runs.build import LLMHandles, LLMOptions
+from expgit.sessions.feedback import FeedbackLabel, label_segment, segment_signals
 from expgit.sessions.ingest import segment_session
 from expgit.sessions.manifest import SessionManifest
-from expgit.sessions.metrics import LLMTrajectoryScorer, TrajectoryScorer
+from expgit.sessions.metrics import LLMTrajectoryScorer, SegmentMetrics, TrajectoryScorer
 from expgit.sessions.report import SessionsRunReport
 from expgit.sessions.segmenter import LLMTaskSegmenter, TaskSegmenter
 from expgit.sessions.store import SessionChanges, SessionStore
@@ -57,13 +62,14 @@ async def run(repo: ExperienceRepository, *, batch_size: int = 50,
                                                prompt_tokens=prompt_tokens)
     say = progress or (lambda _: None)
     await _segment(repo, store, segmenter, batch_size, report, say)
-    if scorer is not None:
-        await _label(repo, store, scorer, batch_size, concurrency, report, say)
+    by_feedback = await _label(repo, store, scorer, batch_size, concurrency, report, say)
     if llm is not None:
         await train_segments(repo, store, llm, batch_size=batch_size, mode=mode,
                              concurrency=concurrency, report=report, progress=say)
     else:
-        report.notes.append("no LLM: nothing was segmented, labelled or trained")
+        report.notes.append("no LLM: nothing was segmented, scored or trained"
+                            + (f" ({by_feedback} segment(s) labelled by their feedback)"
+                               if by_feedback else ""))
     report.main_after = await asyncio.to_thread(repo.main_commit)
     return report
 
@@ -133,25 +139,39 @@ async def run_with_llm(repo: ExperienceRepository, options: LLMOptions, *,
     return report
 
 
-def _unlabelled(manifests: list[SessionManifest]) -> list[tuple[str, str, str]]:
-    """(session key, fingerprint, topic) of each settled segment without metrics."""
-    return [(m.session_key, s.fingerprint, s.topic) for m in manifests
-            for s in m.settled() if not s.labelled]
+Unlabelled = tuple[str, str, str, SessionSignals | None]
 
 
-async def _label(repo: ExperienceRepository, store: SessionStore, scorer: TrajectoryScorer,
-                 batch_size: int, concurrency: int, report: SessionsRunReport,
-                 say: Progress) -> None:
-    todo = _unlabelled(await asyncio.to_thread(store.manifests))[:batch_size]
+def _unlabelled(manifests: list[SessionManifest], scored: bool) -> list[Unlabelled]:
+    """(session key, fingerprint, topic, feedback signals) of each settled, unlabelled
+    segment; without a scorer (``scored`` False) only those with feedback."""
+    found = [(m.session_key, s.fingerprint, s.topic, segment_signals(m.signals, s.start, s.end))
+             for m in manifests for s in m.settled() if not s.labelled]
+    return [item for item in found if scored or item[3] is not None]
+
+
+async def _label(repo: ExperienceRepository, store: SessionStore,
+                 scorer: TrajectoryScorer | None, batch_size: int, concurrency: int,
+                 report: SessionsRunReport, say: Progress) -> int:
+    """Label the unlabelled segments (see the module docstring); how many by feedback."""
+    todo = _unlabelled(await asyncio.to_thread(store.manifests), scorer is not None)
+    todo = todo[:batch_size]
     gate = asyncio.Semaphore(concurrency)
     settings = repo.settings.sessions
+    window = repo.settings.outcomes.reask_window_seconds
     patches: dict[str, list[Callable[[SessionManifest], None]]] = {}
 
-    async def one(key: str, fp: str, topic: str) -> None:
+    async def one(key: str, fp: str, topic: str, signals: SessionSignals | None) -> None:
+        metrics: SegmentMetrics | None = None
+        feedback: FeedbackLabel | None = None
         async with gate:
             messages = await asyncio.to_thread(store.segment_messages, fp)
             try:
-                metrics = await scorer.score(messages, topic)
+                if signals is not None:  # the users said: no model call
+                    feedback = label_segment(messages, signals, reask_window_seconds=window)
+                else:
+                    assert scorer is not None
+                    metrics = await scorer.score(messages, topic)
             except (LLMError, ExpgitError) as exc:
                 report.errors.append(f"label {fp}: {exc.message}")
                 return
@@ -160,9 +180,10 @@ async def _label(repo: ExperienceRepository, store: SessionStore, scorer: Trajec
         def patch(manifest: SessionManifest) -> None:
             for segment in manifest.segments:
                 if segment.fingerprint == fp and segment.status == "active":
-                    segment.metrics = metrics
-                    segment.memory_eligible = metrics.overall_score >= settings.memory_threshold
-                    segment.sft_eligible = metrics.overall_score >= settings.sft_threshold
+                    segment.metrics, segment.feedback = metrics, feedback
+                    score = metrics.overall_score if metrics is not None else None
+                    segment.memory_eligible = score is None or score >= settings.memory_threshold
+                    segment.sft_eligible = score is not None and score >= settings.sft_threshold
                     segment.last_error = None
 
         patches.setdefault(key, []).append(patch)
@@ -172,3 +193,4 @@ async def _label(repo: ExperienceRepository, store: SessionStore, scorer: Trajec
     commit = await asyncio.to_thread(store.patch, {
         key: chain(fns) for key, fns in patches.items()}, "sessions: label segments")
     report.commits += [commit] if commit else []
+    return sum(1 for item in todo if item[3] is not None and item[1] in report.labelled)
