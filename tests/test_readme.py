@@ -63,8 +63,9 @@ SKIPPED = [  # the first line of each skipped block
 #   eval: 7 rollouts; train: as run_example.sh; train-rollouts: 2 reflect, 1 merge
 #   env serve train: as run_example.sh (the rollouts run in the service); eval: 7 rollouts
 #   serve: the recorded rollout again (stored: no reflect), 1 estimate, 1 merge
-#   sessions run: 1 segment (the 6-message session), 2 score, 2 reflect, 1 merge
-CALLS = {"rollout": 107, "judge": 3, "reflect": 36, "estimate": 1, "merge": 7,
+#   sessions run: 1 segment (the 6-message session), 2 score (the thumbs-down session is
+#   labelled by its feedback), 3 reflect, 1 merge
+CALLS = {"rollout": 107, "judge": 3, "reflect": 37, "estimate": 1, "merge": 7,
          "segment": 1, "score": 2}
 
 

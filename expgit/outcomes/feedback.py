@@ -21,10 +21,10 @@ So explicit feedback always wins over a re-ask, and a thumb_down wins over a thu
 Every record's ``evidence`` says why (never empty): the feedback with its text, each
 later user turn and whether it fell in the window (or had no time), that there was no
 later user turn, or no feedback at all. Record fields: ``reask_within_10m`` is the fact
-of rule 3 whatever the label;
-``clarification_turns`` counts the user turns of rule 3 (re-asks within the window);
-``follow_up_without_feedback`` is true iff that is the label; ``resolved_in_one_turn`` is
-true iff there was no re-ask and the label is not ``negative_feedback``.
+of rule 3 whatever the label; ``clarification_turns`` counts the user turns of rule 3
+(re-asks within the window); ``follow_up_without_feedback`` is true iff that is the
+label; ``resolved_in_one_turn`` is true iff there was no re-ask and the label is not
+``negative_feedback``.
 
 Label -> RubricEvaluation (:data:`LABEL_SCORES`): positive_feedback 1.0 passed, resolved
 0.8 passed, follow_up 0.5 passed, follow_up_without_feedback 0.4 failed, reasked 0.2
