@@ -155,10 +155,8 @@ class LexicalRanker:
 
     async def ranked(self, query: str, snapshot: Snapshot, k: int
                      ) -> list[tuple[float, ExperienceEntry]]:
-        """(BM25 score, entry) of the best ``k``, best first."""
-        if k <= 0:
-            return []
-        return self.index(snapshot).scores(set(tokenize(query)), snapshot, k)
+        """(BM25 score, entry) of the best ``k``, best first (:meth:`scores`)."""
+        return self.scores(query, snapshot, k) if k > 0 else []
 
 
 def _trim(cache: dict[str, Any], size: int) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from expgit.errors import ExpgitError, InvalidInputError
 from expgit.git.executor import run_git
@@ -127,7 +128,7 @@ class ExperienceGradientEstimator:
         query = (f"{trajectory.retrieval_anchor}\n{analysis.rollout.case.task_signature}\n"
                  f"{without_front_matter(trajectory.content)}")
         relevant = await self.relevant(query, experience_set)
-        experiences = await self.shown_with_stats(analysis, relevant)
+        experiences = await self.shown_with_stats(analysis.metadata, relevant)
         limits = self.edit_limits()
         output = estimate_output(limits)
         while True:
@@ -171,10 +172,11 @@ class ExperienceGradientEstimator:
                 "rationale_chars": limits.rationale_chars,
                 "allow_delete": limits.allow_delete, "main_branch": settings.main_branch}
 
-    async def shown_with_stats(self, analysis: RolloutAnalysis,
+    async def shown_with_stats(self, metadata: dict[str, Any],
                                relevant: list[ExperienceEntry]) -> list[dict[str, object]]:
-        """``relevant`` as the prompts show them, each with its track record."""
-        stats = await self._stats(analysis) if relevant else {}
+        """``relevant`` as the prompts show them, each with its track record (unreadable
+        statistics: left out, and noted in ``metadata["stats_error"]``)."""
+        stats = await self._stats(metadata) if relevant else {}
         return [shown(e, stats.get(e.name)) for e in relevant]
 
     async def commit_edits(self, edits: Sequence[EstimatedEdit], analysis: RolloutAnalysis,
@@ -215,13 +217,13 @@ class ExperienceGradientEstimator:
             gradients.append(to_semantic(gradient, trajectory.uri))
         return gradients
 
-    async def _stats(self, analysis: RolloutAnalysis) -> Mapping[str, ExperienceStats]:
+    async def _stats(self, metadata: dict[str, Any]) -> Mapping[str, ExperienceStats]:
         if self.usage_stats is None:
             return {}
         try:
             return await run_git(self.usage_stats, self.repo)
         except ExpgitError as exc:
-            analysis.metadata["stats_error"] = exc.message
+            metadata["stats_error"] = exc.message
             return {}
 
     def _request(self, edit: EstimatedEdit, uri: str, snapshot: Snapshot,

@@ -16,6 +16,7 @@ the estimator's own call on the stored trajectory (one call, as before).
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from expgit.git.executor import run_git
 from expgit.llm.structured import StructuredLLM
@@ -26,7 +27,7 @@ from expgit.train.components.llm_fields import fits
 from expgit.train.components.llm_outputs import reflect_output
 from expgit.train.components.trajectory_analyzer import (
     TrajectoryRolloutAnalyzer,
-    fallback_evaluation,
+    longest_part,
     transcript_view,
 )
 from expgit.train.context import PipelineContext
@@ -102,15 +103,13 @@ class OneCallRolloutReflector:
             analysis.metadata["rejected_edits"] = []
             return analysis, []
         relevant = await estimator.relevant(ranking_query(rollout, evaluation), policy_set)
-        pending = RolloutAnalysis(rollout=rollout,  # carries a stats error, if any
-                                  evaluation=evaluation or fallback_evaluation(True))
-        experiences = await estimator.shown_with_stats(pending, relevant)
+        noted: dict[str, Any] = {}  # a stats error, if any, for the analysis
+        experiences = await estimator.shown_with_stats(noted, relevant)
         edit_limits = estimator.edit_limits()
         output = reflect_output(analyzer.limits, edit_limits)
         case_input = input_text(rollout)
         budget = analyzer.prompt_tokens
-        limit = max((len(v) for m in view for p in m["parts"] for k, v in p.items()
-                     if k in ("text", "input", "output")), default=0)
+        limit = longest_part(view)
         while True:
             system, user = render_prompt(
                 "reflect", analyzer.repo, templates_at=policy_set.commit, case=rollout.case,
@@ -130,7 +129,6 @@ class OneCallRolloutReflector:
         out = await self.llm.generate("reflect", system, user, output)
         analysis = await analyzer.record(rollout, tid, out.analysis(analyzer.limits),
                                          evaluation, source, policy_set.commit)
-        if "stats_error" in pending.metadata:
-            analysis.metadata["stats_error"] = pending.metadata["stats_error"]
+        analysis.metadata.update(noted)
         return analysis, await estimator.commit_edits(out.edits, analysis, policy_set,
                                                       relevant)

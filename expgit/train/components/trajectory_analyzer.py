@@ -83,6 +83,13 @@ def transcript_view(messages: Sequence[Message], limit: int,
     return view
 
 
+def longest_part(view: list[dict[str, Any]]) -> int:
+    """The characters of the longest text, tool input or tool output of a
+    :func:`transcript_view` (where halving it to fit a prompt budget starts)."""
+    return max((len(v) for m in view for p in m["parts"] for k, v in p.items()
+                if k in ("text", "input", "output")), default=0)
+
+
 def fallback_evaluation(extracted: bool) -> RubricEvaluation:
     """RFC 3.4: with no other evaluation, passed iff a trajectory was extracted."""
     why = ("passed because a trajectory was extracted" if extracted
@@ -195,8 +202,7 @@ class TrajectoryRolloutAnalyzer:
         truncated to half the longest one, again, down to 200 characters."""
         case_input = json.dumps(rollout.case.input, ensure_ascii=False, indent=2,
                                 sort_keys=True)
-        limit = max((len(v) for m in view for p in m["parts"] for k, v in p.items()
-                     if k in ("text", "input", "output")), default=0)
+        limit = longest_part(view)
         while True:
             system, user = render_prompt(
                 "analyze", self.repo, templates_at=templates_at, case=rollout.case,
