@@ -245,9 +245,8 @@ class UsageMeter:
 
     def record(self, stage: str, completion: Completion) -> None:
         price = self.price(completion.model)
-        cost = None if price is None else (
-            completion.prompt_tokens * price.prompt_per_million
-            + completion.completion_tokens * price.completion_per_million) / 1e6
+        cost = None if price is None else price.cost(completion.prompt_tokens,
+                                                     completion.completion_tokens)
         with self._lock:
             usage = self._stages.setdefault(stage, StageUsage())
             usage.add(StageUsage(calls=1, prompt_tokens=completion.prompt_tokens,

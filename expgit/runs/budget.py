@@ -170,9 +170,7 @@ def estimate(plan: RunPlan, runtime: LLMRuntime, budget: Budget | None) -> RunEs
     price = runtime.meter.price(runtime.resolved.model)
 
     def cost(tally: Tally) -> float | None:
-        return None if price is None else (
-            tally.prompt_tokens * price.prompt_per_million
-            + tally.calls * reply * price.completion_per_million) / 1e6
+        return None if price is None else price.cost(tally.prompt_tokens, tally.calls * reply)
 
     per_rollout = plan.train_settings.calls_for(embedded=runtime.is_local)
     whole = plan.calls(per_rollout)

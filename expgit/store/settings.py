@@ -23,6 +23,11 @@ class Price(BaseModel):
     prompt_per_million: float = Field(default=0.0, ge=0)
     completion_per_million: float = Field(default=0.0, ge=0)
 
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """What these tokens cost at this price."""
+        return (prompt_tokens * self.prompt_per_million
+                + completion_tokens * self.completion_per_million) / 1e6
+
 
 class LLMSettings(BaseModel):
     """``[llm]``: the OpenAI-compatible endpoint. ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``
