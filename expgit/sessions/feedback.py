@@ -29,6 +29,7 @@ down is what there is most to learn from.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -37,7 +38,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from expgit.errors import InvalidInputError
-from expgit.outcomes.feedback import LABEL_SCORES, ResponseOutcome, evaluate_responses
+from expgit.outcomes.feedback import ResponseOutcome, evaluate_responses
 from expgit.outcomes.signals import FeedbackEvent, MessageStamp, SessionSignals
 from expgit.sessions.fingerprint import hash_id
 from expgit.store.redact import redact_text
@@ -76,13 +77,9 @@ def _time(value: object) -> datetime | None:
 
 def _owner(lines: Sequence[int], line: int) -> int | None:
     """The index of the message a row at ``line`` belongs to (the last one starting at
-    or before it), None before the first message."""
-    found = None
-    for index, start in enumerate(lines):
-        if start > line:
-            break
-        found = index
-    return found
+    or before it; ``lines`` ascend), None before the first message."""
+    index = bisect_right(lines, line) - 1
+    return index if index >= 0 else None
 
 
 def session_signals_of(messages: Sequence[Message], lines: Sequence[int],
@@ -185,6 +182,6 @@ def label_segment(messages: Sequence[Message], signals: SessionSignals, *,
     outcomes = evaluate_responses(list(messages), signals,
                                   reask_window_seconds=reask_window_seconds,
                                   now=now or datetime.now(UTC))
-    return FeedbackLabel(passed=all(LABEL_SCORES[o.outcome_label][0] for o in outcomes),
+    return FeedbackLabel(passed=all(o.passed for o in outcomes),
                          score=sum(o.score for o in outcomes) / len(outcomes),
                          outcomes=outcomes)
