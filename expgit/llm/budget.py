@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+SPENT = "budget: "  # how the reason a budget stops a run begins
+
 
 def money(cost: float | None, currency: str | None) -> str:
     """``0.004210 USD``; ``unknown`` when a call had no price (no ``[llm.prices]``)."""
@@ -35,10 +37,10 @@ class Budget(BaseModel):
     def spent(self, calls: int, cost: float | None) -> str | None:
         """Why no more call may start after ``calls`` calls that cost ``cost``, or None."""
         if self.max_calls is not None and calls >= self.max_calls:
-            return (f"budget: {self.max_calls} calls reached "
+            return (f"{SPENT}{self.max_calls} calls reached "
                     f"({self.calls_from} {self.max_calls})")
         if self.max_cost is not None and cost is not None and cost >= self.max_cost:
-            return (f"budget: cost {money(cost, self.currency)} reached "
+            return (f"{SPENT}cost {money(cost, self.currency)} reached "
                     f"({self.cost_from} {self.max_cost:g})")
         return None
 

@@ -136,6 +136,9 @@ class UsageListener(Protocol):
     def llm_counted(self, stage: str, total: StageUsage) -> None: ...
 
 
+NOT_CALLED = "not called: "  # the cause of a call a stopped guard refused, then why
+
+
 class CallGuard:
     """Stops a run's LLM calls once it cannot go on: after ``max_failures`` calls in a row
     that the endpoint did not answer (a dead or hung endpoint: the rest of the run would
@@ -170,12 +173,12 @@ class CallGuard:
             if stopped is None:
                 self._calls += 1
         if stopped is not None:
-            raise LLMError(f"{stage}: not called: {stopped}", cause=f"not called: {stopped}",
+            raise LLMError(f"{stage}: {NOT_CALLED}{stopped}", cause=f"{NOT_CALLED}{stopped}",
                            hint="the run kept what it made before; see its report")
 
     def failed(self, error: LLMError) -> None:
         with self._lock:
-            if not error.transport or error.cause.startswith("not called: "):
+            if not error.transport or error.cause.startswith(NOT_CALLED):
                 return
             self._streak += 1
             if self.max_failures is not None and self._streak >= self.max_failures \

@@ -16,15 +16,15 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from expgit.errors import InvalidInputError
-from expgit.llm.budget import RunEstimate, money
-from expgit.llm.port import Failure, StageUsage, UsageMeter
+from expgit.llm.budget import SPENT, RunEstimate, money
+from expgit.llm.port import NOT_CALLED, Failure, StageUsage, UsageMeter
 from expgit.train.candidate import CandidateReport, summary_line
 from expgit.train.pipeline import PhaseMetrics
 from expgit.train.remote_push import RemoteReport
 
 STAGE_ORDER = ("rollout", "judge", "reflect", "analyze", "estimate", "merge", "compress")
 TRAINING_PHASES = ("train_epoch", "train_rollouts")
-BUDGET_SPENT = "not called: budget: "  # the error of a call the budget refused
+BUDGET_SPENT = NOT_CALLED + SPENT  # the error of a call the budget refused
 
 
 class UsageReport(BaseModel):
