@@ -11,7 +11,7 @@ import click
 
 from expgit.cli._common import emit, json_option, open_repo, warn
 from expgit.cli.train_common import llm_options, make_llm_options
-from expgit.sessions.formats import SessionFormat
+from expgit.sessions.formats import FORMAT_NAMES, SessionFormat
 from expgit.sessions.ingest import IngestReport, ingest
 from expgit.sessions.report import SessionsRunReport
 from expgit.sessions.run import run_with_llm
@@ -45,7 +45,7 @@ def _print_ingest(report: IngestReport) -> None:
                 type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--agent", help="The id of the agent that wrote these sessions.")
 @click.option("--format", "session_format", default="auto", show_default=True,
-              type=click.Choice(["auto", "openai", "anthropic", "claude_code"]),
+              type=click.Choice(FORMAT_NAMES),
               help="The row format of the files; auto detects it per file.")
 @json_option
 @click.pass_context

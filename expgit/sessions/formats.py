@@ -1,7 +1,8 @@
 """Parsing ``.jsonl`` agent sessions into the RFC's normalised messages.
 
-Three row shapes are read (one module each, behind :data:`FORMATS`): OpenAI chat rows,
-Anthropic Messages rows and Claude Code transcripts. ``auto`` picks the format per file:
+Five row shapes are read (one module each, behind :data:`FORMATS`): OpenAI chat rows,
+Anthropic Messages rows, Claude Code transcripts, OpenAI Responses API items and Codex CLI
+rollouts (Responses items in an envelope). ``auto`` picks the format per file:
 the first row only one format claims decides; a file of plain ``{"role", "content"}``
 rows (which both OpenAI and Anthropic write) is read as ``openai``, which gives the same
 messages. Then every row is read with that format.
@@ -14,13 +15,20 @@ Normalisation (:class:`~expgit.train.domain.Message` of TextPart / ToolPart):
 * reasoning (OpenAI ``reasoning_content``, Anthropic ``thinking`` blocks) is DROPPED and
   counted in ``reasoning_dropped``: it is the model's scratchpad, not something the
   conversation showed or that chat fine-tuning trains on, some providers only return it
-  redacted or signed, and leaving it out keeps fingerprints independent of it;
+  redacted or signed, and leaving it out keeps fingerprints independent of it. A
+  Responses ``reasoning`` item's *summary* (text written to be shown) is kept as the
+  message's ``reasoning``; its ``encrypted_content`` is never read;
+* ``message_models[i]``: the model that wrote ``messages[i]`` (assistant messages of a
+  format that names it: Codex ``turn_context``, Claude Code assistant rows);
 * images, audio and files become placeholders such as ``[image omitted]``;
 * rows that give no part (e.g. only reasoning) add no message
   (``skipped_rows["empty"]``);
 * ``_type: metadata`` rows are skipped (``skipped_metadata``); blank lines are counted;
   a line that is not JSON, not an object or not of the file's shape is listed in
-  ``invalid_lines`` (1-based) - never fatal;
+  ``invalid_lines`` (1-based) - never fatal; but a file none of whose rows is of a
+  known shape is ``unrecognized`` (its first offending line is named), and a last line
+  with no newline that is not JSON (a file still being written) is left out and
+  reported as ``truncated_line``;
 * feedback rows (``_type: feedback``, :mod:`expgit.sessions.feedback`) are never
   messages: they become the session's ``signals`` (with the response ids and times of
   the message rows); a malformed one IS fatal (InvalidInputError naming its line).
@@ -29,7 +37,7 @@ Normalisation (:class:`~expgit.train.domain.Message` of TextPart / ToolPart):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -41,18 +49,26 @@ from expgit.sessions.feedback import is_feedback_row, session_signals_of
 from expgit.sessions.formats_anthropic import AnthropicFormat
 from expgit.sessions.formats_base import Row, RowFormat
 from expgit.sessions.formats_claude_code import ClaudeCodeFormat, session_id_of
+from expgit.sessions.formats_codex import CodexFormat, codex_session_id
 from expgit.sessions.formats_openai import OpenAIFormat
+from expgit.sessions.formats_responses import ResponsesFormat
 from expgit.sessions.transcript_builder import TranscriptBuilder
+from expgit.store.redact import redact_text
 from expgit.train.domain import Message
 
-SessionFormat = Literal["auto", "openai", "anthropic", "claude_code"]
-DetectedFormat = Literal["openai", "anthropic", "claude_code"]
+SessionFormat = Literal["auto", "openai", "anthropic", "claude_code", "responses", "codex"]
+DetectedFormat = Literal["openai", "anthropic", "claude_code", "responses", "codex"]
 
-FORMATS: dict[DetectedFormat, RowFormat] = {
-    "claude_code": ClaudeCodeFormat(),
-    "anthropic": AnthropicFormat(),
-    "openai": OpenAIFormat(),
+# one reader per file (a reader may keep state across the rows of its file)
+FORMATS: dict[DetectedFormat, Callable[[], RowFormat]] = {
+    "claude_code": ClaudeCodeFormat,
+    "codex": CodexFormat,
+    "responses": ResponsesFormat,
+    "anthropic": AnthropicFormat,
+    "openai": OpenAIFormat,
 }
+FORMAT_NAMES: tuple[str, ...] = ("auto", *FORMATS)
+EXCERPT_CHARS = 80  # of an offending line, in an error
 
 
 class ParsedSession(BaseModel):
@@ -72,13 +88,17 @@ class ParsedSession(BaseModel):
     skipped_rows: dict[str, int] = Field(default_factory=dict)
     reasoning_dropped: int = 0
     signals: SessionSignals | None = None  # only for a file with feedback rows
+    message_models: list[str | None] = Field(default_factory=list)
+    unrecognized: str | None = None  # no row of a known shape: "line N: <excerpt>"
+    truncated_line: int | None = None  # a last line still being written: left out
 
 
 def detect_format(rows: Iterable[Row]) -> DetectedFormat:
     """The format of a file's rows: the first row exactly one format claims with
     ``yes`` decides; ``openai`` when none does."""
+    readers = {name: make() for name, make in FORMATS.items()}
     for row in rows:
-        sure = [name for name, fmt in FORMATS.items() if fmt.claims(row) == "yes"]
+        sure = [name for name, fmt in readers.items() if fmt.claims(row) == "yes"]
         if len(sure) == 1:
             return sure[0]
     return "openai"
@@ -99,8 +119,9 @@ def parse_session_lines(lines: Iterable[str | bytes],
     malformed feedback row is an InvalidInputError)."""
     if session_format != "auto" and session_format not in FORMATS:
         raise InvalidInputError(f"unknown session format {session_format!r}",
-                                hint="use auto, openai, anthropic or claude_code")
+                                hint="use one of " + ", ".join(FORMAT_NAMES))
     rows: list[tuple[int, Row]] = []
+    texts: dict[int, str] = {}  # of the lines that are not rows: the first is quoted
     feedback: list[tuple[int, Row]] = []
     line_count = blank = metadata = 0
     invalid: list[int] = []
@@ -117,29 +138,58 @@ def parse_session_lines(lines: Iterable[str | bytes],
             row = None
         if not isinstance(row, dict):
             invalid.append(number)
+            texts.setdefault(number, text if text is not None else "(not UTF-8)")
             continue
         if is_feedback_row(row):  # its session_id (a /feedback event's) is not the key
             feedback.append((number, row))
             continue
-        session_id = session_id or session_id_of(row)
+        session_id = session_id or session_id_of(row) or codex_session_id(row)
         if row.get("_type") == "metadata":
             metadata += 1
             continue
         rows.append((number, row))
     name: DetectedFormat = (detect_format(r for _, r in rows) if session_format == "auto"
                             else session_format)
-    fmt = FORMATS[name]
+    fmt = FORMATS[name]()
     builder = TranscriptBuilder()
+    read = 0
     for number, row in rows:
-        if not fmt.add_row(row, number, builder):
+        if fmt.add_row(row, number, builder):
+            read += 1
+        else:
             invalid.append(number)
+            texts.setdefault(number, json.dumps(row, ensure_ascii=False))
     messages, starts = builder.messages()
     signals = session_signals_of(messages, starts, rows, feedback)
+    unrecognized = None
+    if invalid and not (read or metadata or feedback):
+        first = min(invalid)
+        unrecognized = f"line {first}: {_excerpt(texts[first])}"
     return ParsedSession(
         format=name, messages=messages, message_lines=starts, session_id=session_id,
         line_count=line_count, blank_lines=blank, invalid_lines=sorted(invalid),
         skipped_metadata=metadata, skipped_rows=dict(sorted(builder.skipped.items())),
-        reasoning_dropped=builder.reasoning_dropped, signals=signals)
+        reasoning_dropped=builder.reasoning_dropped + builder.unkept_reasoning(),
+        signals=signals, message_models=builder.models(), unrecognized=unrecognized)
+
+
+def _excerpt(text: str) -> str:
+    """An offending line as an error quotes it: redacted, one line, clipped."""
+    redacted, _ = redact_text(" ".join(text.split()))
+    return redacted if len(redacted) <= EXCERPT_CHARS else redacted[:EXCERPT_CHARS] + "…"
+
+
+def _split_truncated(data: bytes) -> tuple[list[bytes], int | None]:
+    """The lines of ``data``, without a last line that is still being written (no
+    newline after it, and not a JSON object), and that line's number (None: none)."""
+    lines = data.splitlines()
+    if not lines or data.endswith((b"\n", b"\r")):
+        return lines, None
+    try:
+        complete = isinstance(json.loads(lines[-1]), dict)
+    except ValueError:
+        complete = False
+    return (lines, None) if complete else (lines[:-1], len(lines))
 
 
 def parse_session_file(path: Path, session_format: SessionFormat = "auto") -> ParsedSession:
@@ -150,7 +200,12 @@ def parse_session_file(path: Path, session_format: SessionFormat = "auto") -> Pa
         raise NotFoundError(f"session file {path} does not exist") from None
     except OSError as exc:
         raise InvalidInputError(f"cannot read session file {path}: {exc.strerror}") from None
+    lines, truncated = _split_truncated(data)
     try:
-        return parse_session_lines(data.splitlines(), session_format)
+        parsed = parse_session_lines(lines, session_format)
     except InvalidInputError as exc:
         raise InvalidInputError(f"session file {path}: {exc.message}", hint=exc.hint) from None
+    if truncated is not None:
+        parsed.truncated_line = truncated
+        parsed.line_count = truncated
+    return parsed

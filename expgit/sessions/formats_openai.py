@@ -68,6 +68,8 @@ class OpenAIFormat:
     def claims(self, row: Row) -> Claim:
         if "role" not in row:
             return "no"
+        if row.get("type") == "message":  # a Responses API item: chat rows have no type
+            return "maybe"
         if ("tool_calls" in row or "tool_call_id" in row or "reasoning_content" in row
                 or row.get("role") in ("tool", "developer")):
             return "yes"

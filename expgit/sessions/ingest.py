@@ -44,7 +44,7 @@ from expgit.sessions.incremental import (
     resume_point,
 )
 from expgit.sessions.invalidate import invalidate_segments
-from expgit.sessions.manifest import SessionManifest
+from expgit.sessions.manifest import SessionManifest, model_spans
 from expgit.sessions.segmenter import (
     SHORT_SESSION,
     LLMTaskSegmenter,
@@ -184,6 +184,7 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
         if manifest is None and base is not None:
             manifest = SessionManifest.model_validate_json(base)
         content = fingerprint(messages, signals)
+        models = model_spans(parsed.message_models)
         file = FileReport(
             file=str(path), session=key, format=parsed.format, outcome="unchanged",
             messages=len(messages), lines=parsed.line_count, blank_lines=parsed.blank_lines,
@@ -192,10 +193,12 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
         report.files.append(file)
         report.invalid_lines += len(parsed.invalid_lines)
         if manifest is not None and manifest.content_hash == content:
-            if manifest.agent != (agent or manifest.agent) or manifest.format != parsed.format:
+            if (manifest.agent != (agent or manifest.agent) or manifest.format != parsed.format
+                    or manifest.models != models):
                 file.outcome = "changed"  # the same messages: no new segmentation
                 changes.put(manifest, base)
                 manifest.agent, manifest.format = agent or manifest.agent, parsed.format
+                manifest.models = models
             file.status, file.status_reason = manifest.status, manifest.status_reason
             continue
         if manifest is None:
@@ -220,6 +223,7 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
                 manifest.signals = signals
                 renewed = refingerprint(manifest, messages, before=start)
         manifest.message_count, manifest.content_hash = len(messages), content
+        manifest.models = models
         manifest.invalid_lines = len(parsed.invalid_lines)
         manifest.redactions = dict(sorted(counts.items()))
         changes.put(manifest, base)

@@ -67,6 +67,7 @@ class SegmentRecord(_Model):
     proposal_ids: list[str] = Field(default_factory=list)
     last_error: str | None = None
     invalidation: InvalidationRecord | None = None
+    agent_model: str | None = None  # the model that wrote most of its assistant messages
 
     @property
     def labelled(self) -> bool:
@@ -75,6 +76,24 @@ class SegmentRecord(_Model):
     @property
     def messages(self) -> int:
         return self.end - self.start
+
+
+class ModelSpan(_Model):
+    """From message ``start`` (0-based) on, assistant messages were written by ``model``
+    (until the next span)."""
+
+    start: int = Field(ge=0)
+    model: str
+
+
+def model_spans(models: list[str | None]) -> list[ModelSpan]:
+    """The spans of a session's per-message models (None: not an assistant message, or
+    not known; it changes nothing)."""
+    spans: list[ModelSpan] = []
+    for index, model in enumerate(models):
+        if model is not None and (not spans or spans[-1].model != model):
+            spans.append(ModelSpan(start=index, model=model))
+    return spans
 
 
 class SessionManifest(_Model):
@@ -93,6 +112,17 @@ class SessionManifest(_Model):
     redactions: dict[str, int] = Field(default_factory=dict)  # of the last ingest
     segments: list[SegmentRecord] = Field(default_factory=list)
     signals: SessionSignals | None = None  # feedback events, redacted, response ids hashed
+    models: list[ModelSpan] = Field(default_factory=list)  # the agent's model(s)
+
+    def model_of(self, start: int, end: int) -> str | None:
+        """The model whose span covers most of messages ``start`` .. ``end - 1``."""
+        cover: dict[str, int] = {}
+        for span, following in zip(self.models, [*self.models[1:], None], strict=True):
+            until = following.start if following is not None else end
+            overlap = min(end, until) - max(start, span.start)
+            if overlap > 0:
+                cover[span.model] = cover.get(span.model, 0) + overlap
+        return max(cover, key=lambda m: cover[m]) if cover else None
 
     def active(self) -> list[SegmentRecord]:
         return sorted((s for s in self.segments if s.status == "active"),
@@ -104,7 +134,11 @@ class SessionManifest(_Model):
         return [s for s in self.active() if limit is None or s.end <= limit]
 
     def refresh_status(self) -> None:
-        """``status`` from ``resume_from`` and the segments' labels."""
+        """``status`` from ``resume_from`` and the segments' labels (and each active
+        segment's ``agent_model`` from ``models``)."""
+        for segment in self.segments:
+            if segment.status == "active" and self.models:
+                segment.agent_model = self.model_of(segment.start, segment.end)
         if self.resume_from is not None and self.resume_from < self.message_count:
             self.status = "pending"
             return

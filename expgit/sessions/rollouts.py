@@ -86,6 +86,7 @@ def _feedback_rollout(manifest: SessionManifest, segment: SegmentRecord,
             **evaluation.metadata, "source": "session-feedback"}}),
         metadata={"source": "session", "segment_fingerprint": segment.fingerprint,
                   "session": manifest.session_key, "agent": manifest.agent,
+                  **({"agent_model": segment.agent_model} if segment.agent_model else {}),
                   **(signals.model_dump(mode="json", exclude_none=True) if signals else {})})
 
 
@@ -111,7 +112,8 @@ def segment_rollout(manifest: SessionManifest, segment: SegmentRecord,
         policy_snapshot_id=f"session:{manifest.agent or 'unknown-agent'}",
         evaluation=evaluation_of(metrics, threshold),
         metadata={"source": "session", "segment_fingerprint": segment.fingerprint,
-                  "session": manifest.session_key, "agent": manifest.agent})
+                  "session": manifest.session_key, "agent": manifest.agent,
+                  **({"agent_model": segment.agent_model} if segment.agent_model else {})})
 
 
 def evidence_uri(repo: ExperienceRepository, rollout: Rollout) -> str:

@@ -5,6 +5,11 @@ message that made it; its result, found later by id, fills ``tool_output`` of th
 part (status ``completed``, or ``error``) instead of becoming a message of its own. A
 result whose call is unknown (or already answered) stays a ``tool`` message with one
 ToolPart. A row that gives no part (only reasoning, say) adds no message.
+
+``model``: the model name in force (a format sets it from its rows); each assistant
+message records the model in force when it began (:meth:`TranscriptBuilder.models`).
+A reasoning summary (:meth:`TranscriptBuilder.reason`) goes to the assistant message of
+the same merge key, made or to come.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ class _Draft:
     parts: list[Part]
     line: int
     merge_key: str | None
+    model: str | None = None
+    reasoning: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -34,6 +41,7 @@ class TranscriptBuilder:
     drafts: list[_Draft] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     reasoning_dropped: int = 0
+    model: str | None = None
     _calls: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def add(self, role: Role, parts: list[Part], line: int,
@@ -47,18 +55,29 @@ class TranscriptBuilder:
             if not answered:
                 self.skipped["empty"] += 1
             return
-        last = self.drafts[-1] if self.drafts else None
-        if (merge_key is not None and last is not None and last.merge_key == merge_key
-                and last.role == role):
-            draft = last
-        else:
-            draft = _Draft(role, [], line, merge_key)
-            self.drafts.append(draft)
+        draft = self._draft(role, line, merge_key)
         for part in parts:
             if isinstance(part, ToolPart) and part.tool_id and part.tool_output is None:
                 self._calls.setdefault(part.tool_id,
                                        (len(self.drafts) - 1, len(draft.parts)))
             draft.parts.append(part)
+
+    def _draft(self, role: Role, line: int, merge_key: str | None) -> _Draft:
+        last = self.drafts[-1] if self.drafts else None
+        if (merge_key is not None and last is not None and last.merge_key == merge_key
+                and last.role == role):
+            return last
+        draft = _Draft(role, [], line, merge_key,
+                       self.model if role == "assistant" else None)
+        self.drafts.append(draft)
+        return draft
+
+    def reason(self, summary: str, line: int, merge_key: str | None) -> None:
+        """A reasoning summary of the assistant message with ``merge_key`` (the last
+        one if it has that key, else a new one its next parts will fill; one that gets
+        no part is not kept). Blank summaries are ignored."""
+        if summary.strip():
+            self._draft("assistant", line, merge_key).reasoning.append(summary.strip())
 
     def call(self, tool_id: str, name: str, tool_input: dict[str, object]) -> ToolPart:
         """A tool call part, waiting for its result."""
@@ -89,4 +108,15 @@ class TranscriptBuilder:
     def messages(self) -> tuple[list[Message], list[int]]:
         """The messages with parts, and the source line each one starts at."""
         kept = [d for d in self.drafts if d.parts]
-        return ([Message(role=d.role, parts=d.parts) for d in kept], [d.line for d in kept])
+        return ([Message(role=d.role, parts=d.parts,
+                         reasoning="\n\n".join(d.reasoning) if d.reasoning else None)
+                 for d in kept], [d.line for d in kept])
+
+    def unkept_reasoning(self) -> int:
+        """Reasoning summaries of assistant messages that got no part (not kept)."""
+        return sum(len(d.reasoning) for d in self.drafts if d.reasoning and not d.parts)
+
+    def models(self) -> list[str | None]:
+        """The model of each message :meth:`messages` gives (None: not an assistant
+        message, or no model known)."""
+        return [d.model for d in self.drafts if d.parts]

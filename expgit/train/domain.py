@@ -41,6 +41,10 @@ Part = Annotated[TextPart | ToolPart, Field(discriminator="type")]
 class Message(_Model):
     role: Literal["system", "user", "assistant", "tool"]
     parts: list[Part] = Field(default_factory=list)
+    # the reasoning summary a model showed with this message (e.g. a Responses API
+    # ``reasoning`` item's summary); left out of the JSON when None, so messages without
+    # it serialise (and fingerprint) as they always did
+    reasoning: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @classmethod
     def text(cls, role: Literal["system", "user", "assistant", "tool"], text: str) -> Message:

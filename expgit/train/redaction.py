@@ -55,9 +55,19 @@ def redact_messages(messages: Sequence[Message], max_chars: int | None = None
     counts: Counter[str] = Counter()
     names = document_names(messages)
     out = [Message(role=m.role, parts=[_redact_part(p, counts, names, max_chars)
-                                       for p in m.parts])
+                                       for p in m.parts],
+                   reasoning=_redact_reasoning(m.reasoning, counts, names, max_chars))
            for m in messages]
     return out, counts
+
+
+def _redact_reasoning(text: str | None, counts: Counter[str], names: Iterable[str],
+                      limit: int | None) -> str | None:
+    if text is None:
+        return None
+    redacted, found = redact_text(_cap(text, limit, counts), names)
+    counts.update(found)
+    return redacted
 
 
 def _cap_value(value: object, limit: int, counts: Counter[str]) -> object:
