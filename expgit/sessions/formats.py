@@ -48,7 +48,12 @@ from expgit.outcomes.signals import SessionSignals
 from expgit.sessions.feedback import is_feedback_row, session_signals_of
 from expgit.sessions.formats_anthropic import AnthropicFormat
 from expgit.sessions.formats_base import Row, RowFormat
-from expgit.sessions.formats_claude_code import ClaudeCodeFormat, session_id_of
+from expgit.sessions.formats_claude_code import (
+    ClaudeCodeFormat,
+    session_id_of,
+    split_sidechains,
+    task_agents,
+)
 from expgit.sessions.formats_codex import CodexFormat, codex_session_id
 from expgit.sessions.formats_openai import OpenAIFormat
 from expgit.sessions.formats_responses import ResponsesFormat
@@ -91,6 +96,13 @@ class ParsedSession(BaseModel):
     message_models: list[str | None] = Field(default_factory=list)
     unrecognized: str | None = None  # no row of a known shape: "line N: <excerpt>"
     truncated_line: int | None = None  # a last line still being written: left out
+    # Claude Code sub-agents: each sub-agent's conversation in the file, a session of
+    # its own (``agent_id``; ``parent_tool_id``: the parent's Task call, when the file
+    # holds it); ``task_agents``: the sub-agent each Task call of this session started
+    subagents: list[ParsedSession] = Field(default_factory=list)
+    agent_id: str | None = None
+    parent_tool_id: str | None = None
+    task_agents: dict[str, str] = Field(default_factory=dict)
 
 
 def detect_format(rows: Iterable[Row]) -> DetectedFormat:
@@ -165,12 +177,39 @@ def parse_session_lines(lines: Iterable[str | bytes],
     if invalid and not (read or metadata or feedback):
         first = min(invalid)
         unrecognized = f"line {first}: {_excerpt(texts[first])}"
-    return ParsedSession(
+    parsed = ParsedSession(
         format=name, messages=messages, message_lines=starts, session_id=session_id,
         line_count=line_count, blank_lines=blank, invalid_lines=sorted(invalid),
         skipped_metadata=metadata, skipped_rows=dict(sorted(builder.skipped.items())),
         reasoning_dropped=builder.reasoning_dropped + builder.unkept_reasoning(),
         signals=signals, message_models=builder.models(), unrecognized=unrecognized)
+    if name == "claude_code":
+        _add_subagents(parsed, rows)
+    return parsed
+
+
+def _add_subagents(parsed: ParsedSession, rows: list[tuple[int, Row]]) -> None:
+    """``parsed``'s sub-agent sessions (its sidechain rows) and Task links."""
+    main, groups = split_sidechains(rows)
+    agents, prompts = task_agents(main)
+    parsed.task_agents = agents
+    by_agent = {agent: tool for tool, agent in agents.items()}
+    by_prompt = {prompt.strip(): tool for tool, prompt in prompts.items() if prompt.strip()}
+    for agent, group in groups.items():
+        reader, builder = ClaudeCodeFormat(sidechain=True), TranscriptBuilder()
+        for number, row in group:
+            reader.add_row(row, number, builder)
+        messages, starts = builder.messages()
+        if not messages:
+            continue
+        first_user = next((m.plain_text.strip() for m in messages if m.role == "user"), "")
+        parsed.subagents.append(ParsedSession(
+            format="claude_code", messages=messages, message_lines=starts,
+            session_id=parsed.session_id, line_count=len(group),
+            skipped_rows=dict(sorted(builder.skipped.items())),
+            reasoning_dropped=builder.reasoning_dropped + builder.unkept_reasoning(),
+            message_models=builder.models(), agent_id=agent,
+            parent_tool_id=by_agent.get(agent) or by_prompt.get(first_user)))
 
 
 def _excerpt(text: str) -> str:

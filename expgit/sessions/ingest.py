@@ -27,15 +27,17 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from expgit.llm.structured import StructuredLLM
+from expgit.sessions.discovery import with_subagent_files
 from expgit.sessions.feedback import redact_signals
 from expgit.sessions.fingerprint import fingerprint, hash_id
-from expgit.sessions.formats import SessionFormat, parse_session_file
+from expgit.sessions.formats import ParsedSession, SessionFormat, parse_session_file
 from expgit.sessions.incremental import (
     Resegmented,
     apply_segmentation,
@@ -76,6 +78,7 @@ class SegmentOutcome(BaseModel):
 class FileReport(BaseModel):
     file: str  # as given on the command line (never stored)
     session: str  # the session key (a hash)
+    parent_session: str | None = None  # a sub-agent's session: its parent's key
     format: str
     outcome: Literal["new", "unchanged", "changed", "empty"]  # empty: skipped, not stored
     messages: int
@@ -106,7 +109,8 @@ async def segment_session(repo: ExperienceRepository, manifest: SessionManifest,
     """Segment ``messages`` from ``start`` on into ``manifest`` (in place), put the new
     segments' messages into ``changes``, and invalidate what superseded trained segments
     taught. Without a segmenter, a session longer than two messages stays pending."""
-    short = start == 0 and len(messages) <= SHORT_SESSION
+    short = start == 0 and (len(messages) <= SHORT_SESSION
+                            or manifest.parent_session is not None)  # a sub-agent's task
     if segmenter is None and not short and start < len(messages):
         manifest.resume_from, manifest.status_reason = start, NO_LLM
         return SegmentOutcome(segments=len(manifest.settled()), pending_reason=NO_LLM)
@@ -141,9 +145,36 @@ async def settle(repo: ExperienceRepository, manifest: SessionManifest, change: 
                 outcome.invalidation_proposals.append(record.proposal_id)
 
 
-def session_key(path: Path, session_id: str | None) -> str:
-    """A session's key: the hash of its session id, else of its file's absolute path."""
-    return hash_id(f"session:{session_id}" if session_id else str(path.resolve()))
+def session_key(path: Path, session_id: str | None, agent_id: str | None = None) -> str:
+    """A session's key: the hash of its session id, else of its file's absolute path;
+    a sub-agent's: of that and its agent id."""
+    base = f"session:{session_id}" if session_id else str(path.resolve())
+    return hash_id(f"{base}/agent:{agent_id}" if agent_id is not None else base)
+
+
+@dataclass
+class SessionUnit:
+    """One session a file holds: the file's own, or one of its sub-agents'."""
+
+    path: Path
+    parsed: ParsedSession
+    key: str
+    parent: str | None = None  # a sub-agent's: its parent session's key
+    subagents: dict[str, str] = field(default_factory=dict)  # Task call id -> key
+
+
+def session_units(path: Path, parsed: ParsedSession) -> list[SessionUnit]:
+    """The sessions of a parsed file: its own (unless it only holds sub-agents, as a
+    ``subagents/agent-*.jsonl`` file does) and each sub-agent's."""
+    key = session_key(path, parsed.session_id)
+    subs = [SessionUnit(path, sub, session_key(path, sub.session_id, sub.agent_id),
+                        parent=key) for sub in parsed.subagents]
+    links = {tool: session_key(path, parsed.session_id, agent)
+             for tool, agent in parsed.task_agents.items()}
+    links.update({u.parsed.parent_tool_id: u.key for u in subs if u.parsed.parent_tool_id})
+    own = [] if subs and not parsed.messages else [
+        SessionUnit(path, parsed, key, subagents=dict(sorted(links.items())))]
+    return own + subs
 
 
 async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
@@ -160,15 +191,17 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
     report = IngestReport(branch=store.branch.branch)
     changes = SessionChanges()
     total: Counter[str] = Counter()
+    files = with_subagent_files(files)
     parsed_files = [(path, await asyncio.to_thread(parse_session_file, path, session_format))
                     for path in files]  # a missing or unreadable file: nothing written
-    for path, parsed in parsed_files:
+    units = [unit for path, parsed in parsed_files for unit in session_units(path, parsed)]
+    for unit in units:
+        path, parsed, key = unit.path, unit.parsed, unit.key
         messages, counts = redact_messages(parsed.messages,
                                            repo.settings.limits.max_message_chars)
         signals, found = redact_signals(parsed.signals, document_names(parsed.messages))
         counts.update(found)
         total.update(counts)
-        key = session_key(path, parsed.session_id)
         if not messages:  # an empty file, or only metadata rows: nothing to keep
             report.files.append(FileReport(
                 file=str(path), session=key, format=parsed.format, outcome="empty",
@@ -186,7 +219,8 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
         content = fingerprint(messages, signals)
         models = model_spans(parsed.message_models)
         file = FileReport(
-            file=str(path), session=key, format=parsed.format, outcome="unchanged",
+            file=str(path), session=key, parent_session=unit.parent,
+            format=parsed.format, outcome="unchanged",
             messages=len(messages), lines=parsed.line_count, blank_lines=parsed.blank_lines,
             invalid_lines=parsed.invalid_lines, skipped_metadata=parsed.skipped_metadata,
             redactions=dict(sorted(counts.items())), status="")
@@ -194,11 +228,11 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
         report.invalid_lines += len(parsed.invalid_lines)
         if manifest is not None and manifest.content_hash == content:
             if (manifest.agent != (agent or manifest.agent) or manifest.format != parsed.format
-                    or manifest.models != models):
+                    or manifest.models != models or manifest.subagents != unit.subagents):
                 file.outcome = "changed"  # the same messages: no new segmentation
                 changes.put(manifest, base)
                 manifest.agent, manifest.format = agent or manifest.agent, parsed.format
-                manifest.models = models
+                manifest.models, manifest.subagents = models, unit.subagents
             file.status, file.status_reason = manifest.status, manifest.status_reason
             continue
         if manifest is None:
@@ -207,7 +241,9 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
                 session_key=key, source_hash=hash_id(str(path.resolve())),
                 session_id_hash=hash_id(parsed.session_id) if parsed.session_id else None,
                 agent=agent, format=parsed.format, message_count=len(messages),
-                content_hash=content, signals=signals)
+                content_hash=content, signals=signals, parent_session=unit.parent,
+                parent_tool_id=parsed.parent_tool_id,
+                agent_id_hash=hash_id(parsed.agent_id) if parsed.agent_id else None)
             renewed, only_feedback = None, False
         else:
             file.outcome = "changed"
@@ -223,7 +259,8 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
                 manifest.signals = signals
                 renewed = refingerprint(manifest, messages, before=start)
         manifest.message_count, manifest.content_hash = len(messages), content
-        manifest.models = models
+        manifest.models, manifest.subagents = models, unit.subagents
+        manifest.parent_tool_id = manifest.parent_tool_id or parsed.parent_tool_id
         manifest.invalid_lines = len(parsed.invalid_lines)
         manifest.redactions = dict(sorted(counts.items()))
         changes.put(manifest, base)

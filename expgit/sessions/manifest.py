@@ -113,6 +113,13 @@ class SessionManifest(_Model):
     segments: list[SegmentRecord] = Field(default_factory=list)
     signals: SessionSignals | None = None  # feedback events, redacted, response ids hashed
     models: list[ModelSpan] = Field(default_factory=list)  # the agent's model(s)
+    # a sub-agent's session (Claude Code): the key of the session whose Task call
+    # started it, that call's id when known, and the sub-agent's id (hashed); it is one
+    # segment, as the sub-agent did the one task it was given
+    parent_session: str | None = None
+    parent_tool_id: str | None = None
+    agent_id_hash: str | None = None
+    subagents: dict[str, str] = Field(default_factory=dict)  # Task call id -> session key
 
     def model_of(self, start: int, end: int) -> str | None:
         """The model whose span covers most of messages ``start`` .. ``end - 1``."""

@@ -11,6 +11,8 @@ window under ``[sessions] window_tokens`` (the trajectory hub's rules).
   after it. A window that reaches the end: all its tasks are final.
 * A single message over the budget forms a window of its own (shown truncated); a window
   of one message is one task, so it needs no LLM call.
+* A task never starts at a ``system`` message (context such as a compaction summary):
+  such a task is joined to the one before it.
 * A reply that is not contiguous 1..L gets one re-prompt stating the problem; a second
   bad reply (or a failing endpoint) stops segmentation: the session stays pending from
   that window on, the segments before it are kept.
@@ -125,6 +127,19 @@ def window_end(messages: Sequence[Message], start: int, budget: int) -> int:
     return end
 
 
+def join_context_starts(messages: Sequence[Message], spans: list[Span]) -> list[Span]:
+    """``spans`` with each one that starts at a ``system`` message (context: a
+    compaction summary, injected instructions) joined to the span before it: context
+    never starts a task."""
+    joined: list[Span] = []
+    for span in spans:
+        if joined and messages[span.start].role == "system":
+            joined[-1] = Span(joined[-1].start, span.end, joined[-1].topic)
+        else:
+            joined.append(span)
+    return joined
+
+
 class SegmentationFailed(Exception):
     pass
 
@@ -192,8 +207,9 @@ class LLMTaskSegmenter:
                     f"{exc.message}") from None
             problem = cover_problem(reply.tasks, len(window))
             if problem is None:
-                return [Span(start + first - 1, start + last, topic)
-                        for first, last, topic in task_ranges(reply.tasks, len(window))]
+                return join_context_starts(messages, [
+                    Span(start + first - 1, start + last, topic)
+                    for first, last, topic in task_ranges(reply.tasks, len(window))])
             previous = reply.model_dump_json()
         raise SegmentationFailed(f"the segment reply for messages {start + 1}..{end} was "
                                  f"invalid twice: {problem}")

@@ -268,7 +268,10 @@ def test_claude_code_session_id_is_stored_hashed(seeded_repo: ExperienceReposito
     session_id = "9b2e4c1a-5d6f-4e7a-8b9c-0d1e2f3a4b5c"
     assert session_id in source.read_text()
     do_ingest(seeded_repo, [source], None, agent="claude")
-    manifest = only_manifest(seeded_repo)
+    # the file's one sidechain row is a sub-agent's session of its own
+    manifest, subagent = sorted(SessionStore(seeded_repo).manifests(),
+                                key=lambda m: m.parent_session is not None)
+    assert subagent.parent_session == manifest.session_key
     assert manifest.format == "claude_code" and manifest.session_id_hash is not None
     history = git(tmp_path / "repo", "log", "-p", "--all")
     assert session_id not in history and str(source.resolve()) not in history
