@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Literal, cast
@@ -11,8 +12,12 @@ import click
 
 from expgit.cli._common import emit, json_option, open_repo, warn
 from expgit.cli.train_common import llm_options, make_llm_options
+from expgit.errors import UsageError
+from expgit.sessions.discovery import TOOLS, Tool
 from expgit.sessions.formats import FORMAT_NAMES, SessionFormat
-from expgit.sessions.ingest import IngestReport, ingest
+from expgit.sessions.ingest import ingest
+from expgit.sessions.ingest_from import ingest_from
+from expgit.sessions.ingest_report import IngestReport
 from expgit.sessions.report import SessionsRunReport
 from expgit.sessions.run import run_with_llm
 from expgit.sessions.status import SessionsStatus, sessions_status
@@ -36,32 +41,71 @@ def _print_ingest(report: IngestReport) -> None:
         segments = f"; {f.segmentation.segments} segments" if f.segmentation else ""
         click.echo(f"{f.file}: {f.outcome}, {f.messages} messages, {f.status}{reason}"
                    f"{segments}; redacted: {_counts(f.redactions)}")
+    for note in report.notes:
+        click.echo(f"note: {note}")
+    if report.source is not None:
+        click.echo(f"{report.source}: {len(report.files)} file(s) read, {report.not_read} "
+                   f"unchanged since the last ingest (not read), in {report.folder}")
     click.echo(f"commit: {report.commit[:12] if report.commit else 'none (nothing changed)'}"
                f" on {report.branch}")
 
 
 @sessions_group.command("ingest")
-@click.argument("files", nargs=-1, required=True,
-                type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("files", nargs=-1, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--from", "tool", type=click.Choice(list(TOOLS)),
+              help="Find the sessions this tool wrote, in its default folder "
+              "(claude-code: $CLAUDE_CONFIG_DIR/projects or ~/.claude/projects; codex: "
+              "$CODEX_HOME/sessions or ~/.codex/sessions), instead of naming FILES.")
+@click.option("--path", "folder", type=click.Path(path_type=Path, file_okay=False),
+              help="With --from: search this folder instead of the default one.")
+@click.option("--since", type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S",
+                                             "%Y-%m-%d %H:%M:%S"]), metavar="DATE",
+              help="With --from: only files modified at or after DATE (2026-11-30 or "
+              "2026-11-30T09:00:00, local time).")
 @click.option("--agent", help="The id of the agent that wrote these sessions.")
 @click.option("--format", "session_format", default="auto", show_default=True,
               type=click.Choice(FORMAT_NAMES),
               help="The row format of the files; auto detects it per file.")
 @json_option
 @click.pass_context
-def ingest_cmd(ctx: click.Context, files: tuple[Path, ...], agent: str | None,
+def ingest_cmd(ctx: click.Context, files: tuple[Path, ...], tool: str | None,
+               folder: Path | None, since: datetime | None, agent: str | None,
                session_format: str, as_json: bool) -> None:
-    """Record session FILES (.jsonl) on the sessions branch, redacted.
+    """Record session FILES (.jsonl) on the sessions branch, redacted; or, with --from,
+    the sessions a tool wrote that changed since the last ingest.
+
+    \b
+    expgit sessions ingest sessions/*.jsonl --agent support-bot
+    expgit sessions ingest --from claude-code --since 2026-11-30
+    expgit sessions ingest --from codex --path ~/work/codex-home/sessions
 
     An unchanged file changes nothing. A session of at most two messages is one segment
     at once; longer ones are pending until `expgit sessions run` segments them. Blank and
-    invalid lines are counted and reported, never fatal."""
-    report = asyncio.run(ingest(open_repo(ctx), list(files), agent=agent,
-                                session_format=cast(SessionFormat, session_format)))
+    invalid lines are counted and reported, never fatal. A file of no known format stops
+    the ingest, naming its first offending line, with nothing stored; with --from it is
+    reported and skipped, and a file still being written is left for the next ingest."""
+    fmt = cast(SessionFormat, session_format)
+    if tool is None:
+        if not files:
+            raise UsageError("name session FILES, or --from claude-code|codex")
+        if folder is not None or since is not None:
+            raise UsageError("--path and --since go with --from")
+        report = asyncio.run(ingest(open_repo(ctx), list(files), agent=agent,
+                                    session_format=fmt))
+    else:
+        if files:
+            raise UsageError("--from finds the files: name no FILES with it")
+        report = asyncio.run(ingest_from(open_repo(ctx), cast(Tool, tool), path=folder,
+                                         since=since, agent=agent, session_format=fmt))
     warn([f"{f.file}: {len(f.invalid_lines)} invalid line(s) skipped: "
           + ", ".join(map(str, f.invalid_lines[:20]))
           + (" ..." if len(f.invalid_lines) > 20 else "")
-          for f in report.files if f.invalid_lines])
+          for f in report.files if f.invalid_lines and f.outcome != "unrecognized"]
+         + [f"{f.file}: {f.status_reason}" for f in report.files
+            if f.outcome in ("unrecognized", "incomplete")]
+         + [f"{f.file}: line {f.truncated_line} is incomplete (still being written?): "
+            "skipped" for f in report.files
+            if f.truncated_line is not None and f.outcome != "incomplete"])
     emit(as_json, report.model_dump(mode="json"), lambda: _print_ingest(report))
 
 

@@ -1,5 +1,11 @@
 """Where agents keep their sessions: the files an ingest reads.
 
+``--from claude-code``: ``$CLAUDE_CONFIG_DIR/projects`` (default ``~/.claude/projects``),
+one folder per project, ``<session>.jsonl`` in each. ``--from codex``:
+``$CODEX_HOME/sessions`` (default ``~/.codex/sessions``), ``YYYY/MM/DD/rollout-*.jsonl``.
+Every ``.jsonl`` below the folder is a candidate (:func:`find_session_files`), or only
+those modified since ``--since``.
+
 A Claude Code session ``<project>/<session>.jsonl`` may have sub-agents in files of
 their own beside it, ``<project>/<session>/subagents/agent-<agentId>.jsonl``; naming
 the session names them too (:func:`with_subagent_files`). ``agent-acompact-*`` files
@@ -8,8 +14,14 @@ the session names them too (:func:`with_subagent_files`). ``agent-acompact-*`` f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import Literal
+
+Tool = Literal["claude-code", "codex"]
 
 SUBAGENTS = "subagents"
 COMPACTION_AGENT = "agent-acompact-"
@@ -35,3 +47,44 @@ def with_subagent_files(files: Sequence[Path]) -> list[Path]:
                 seen.add(resolved)
                 out.append(candidate)
     return out
+
+
+@dataclass(frozen=True)
+class ToolFolder:
+    """Where a tool keeps its sessions: ``<env var or home default>/<below>``."""
+
+    label: str
+    env: str
+    home: str
+    below: str
+    pattern: str
+
+
+TOOLS: dict[Tool, ToolFolder] = {
+    "claude-code": ToolFolder("Claude Code", "CLAUDE_CONFIG_DIR", ".claude", "projects",
+                              "*.jsonl"),
+    "codex": ToolFolder("Codex", "CODEX_HOME", ".codex", "sessions", "*.jsonl"),
+}
+
+
+def default_folder(tool: Tool, env: Mapping[str, str] | None = None) -> Path:
+    """The folder ``tool`` writes its sessions to (its environment variable honoured)."""
+    where = TOOLS[tool]
+    environ = os.environ if env is None else env
+    base = environ.get(where.env)
+    root = Path(base).expanduser() if base else Path.home() / where.home
+    return root / where.below
+
+
+def find_session_files(tool: Tool, folder: Path, since: datetime | None = None
+                       ) -> list[Path]:
+    """The session files below ``folder`` (sorted), modified at or after ``since``."""
+    cutoff = since.timestamp() if since is not None else None
+    found: list[Path] = []
+    for path in folder.rglob(TOOLS[tool].pattern):
+        if path.name.startswith(COMPACTION_AGENT) or not path.is_file():
+            continue
+        if cutoff is not None and path.stat().st_mtime < cutoff:
+            continue
+        found.append(path)
+    return sorted(found)

@@ -27,23 +27,29 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, Field
-
+from expgit.errors import InvalidInputError
 from expgit.llm.structured import StructuredLLM
 from expgit.sessions.discovery import with_subagent_files
 from expgit.sessions.feedback import redact_signals
 from expgit.sessions.fingerprint import fingerprint, hash_id
-from expgit.sessions.formats import ParsedSession, SessionFormat, parse_session_file
+from expgit.sessions.formats import FORMATS, SessionFormat
 from expgit.sessions.incremental import (
     Resegmented,
     apply_segmentation,
     first_change,
     refingerprint,
     resume_point,
+)
+from expgit.sessions.ingest_report import (
+    FileReport,
+    IngestReport,
+    SegmentOutcome,
+    SessionUnit,
+    left_out,
+    read_source,
+    session_units,
 )
 from expgit.sessions.invalidate import invalidate_segments
 from expgit.sessions.manifest import SessionManifest, model_spans
@@ -61,45 +67,6 @@ from expgit.train.domain import Message
 from expgit.train.redaction import document_names, redact_messages
 
 NO_LLM = "not segmented yet: `expgit sessions run` segments it (with an LLM)"
-
-
-class SegmentOutcome(BaseModel):
-    """What segmenting one session did."""
-
-    segments: int = 0  # active segments afterwards
-    added: list[str] = Field(default_factory=list)  # fingerprints
-    kept: int = 0
-    superseded: list[str] = Field(default_factory=list)
-    invalidation_proposals: list[str] = Field(default_factory=list)
-    llm_prompts: int = 0
-    pending_reason: str | None = None
-
-
-class FileReport(BaseModel):
-    file: str  # as given on the command line (never stored)
-    session: str  # the session key (a hash)
-    parent_session: str | None = None  # a sub-agent's session: its parent's key
-    format: str
-    outcome: Literal["new", "unchanged", "changed", "empty"]  # empty: skipped, not stored
-    messages: int
-    lines: int
-    blank_lines: int
-    invalid_lines: list[int] = Field(default_factory=list)
-    skipped_metadata: int = 0
-    redactions: dict[str, int] = Field(default_factory=dict)
-    status: str
-    status_reason: str | None = None
-    segmentation: SegmentOutcome | None = None
-
-
-class IngestReport(BaseModel):
-    files: list[FileReport] = Field(default_factory=list)
-    commit: str | None = None  # on the sessions branch; None: nothing changed
-    branch: str
-    redactions: dict[str, int] = Field(default_factory=dict)
-    invalid_lines: int = 0
-    empty: list[str] = Field(default_factory=list)  # files with no message: never stored
-    invalidation_proposals: list[str] = Field(default_factory=list)
 
 
 async def segment_session(repo: ExperienceRepository, manifest: SessionManifest,
@@ -145,56 +112,52 @@ async def settle(repo: ExperienceRepository, manifest: SessionManifest, change: 
                 outcome.invalidation_proposals.append(record.proposal_id)
 
 
-def session_key(path: Path, session_id: str | None, agent_id: str | None = None) -> str:
-    """A session's key: the hash of its session id, else of its file's absolute path;
-    a sub-agent's: of that and its agent id."""
-    base = f"session:{session_id}" if session_id else str(path.resolve())
-    return hash_id(f"{base}/agent:{agent_id}" if agent_id is not None else base)
-
-
-@dataclass
-class SessionUnit:
-    """One session a file holds: the file's own, or one of its sub-agents'."""
-
-    path: Path
-    parsed: ParsedSession
-    key: str
-    parent: str | None = None  # a sub-agent's: its parent session's key
-    subagents: dict[str, str] = field(default_factory=dict)  # Task call id -> key
-
-
-def session_units(path: Path, parsed: ParsedSession) -> list[SessionUnit]:
-    """The sessions of a parsed file: its own (unless it only holds sub-agents, as a
-    ``subagents/agent-*.jsonl`` file does) and each sub-agent's."""
-    key = session_key(path, parsed.session_id)
-    subs = [SessionUnit(path, sub, session_key(path, sub.session_id, sub.agent_id),
-                        parent=key) for sub in parsed.subagents]
-    links = {tool: session_key(path, parsed.session_id, agent)
-             for tool, agent in parsed.task_agents.items()}
-    links.update({u.parsed.parent_tool_id: u.key for u in subs if u.parsed.parent_tool_id})
-    own = [] if subs and not parsed.messages else [
-        SessionUnit(path, parsed, key, subagents=dict(sorted(links.items())))]
-    return own + subs
+def manifest_stat(manifest: SessionManifest) -> tuple[int, int] | None:
+    """The (size, mtime_ns) of its source file that a manifest recorded."""
+    if manifest.source_size is None or manifest.source_mtime_ns is None:
+        return None
+    return manifest.source_size, manifest.source_mtime_ns
 
 
 async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
                  agent: str | None = None, llm: StructuredLLM | None = None,
                  segmenter: TaskSegmenter | None = None,
-                 session_format: SessionFormat = "auto") -> IngestReport:
+                 session_format: SessionFormat = "auto", discovered: bool = False
+                 ) -> IngestReport:
     """Ingest session files (see the module docstring); one commit for all of them, or
     none when nothing changed. The segmenter: ``segmenter``, else the LLM one on
     ``llm``; with neither, sessions that need the LLM stay pending (``expgit sessions
-    run`` segments them). Every file is parsed before anything is written."""
+    run`` segments them). Every file is parsed before anything is written.
+
+    A file of no known format is an InvalidInputError (nothing written); a last line
+    still being written is left out. ``discovered``: the files were found by ``--from``
+    (their sub-agent files among them): such a file is skipped and reported instead
+    (``unrecognized``), and one still being written is left for the next ingest
+    (``incomplete``)."""
     if segmenter is None and llm is not None:
         segmenter = LLMTaskSegmenter(llm, repo.settings.sessions.window_tokens, repo)
     store = SessionStore(repo)
     report = IngestReport(branch=store.branch.branch)
     changes = SessionChanges()
     total: Counter[str] = Counter()
-    files = with_subagent_files(files)
-    parsed_files = [(path, await asyncio.to_thread(parse_session_file, path, session_format))
-                    for path in files]  # a missing or unreadable file: nothing written
-    units = [unit for path, parsed in parsed_files for unit in session_units(path, parsed)]
+    sources = [await asyncio.to_thread(read_source, path, session_format)
+               for path in (files if discovered else with_subagent_files(files))]
+    units: list[SessionUnit] = []  # a missing or unreadable file: nothing written
+    for source in sources:
+        if source.parsed.unrecognized is not None and not discovered:
+            raise InvalidInputError(
+                f"session file {source.path}: no known session format: "
+                f"{source.parsed.unrecognized}", hint="rows of: " + ", ".join(FORMATS))
+        skipped = left_out(source, discovered)
+        if skipped is not None:
+            report.files.append(skipped)
+            listed = report.unrecognized if skipped.outcome == "unrecognized" \
+                else report.incomplete
+            listed.append(skipped.file)
+            continue
+        for unit in session_units(source.path, source.parsed):
+            unit.stat = source.stat
+            units.append(unit)
     for unit in units:
         path, parsed, key = unit.path, unit.parsed, unit.key
         messages, counts = redact_messages(parsed.messages,
@@ -223,7 +186,8 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
             format=parsed.format, outcome="unchanged",
             messages=len(messages), lines=parsed.line_count, blank_lines=parsed.blank_lines,
             invalid_lines=parsed.invalid_lines, skipped_metadata=parsed.skipped_metadata,
-            redactions=dict(sorted(counts.items())), status="")
+            redactions=dict(sorted(counts.items())), status="",
+            truncated_line=parsed.truncated_line)
         report.files.append(file)
         report.invalid_lines += len(parsed.invalid_lines)
         if manifest is not None and manifest.content_hash == content:
@@ -233,6 +197,9 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
                 changes.put(manifest, base)
                 manifest.agent, manifest.format = agent or manifest.agent, parsed.format
                 manifest.models, manifest.subagents = models, unit.subagents
+            if unit.stat is not None and unit.stat != manifest_stat(manifest):
+                changes.put(manifest, base)  # touched, the same messages: note it
+                manifest.source_size, manifest.source_mtime_ns = unit.stat
             file.status, file.status_reason = manifest.status, manifest.status_reason
             continue
         if manifest is None:
@@ -261,6 +228,8 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
         manifest.message_count, manifest.content_hash = len(messages), content
         manifest.models, manifest.subagents = models, unit.subagents
         manifest.parent_tool_id = manifest.parent_tool_id or parsed.parent_tool_id
+        if unit.stat is not None:
+            manifest.source_size, manifest.source_mtime_ns = unit.stat
         manifest.invalid_lines = len(parsed.invalid_lines)
         manifest.redactions = dict(sorted(counts.items()))
         changes.put(manifest, base)

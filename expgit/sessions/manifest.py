@@ -120,6 +120,10 @@ class SessionManifest(_Model):
     parent_tool_id: str | None = None
     agent_id_hash: str | None = None
     subagents: dict[str, str] = Field(default_factory=dict)  # Task call id -> session key
+    # the source file's size and modification time (ns) when it was last read: a file
+    # found again with both unchanged is not read (``sessions ingest --from``)
+    source_size: int | None = None
+    source_mtime_ns: int | None = None
 
     def model_of(self, start: int, end: int) -> str | None:
         """The model whose span covers most of messages ``start`` .. ``end - 1``."""

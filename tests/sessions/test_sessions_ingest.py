@@ -17,7 +17,8 @@ from expgit.llm.port import ChatMessages, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
 from expgit.sessions.fingerprint import fingerprint
-from expgit.sessions.ingest import NO_LLM, IngestReport, ingest
+from expgit.sessions.ingest import NO_LLM, ingest
+from expgit.sessions.ingest_report import IngestReport
 from expgit.sessions.manifest import SessionManifest
 from expgit.sessions.metrics import METRIC_NAMES
 from expgit.sessions.run import run
