@@ -39,7 +39,8 @@ def _print_ingest(report: IngestReport) -> None:
     for f in report.files:
         reason = f" ({f.status_reason})" if f.status_reason else ""
         segments = f"; {f.segmentation.segments} segments" if f.segmentation else ""
-        click.echo(f"{f.file}: {f.outcome}, {f.messages} messages, {f.status}{reason}"
+        sub = f" (sub-agent of session {f.parent_session})" if f.parent_session else ""
+        click.echo(f"{f.file}{sub}: {f.outcome}, {f.messages} messages, {f.status}{reason}"
                    f"{segments}; redacted: {_counts(f.redactions)}")
     for note in report.notes:
         click.echo(f"note: {note}")

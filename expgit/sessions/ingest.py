@@ -145,9 +145,11 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
     units: list[SessionUnit] = []  # a missing or unreadable file: nothing written
     for source in sources:
         if source.parsed.unrecognized is not None and not discovered:
+            what = ("no known session format" if session_format == "auto"
+                    else f"no row of the {session_format} format")
             raise InvalidInputError(
-                f"session file {source.path}: no known session format: "
-                f"{source.parsed.unrecognized}", hint="rows of: " + ", ".join(FORMATS))
+                f"session file {source.path}: {what}: {source.parsed.unrecognized}",
+                hint="rows of: " + ", ".join(FORMATS))
         skipped = left_out(source, discovered)
         if skipped is not None:
             report.files.append(skipped)
