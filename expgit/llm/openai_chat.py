@@ -213,10 +213,10 @@ class OpenAIChatModel:
 
     async def complete(self, messages: ChatMessages, *, stage: str,
                        response_format: dict[str, Any] | None, max_tokens: int,
-                       temperature: float) -> Completion:
+                       temperature: float, seed: int | None = None) -> Completion:
         extra: dict[str, Any] = {"response_format": response_format} if response_format else {}
-        if self.seed is not None:
-            extra["seed"] = self.seed
+        if seed is not None or self.seed is not None:  # a call's own seed first
+            extra["seed"] = seed if seed is not None else self.seed
 
         async def call(timeout: float) -> Any:
             return await self.client.chat.completions.create(
@@ -237,13 +237,16 @@ class OpenAIChatModel:
                            f"{_short(response)}", cause="malformed chat completion") from None
 
     async def complete_tools(self, messages: ToolMessages, tools: list[dict[str, Any]], *,
-                             stage: str, max_tokens: int, temperature: float) -> ToolTurn:
+                             stage: str, max_tokens: int, temperature: float,
+                             seed: int | None = None) -> ToolTurn:
         """One assistant turn with ``tools=``; same retries and deadline as complete."""
+        extra: dict[str, Any] = {"seed": seed} if seed is not None else {}
+
         async def call(timeout: float) -> Any:
             return await self.client.chat.completions.create(
                 model=self.model, messages=messages,  # type: ignore[arg-type]
                 tools=tools,  # type: ignore[arg-type]
-                max_tokens=max_tokens, temperature=temperature, timeout=timeout)
+                max_tokens=max_tokens, temperature=temperature, timeout=timeout, **extra)
 
         response = await self._with_retries(f"{stage} ({self.model})", call)
         try:

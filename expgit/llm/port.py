@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -48,6 +49,16 @@ class Completion(BaseModel):
     model: str = ""
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """One call's own sampling, instead of the runtime's (``[llm] temperature``, no seed):
+    the runs of a training group (``[train] group_size``) each get their own seed, so
+    they differ. ``seed`` None: the model's own (the embedded model's fixed one)."""
+
+    temperature: float
+    seed: int | None = None
+
+
 ChatMessages = list[dict[str, str]]
 ToolMessages = list[dict[str, Any]]  # OpenAI-style, with tool_calls and role "tool"
 
@@ -75,14 +86,15 @@ class ChatModel(Protocol):
     Must: return the assistant text, finish reason and token usage; retry transient
     transport failures (429, 5xx, timeouts) with backoff itself. Must never parse or
     validate the text (the caller does). Raises :class:`LLMError` when the endpoint keeps
-    failing or refuses the request.
+    failing or refuses the request. ``seed`` is passed only when a call has its own
+    (:class:`Sampling`): a model that takes none may leave the keyword out.
     """
 
     model: str
 
     async def complete(self, messages: ChatMessages, *, stage: str,
                        response_format: dict[str, Any] | None, max_tokens: int,
-                       temperature: float) -> Completion: ...
+                       temperature: float, seed: int | None = None) -> Completion: ...
 
 
 class ToolChatModel(Protocol):
@@ -98,7 +110,8 @@ class ToolChatModel(Protocol):
     model: str
 
     async def complete_tools(self, messages: ToolMessages, tools: list[dict[str, Any]], *,
-                             stage: str, max_tokens: int, temperature: float) -> ToolTurn: ...
+                             stage: str, max_tokens: int, temperature: float,
+                             seed: int | None = None) -> ToolTurn: ...
 
 
 class EmbeddingModel(Protocol):

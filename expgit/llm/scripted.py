@@ -40,6 +40,7 @@ class ScriptedChatModel:
     model: str = "scripted"
     delay_seconds: float = 0.0
     calls: list[tuple[str, Any, dict[str, Any] | None]] = field(default_factory=list)
+    seeds: list[int | None] = field(default_factory=list)  # each text call's own seed
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _used: set[int] = field(default_factory=set)
 
@@ -55,7 +56,8 @@ class ScriptedChatModel:
             return self.steps[index]
 
     async def complete_tools(self, messages: ToolMessages, tools: list[dict[str, Any]], *,
-                             stage: str, max_tokens: int, temperature: float) -> ToolTurn:
+                             stage: str, max_tokens: int, temperature: float,
+                             seed: int | None = None) -> ToolTurn:
         """The next step of ``stage``: its ToolTurn, or its text as a turn without calls;
         ``calls`` records ``{"tools": tools}`` as the third item."""
         step = self._take(stage, list(messages), {"tools": tools})
@@ -70,8 +72,9 @@ class ScriptedChatModel:
 
     async def complete(self, messages: ChatMessages, *, stage: str,
                        response_format: dict[str, Any] | None, max_tokens: int,
-                       temperature: float) -> Completion:
+                       temperature: float, seed: int | None = None) -> Completion:
         step = self._take(stage, messages, response_format)
+        self.seeds.append(seed)
         if self.delay_seconds:
             await asyncio.sleep(self.delay_seconds)
         text = step.reply(messages) if callable(step.reply) else step.reply

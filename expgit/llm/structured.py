@@ -31,6 +31,7 @@ from expgit.llm.port import (
     ChatModel,
     LLMError,
     LLMOutputError,
+    Sampling,
     ToolMessages,
     ToolTurn,
     UsageMeter,
@@ -150,34 +151,44 @@ class StructuredLLM:
         if self.meter.guard is not None:
             self.meter.guard.succeeded()
 
-    async def _call(self, messages: ChatMessages, stage: str, fmt: dict[str, Any] | None
-                    ) -> str:
+    async def _call(self, messages: ChatMessages, stage: str, fmt: dict[str, Any] | None,
+                    sampling: Sampling | None = None) -> str:
         if self.meter.guard is not None:
             self.meter.guard.check(stage)
         self.meter.started(stage)
         completion = await self.model.complete(
             messages, stage=stage, response_format=fmt, max_tokens=self.max_tokens,
-            temperature=self.temperature)
+            **self._sampling(sampling))
         self.meter.record(stage, completion)
         if completion.finish_reason == "length":
             cut = f"reply cut off at {self.max_tokens} tokens (finish_reason=length)"
             raise LLMOutputError(f"{stage}: the {cut}", cause=cut)
         return completion.text
 
-    async def text(self, stage: str, messages: ChatMessages) -> str:
-        """A free-text reply (one call), e.g. the agent's answer in a rollout."""
-        with self._counted(stage):
-            return await self._call(messages, stage, None)
+    def _sampling(self, sampling: Sampling | None) -> dict[str, Any]:
+        """The keywords of a model call: the runtime's temperature, or the call's own
+        temperature and seed (``seed`` only when there is one: fakes may lack it)."""
+        if sampling is None:
+            return {"temperature": self.temperature}
+        extra: dict[str, Any] = {"seed": sampling.seed} if sampling.seed is not None else {}
+        return {"temperature": sampling.temperature, **extra}
 
-    async def tools(self, stage: str, messages: ToolMessages, tools: list[dict[str, Any]]
-                    ) -> ToolTurn:
+    async def text(self, stage: str, messages: ChatMessages,
+                   sampling: Sampling | None = None) -> str:
+        """A free-text reply (one call), e.g. the agent's answer in a rollout;
+        ``sampling``: this call's own temperature and seed (a group's run)."""
+        with self._counted(stage):
+            return await self._call(messages, stage, None, sampling)
+
+    async def tools(self, stage: str, messages: ToolMessages, tools: list[dict[str, Any]],
+                    sampling: Sampling | None = None) -> ToolTurn:
         """One tool-calling turn (the model's ``complete_tools``), counted like any call;
         LLMError if the model cannot call tools, or its reply was cut off."""
         with self._counted(stage):
-            return await self._tools(stage, messages, tools)
+            return await self._tools(stage, messages, tools, sampling)
 
-    async def _tools(self, stage: str, messages: ToolMessages, tools: list[dict[str, Any]]
-                     ) -> ToolTurn:
+    async def _tools(self, stage: str, messages: ToolMessages, tools: list[dict[str, Any]],
+                     sampling: Sampling | None = None) -> ToolTurn:
         if self.meter.guard is not None:
             self.meter.guard.check(stage)
         complete = getattr(self.model, "complete_tools", None)
@@ -187,7 +198,7 @@ class StructuredLLM:
                            cause="a model without tool calling")
         turn: ToolTurn = await complete(messages, tools, stage=stage,
                                         max_tokens=self.max_tokens,
-                                        temperature=self.temperature)
+                                        **self._sampling(sampling))
         self.meter.record(stage, turn)
         if turn.finish_reason == "length":
             cut = f"reply cut off at {self.max_tokens} tokens (finish_reason=length)"

@@ -436,6 +436,27 @@ def test_a_seeded_client_sends_its_seed_and_an_endpoint_none(fake: FakeOpenAI) -
     assert "seed" not in fake.requests[1].json
 
 
+def test_a_call_with_its_own_sampling_sends_its_temperature_and_seed(fake: FakeOpenAI
+                                                                      ) -> None:
+    """A group's run (Sampling): its temperature and seed, over the client's fixed seed;
+    the next call without one is back to the runtime's temperature and the fixed seed."""
+    from expgit.llm.port import Sampling
+
+    fake.script(chat("a"), chat("b"))
+
+    async def go() -> list[str]:
+        async with model_for(fake, seed=5) as model:
+            llm = StructuredLLM(model, UsageMeter(), max_tokens=100, temperature=0.0)
+            messages = [{"role": "user", "content": "hi"}]
+            return [await llm.text("rollout", messages, Sampling(0.9, seed=3)),
+                    await llm.text("rollout", messages)]
+
+    assert run(go()) == ["a", "b"]
+    sampled, plain = (r.json for r in fake.requests)
+    assert (sampled["temperature"], sampled["seed"]) == (0.9, 3)
+    assert (plain["temperature"], plain["seed"]) == (0.0, 5)
+
+
 def test_the_local_runtime_samples_at_temperature_0() -> None:
     from expgit.llm.factory import LLMRuntime, ResolvedLLM
     from expgit.llm.scripted import ScriptedChatModel
