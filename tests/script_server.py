@@ -20,6 +20,7 @@ from expgit.llm.scripted import ScriptedChatModel, ScriptError
 from expgit.sessions.score_output import ScoreOutput
 from expgit.sessions.segment_output import SegmentOutput
 from expgit.train.components.evaluator import JudgeVerdict
+from expgit.train.components.group_outputs import GroupReflectOutput
 from expgit.train.components.llm_outputs import (
     AnalyzeOutput,
     CompressOutput,
@@ -31,7 +32,8 @@ from expgit.train.components.llm_outputs import (
 STAGES = {JudgeVerdict.__name__: "judge", AnalyzeOutput.__name__: "analyze",
           EstimateOutput.__name__: "estimate", MergeOutput.__name__: "merge",
           CompressOutput.__name__: "compress", SegmentOutput.__name__: "segment",
-          ScoreOutput.__name__: "score", ReflectOutput.__name__: "reflect"}
+          ScoreOutput.__name__: "score", ReflectOutput.__name__: "reflect",
+          GroupReflectOutput.__name__: "group_reflect"}
 
 
 def stage_of(body: dict[str, Any]) -> str:
@@ -67,7 +69,7 @@ class ScriptServer:
                         body["messages"], stage=stage_of(body),
                         response_format=body.get("response_format"),
                         max_tokens=body.get("max_tokens", 0),
-                        temperature=body.get("temperature", 0)))
+                        temperature=body.get("temperature", 0), seed=body.get("seed")))
                 except ScriptError as exc:
                     self._unexpected(exc)
                     return

@@ -40,6 +40,10 @@ from expgit.runs.build import RunOptions, run_train
 @click.option("--batch-size", type=click.IntRange(min=1),
               help="Cases per batch, one update each (default: all cases in one batch).")
 @trials_option
+@click.option("--group-size", type=int, metavar="K",
+              help="Runs of each training case against the same snapshot (1 to 64); above "
+              "1, one reflect call per group learns from its better and worse runs, and a "
+              "group whose runs all agree gets none.  [default: [train] group_size, 1]")
 @click.option("--no-candidate-eval", "candidate_eval", is_flag=True, default=True,
               flag_value=False, help="Do not measure each proposal on the held-out cases "
               "(saves one pass over them per proposal; no gate then).")
@@ -53,7 +57,8 @@ from expgit.runs.build import RunOptions, run_train
 def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
               env_url: str | None, env_token_env: str | None, dataset: str | None,
               domain: str | None, split: str | None, eval_split: str | None, epochs: int,
-              batch_size: int | None, trials: int, candidate_eval: bool,
+              batch_size: int | None, trials: int, group_size: int | None,
+              candidate_eval: bool,
               gate: bool | None, min_delta: float | None, max_regressions: int | None,
               mode: str, pr_body: Path | None, report: Path | None,
               remote: str | None, report_html: Path | None, llm_choice: str | None,
@@ -88,6 +93,7 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
       expgit train --cases train.yaml --mode apply --report run.json
       expgit train --cases train.yaml --eval-cases eval.yaml --mode apply --gate
       expgit train --cases train.yaml --report-html run.html
+      expgit train --cases train.yaml --group-size 4
       expgit train --cases train.yaml --remote origin
     """
     repo = open_repo(ctx)
@@ -109,7 +115,7 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
                              trials=trials, candidate_eval=candidate_eval,
                              gate=gate_settings,
                              max_calls=max_calls, max_cost=max_cost,
-                             announce=print_estimate)
+                             announce=print_estimate, group_size=group_size)
         result = asyncio.run(run_train(repo, train_set, options, eval_cases=eval_set,
                                        epochs=epochs, batch_size=batch_size))
     output(result, as_json, report, report_html=report_html, repo=repo)

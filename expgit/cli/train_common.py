@@ -104,6 +104,8 @@ def budget_options(func: F) -> F:
 def print_estimate(estimate: RunEstimate) -> None:
     """Before the run, on stderr: its estimate and any budget warning."""
     click.echo(f"expgit: {estimate.line()}", err=True)
+    for note in estimate.notes:
+        click.echo(f"expgit: estimate: {note}", err=True)
     for warning in estimate.warnings:
         click.echo(f"expgit: warning: {warning}", err=True)
 

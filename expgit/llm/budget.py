@@ -52,7 +52,7 @@ class RunEstimate(BaseModel):
     :mod:`expgit.runs.budget`); tokens: from the prompts' sizes, rough; ``cost``: those
     tokens at ``[llm.prices]``, None without a price; ``first_merge_calls``: the calls
     until the first merge can be made (a training run; None otherwise); ``warnings``:
-    a budget that cannot buy that merge."""
+    a budget that cannot buy that merge; ``notes``: how to read the figures."""
 
     calls: int
     prompt_tokens: int
@@ -61,6 +61,7 @@ class RunEstimate(BaseModel):
     currency: str | None = None
     first_merge_calls: int | None = None
     warnings: list[str] = []
+    notes: list[str] = []  # how to read the figures (an upper bound for groups)
 
     def line(self) -> str:
         """``estimate: 12 LLM calls, ~9000 prompt + ~3600 completion tokens, cost ...``"""

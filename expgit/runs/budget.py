@@ -11,6 +11,11 @@ rollout, by estimate); an eval phase one rollout per case (and trial). A trainin
 candidate eval is counted once per batch (a batch makes at most one proposal). Rollouts
 an environment service runs (``--env-url``) cost nothing here.
 
+In groups (``[train] group_size`` = K > 1) each training case runs K times and its group
+is trained with one ``group_reflect`` call and gives one gradient, by estimate. A group
+whose runs all got the same evaluation makes no call, which the estimate cannot know
+beforehand: it counts every group's call, so it is an upper bound there (and says so).
+
 The tokens are rough: a prompt is its case's input, the experiences the context shows
 (the snapshot's, at most ``[context] token_budget``) and :data:`PROMPT_OVERHEAD_TOKENS`
 of instructions; a training prompt adds the reply it learns from, a merge prompt
@@ -38,6 +43,7 @@ if TYPE_CHECKING:
     from expgit.llm.factory import LLMRuntime
 
 PROMPT_OVERHEAD_TOKENS = 400  # a prompt's instructions and framing
+SHORT_RUN_TOKENS = 100  # a group's run shown in short (its final answer, its evaluation)
 COMPLETION_TOKENS = 300  # a reply
 GRADIENT_TOKENS = 400  # one gradient as a merge prompt shows it
 
@@ -104,6 +110,7 @@ class RunPlan:
         self.trained = Tally()  # one "call" per trained rollout: its training prompt
         # the calls until the first merge: (total, trained) then
         self.first_merge: tuple[Tally, Tally] | None = None
+        self.group_size = 1  # the largest a training batch had
 
     def _prompt(self, case: Case) -> int:
         return self.context + estimate_tokens(json.dumps(case.input)) + PROMPT_OVERHEAD_TOKENS
@@ -122,13 +129,17 @@ class RunPlan:
             self.eval(cases)
         return self
 
-    def train(self, cases: Sequence[Case], *, rolled_out: bool = False) -> RunPlan:
-        """One training batch: its rollouts (unless ``rolled_out``: recorded), their
-        training calls and merges."""
+    def train(self, cases: Sequence[Case], *, rolled_out: bool = False,
+              group_size: int = 1) -> RunPlan:
+        """One training batch: its rollouts (unless ``rolled_out``: recorded; each case
+        ``group_size`` times), their training calls (one per group) and merges."""
+        self.group_size = max(self.group_size, group_size)
         if not rolled_out:
-            self.eval(cases)
+            self.eval([case for case in cases for _ in range(group_size)])
+        shown = COMPLETION_TOKENS * min(group_size, 2) + SHORT_RUN_TOKENS * max(
+            group_size - 2, 0)  # a group: its best and worst run in full, the others short
         for case in cases:
-            self.trained.add(1, self._prompt(case) + COMPLETION_TOKENS)
+            self.trained.add(1, self._prompt(case) + shown)
         for start in range(0, len(cases), self.per_chunk):
             chunk = min(self.per_chunk, len(cases) - start)
             self.total.add(1, self.context + chunk * GRADIENT_TOKENS + PROMPT_OVERHEAD_TOKENS)
@@ -146,8 +157,8 @@ class RunPlan:
 
 
 def train_plan(repo: ExperienceRepository, train_set: list[Case], eval_set: list[Case] | None,
-               *, epochs: int, batch_size: int | None, measure: bool, rollouts_here: bool
-               ) -> RunPlan:
+               *, epochs: int, batch_size: int | None, measure: bool, rollouts_here: bool,
+               group_size: int = 1) -> RunPlan:
     """``expgit train``: baseline eval, each epoch's batches (each measured), final eval."""
     plan = RunPlan(repo, rollouts_here=rollouts_here)
     size = batch_size or len(train_set) or 1
@@ -155,7 +166,7 @@ def train_plan(repo: ExperienceRepository, train_set: list[Case], eval_set: list
         plan.eval(eval_set)
     for _ in range(epochs):
         for start in range(0, len(train_set), size):
-            plan.train(train_set[start:start + size])
+            plan.train(train_set[start:start + size], group_size=group_size)
             if eval_set and measure:
                 plan.eval(eval_set)
     if eval_set:
@@ -172,13 +183,18 @@ def estimate(plan: RunPlan, runtime: LLMRuntime, budget: Budget | None) -> RunEs
     def cost(tally: Tally) -> float | None:
         return None if price is None else price.cost(tally.prompt_tokens, tally.calls * reply)
 
-    per_rollout = plan.train_settings.calls_for(embedded=runtime.is_local)
+    per_rollout = plan.train_settings.calls_for(embedded=runtime.is_local,
+                                                group_size=plan.group_size)
     whole = plan.calls(per_rollout)
     first = plan.calls(per_rollout, plan.first_merge) if plan.first_merge else None
     result = RunEstimate(calls=whole.calls, prompt_tokens=whole.prompt_tokens,
                          completion_tokens=whole.calls * reply, cost=cost(whole),
                          currency=settings.currency if price is not None else None,
                          first_merge_calls=first.calls if first is not None else None)
+    if plan.group_size > 1:
+        result.notes.append(
+            f"groups of {plan.group_size}: an upper bound, counting one group_reflect call "
+            "per group; a group whose runs all got the same evaluation makes none")
     if budget is None or first is None:
         return result
     before = "(its rollouts and their training first)"

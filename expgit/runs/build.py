@@ -34,6 +34,8 @@ from expgit.train.cases import ListCaseLoader, load_cases
 from expgit.train.components.evaluator import RubricRolloutEvaluator
 from expgit.train.components.executor import SingleTurnLLMRolloutExecutor
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
+from expgit.train.components.group_reflector import GroupReflector
+from expgit.train.components.group_trainer import GroupPolicyTrainer
 from expgit.train.components.llm_fields import (
     LOCAL_ANALYSIS_LIMITS,
     LOCAL_EDIT_LIMITS,
@@ -53,7 +55,8 @@ from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyze
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Case
 from expgit.train.engine import PolicyTrainingEngine
-from expgit.train.interfaces import RolloutExecutor
+from expgit.train.groups import check_group_size
+from expgit.train.interfaces import PolicyTrainer, RolloutExecutor
 from expgit.train.pipeline import (
     BatchRecord,
     OfflinePolicyOptimizationPipeline,
@@ -116,6 +119,7 @@ class RunOptions:
     max_calls: int | None = None  # the run's budget; None: [llm] max_calls / max_cost
     max_cost: float | None = None
     announce: run_budget.Announce | None = None  # told the estimate before the run
+    group_size: int | None = None  # train: runs of each case; None: [train] group_size
 
 
 def _ranker(runtime: LLMHandles) -> ExperienceRanker | None:
@@ -147,7 +151,7 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
                    top_k: int | None = None, observer: PipelineObserver | None = None,
                    executor: RolloutExecutor | None = None,
                    publisher: RemotePublisher | None = None,
-                   candidates: CandidateStage | None = None
+                   candidates: CandidateStage | None = None, group_size: int = 1
                    ) -> OfflinePolicyOptimizationPipeline:
     """The RFC's default chain on ``repo``: single-turn executor with the rubric
     evaluator (unless another ``executor`` is given, e.g. a remote one), trajectory
@@ -155,7 +159,9 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
     ``[train] calls_per_rollout`` is 2, or the model is the embedded one), patch-merge
     optimizer, git updater, batch trainer;
     relevance by embeddings when the runtime has them. With a ``publisher``, each
-    update is pushed to its remote, and applied there in apply mode."""
+    update is pushed to its remote, and applied there in apply mode. ``group_size`` > 1:
+    each training case runs that many times and a group trainer reflects on each group
+    in one call (:mod:`expgit.train.components.group_trainer`)."""
     llm = runtime.structured
     ranker = _ranker(runtime)
     redactor = Redactor(repo.settings.limits.max_message_chars)
@@ -181,11 +187,15 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
         usage_stats=experience_stats, redactor=redactor)
     one_call = repo.settings.train.calls_for(embedded=local) == 1
     reflector = OneCallRolloutReflector(analyzer, estimator, llm) if one_call else None
-    trainer = BatchPolicyTrainer(analyzer, estimator, engine, concurrency=concurrency,
-                                 reflector=reflector)
+    trainer: PolicyTrainer = BatchPolicyTrainer(analyzer, estimator, engine,
+                                                concurrency=concurrency, reflector=reflector)
+    if group_size > 1:
+        trainer = GroupPolicyTrainer(GroupReflector(analyzer, estimator, llm), engine,
+                                     group_size=group_size, concurrency=concurrency)
     return OfflinePolicyOptimizationPipeline(repo, ContentHashPolicySnapshotter(), executor,
                                              trainer, observer=observer,
-                                             candidates=candidates, redactor=redactor)
+                                             candidates=candidates, redactor=redactor,
+                                             group_size=group_size)
 
 
 def _report(command: str, repo: ExperienceRepository, runtime: LLMRuntime | None,
@@ -282,17 +292,19 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
     # With --remote the proposal is pushed as soon as it is made, so its description
     # cannot take the figures afterwards: no candidate eval there (yet).
     measure = options.candidate_eval and options.remote is None
+    group_size = check_group_size(options.group_size, repo.settings.train.group_size)
     publisher = _publisher(repo, options)
     executor = await _remote_executor(repo, cases, options)
     train_set = await _cases(cases)
     eval_set = await _cases(eval_cases, options.trials) if eval_cases is not None else None
     started = time.monotonic()
-    totals = {"train_epoch": len(train_set), "baseline_eval": len(eval_set or []),
+    totals = {"train_epoch": len(train_set) * group_size,
+              "baseline_eval": len(eval_set or []),
               "candidate_eval": len(eval_set or []), "final_eval": len(eval_set or [])}
     observer = _observer(options, totals)
     runtime, estimate = _open_planned(repo, options, run_budget.train_plan(
         repo, train_set, eval_set, epochs=epochs, batch_size=batch_size,
-        measure=measure, rollouts_here=executor is None))
+        measure=measure, rollouts_here=executor is None, group_size=group_size))
     async with runtime:
         _listen(runtime, observer)
         stage = CandidateStage(repo, trials=options.trials, gate=options.gate,
@@ -300,7 +312,8 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
                                ) if eval_set and measure else None
         pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
                                   observer=observer, executor=executor,
-                                  publisher=publisher, candidates=stage)
+                                  publisher=publisher, candidates=stage,
+                                  group_size=group_size)
         result = await pipeline.train(
             ListCaseLoader(train_set, batch_size or len(train_set)),
             PipelineContext(max_epochs=epochs, mode=options.mode),

@@ -58,6 +58,9 @@ class LLMSettings(BaseModel):
     prices: dict[str, Price] = Field(default_factory=dict)  # per model name, or "*"
 
 
+MAX_GROUP_SIZE = 64  # [train] group_size and --group-size
+
+
 class TrainSettings(BaseModel):
     """``[train]``: budgets and batching of the training pipeline."""
 
@@ -87,10 +90,20 @@ class TrainSettings(BaseModel):
     # do better with two smaller tasks). None: 1, but 2 for the embedded model, whose
     # replies are bounded to 1024 tokens
     calls_per_rollout: Literal[1, 2] | None = None
+    # rollouts of each training case against the same snapshot; above 1, one
+    # "group_reflect" call per group learns from the contrast of its better and worse
+    # runs, and a group whose runs all got the same evaluation gets none
+    group_size: int = Field(default=1, ge=1, le=MAX_GROUP_SIZE)
+    # the sampling temperature of a group's runs (each also gets its own seed)
+    group_temperature: float = Field(default=0.7, ge=0, le=2)
 
-    def calls_for(self, embedded: bool) -> int:
-        """The LLM calls per training rollout (``calls_per_rollout``, or its default for
-        the embedded model or an endpoint)."""
+    def calls_for(self, embedded: bool, group_size: int = 1) -> int:
+        """The LLM calls per trained rollout (``calls_per_rollout``, or its default for
+        the embedded model or an endpoint); with a ``group_size`` above 1, per trained
+        group: one ``group_reflect`` call at most (a group with nothing to contrast gets
+        none)."""
+        if group_size > 1:
+            return 1
         return self.calls_per_rollout or (2 if embedded else 1)
 
 

@@ -183,9 +183,29 @@ class PolicyApplyResult(_Model):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
+class GroupStats(_Model):
+    """Training groups (``[train] group_size`` > 1): how many, how many got a reflect
+    call, how many were skipped (every finished run got the same evaluation, or fewer
+    than two finished), and the runs that failed with an error."""
+
+    size: int = 1
+    groups: int = 0
+    reflected: int = 0
+    skipped: int = 0
+    errors: int = 0
+
+    def add(self, other: GroupStats) -> None:
+        self.size = other.size
+        self.groups += other.groups
+        self.reflected += other.reflected
+        self.skipped += other.skipped
+        self.errors += other.errors
+
+
 class RolloutTrainingResult(_Model):
     analyses: list[RolloutAnalysis] = Field(default_factory=list)
     gradients: list[SemanticGradient] = Field(default_factory=list)
     plan: PolicyUpdatePlan | None = None
     apply_result: PolicyApplyResult | None = None
     errors: list[str] = Field(default_factory=list)
+    groups: GroupStats | None = None  # trained in groups: their figures

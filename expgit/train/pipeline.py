@@ -23,6 +23,7 @@ from expgit.train.candidate import CandidateReport, EvalSummary, summarize
 from expgit.train.candidate_stage import CandidateStage, Evaluate, Reviewed
 from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.domain import (
+    GroupStats,
     PolicyApplyResult,
     Rollout,
     RolloutTrainingResult,
@@ -30,6 +31,7 @@ from expgit.train.domain import (
 )
 from expgit.train.experience_usage import KEY as USAGE_KEY
 from expgit.train.experience_usage import read_usage
+from expgit.train.groups import group_cases
 from expgit.train.interfaces import (
     CaseLoader,
     ExperienceSet,
@@ -83,6 +85,7 @@ class PhaseMetrics(BaseModel):
     context_experiences: float | None = None  # mean experiences shown per rollout
     context_tokens: float | None = None  # mean estimated tokens of those experiences
     summary: EvalSummary | None = None  # an eval phase's: pass^k, interval (--trials)
+    groups: GroupStats | None = None  # a training phase's in groups ([train] group_size)
     seconds: float = 0.0
 
 
@@ -203,6 +206,9 @@ def add_training(metrics: PhaseMetrics, record: BatchRecord, rollouts: Sequence[
     if result.plan is not None:
         metrics.rejected_edits += [f"merge: {reason}"
                                    for reason in result.plan.metadata.get("rejected_items", [])]
+    if result.groups is not None:
+        metrics.groups = metrics.groups or GroupStats(size=result.groups.size)
+        metrics.groups.add(result.groups)
     metrics.gradients += record.gradients
     metrics.proposals += record.proposals
     metrics.applied_commits += record.applied_commits
@@ -234,8 +240,9 @@ class OfflinePolicyOptimizationPipeline:
                  executor: RolloutExecutor, trainer: PolicyTrainer, *,
                  observer: PipelineObserver | None = None,
                  candidates: CandidateStage | None = None,
-                 redactor: Redactor | None = None) -> None:
+                 redactor: Redactor | None = None, group_size: int = 1) -> None:
         self.repo = repo
+        self.group_size = group_size  # runs of each training case (its trainer's groups)
         self.candidates = candidates  # with an eval loader: each proposal is measured
         self.redactor = redactor or Redactor(repo.settings.limits.max_message_chars)
         self.snapshotter = snapshotter
@@ -306,11 +313,15 @@ class OfflinePolicyOptimizationPipeline:
         started = time.monotonic()
         self._started(metrics.phase, context.epoch)
         number = 0
+        trained: list[Rollout] = []
         async for cases in case_loader.batches(context):
             policy_set, snapshot_id = await self._policy()
+            runs = group_cases(cases, self.group_size,
+                               self.repo.settings.train.group_temperature)
             rollouts = self.redactor.models(await self.executor.execute(
-                self.redactor.models(cases), policy_set, self._execution(
+                self.redactor.models(runs), policy_set, self._execution(
                     snapshot_id, {"phase": "train", "epoch": context.epoch})))
+            trained += rollouts
             self._stage("train")
             training = await self.trainer.train_rollouts(
                 rollouts, policy_set,
@@ -325,7 +336,9 @@ class OfflinePolicyOptimizationPipeline:
                     evaluate, record.proposals, context.epoch), context.mode)
             number += 1
             if self.observer is not None:
-                self.observer.batch_done(metrics.phase, context.epoch, len(cases))
+                self.observer.batch_done(metrics.phase, context.epoch, len(runs))
+        if self.group_size > 1:  # pass^k of the epoch's groups
+            metrics.summary = summarize(trained, self.group_size)
         metrics.seconds = time.monotonic() - started
         if self.observer is not None:
             self.observer.phase_done(metrics)

@@ -120,7 +120,13 @@ def phase_line(metrics: PhaseMetrics) -> str:
     if metrics.phase in TRAINING_PHASES:
         line += f" commits={metrics.commits} errors={len(metrics.errors)}"
     s = metrics.summary
-    if s is not None and s.trials > 1:
+    g = metrics.groups
+    if g is not None:  # a training phase in groups: pass^k of its groups
+        line += (f" group_size={g.size} groups={g.groups} reflected={g.reflected} "
+                 f"skipped={g.skipped} run_errors={g.errors}")
+        if s is not None:
+            line += f" pass^1={s.pass_k['1']:.3f} pass^{g.size}={s.pass_k[str(g.size)]:.3f}"
+    elif s is not None and s.trials > 1:
         line += (f" trials={s.trials} pass^1={s.pass_k['1']:.3f} "
                  f"pass^{s.trials}={s.pass_k[str(s.trials)]:.3f} "
                  f"ci={s.ci[0] * 100:.1f}-{s.ci[1] * 100:.1f}%")

@@ -15,6 +15,7 @@ from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.domain import Case, Message, Rollout
 from expgit.train.experience_usage import KEY as USAGE_KEY
 from expgit.train.experience_usage import usage_records
+from expgit.train.groups import sampling_of
 from expgit.train.interfaces import RolloutEvaluator
 from expgit.train.retrieval import ContextItem, ContextSelection, check_limits, select_context
 
@@ -90,7 +91,8 @@ class SingleTurnLLMRolloutExecutor:
                                          user_input=query, case=case)
             messages.append(Message.text("user", user))
             answer = await self.llm.text("rollout", [{"role": "system", "content": system},
-                                                     {"role": "user", "content": user}])
+                                                     {"role": "user", "content": user}],
+                                         sampling_of(case))  # a group's run: its own
             messages.append(Message.text("assistant", answer))
             rollout = Rollout(case=case, messages=messages, metadata=metadata,
                               policy_snapshot_id=context.policy_snapshot_id)

@@ -138,13 +138,20 @@ class BatchPolicyTrainer:
             analyses=[p.analysis for p in prepared if p.analysis is not None],
             gradients=[g for p in prepared for g in p.gradients],
             errors=[p.error for p in prepared if p.error is not None])
-        if not result.gradients:
-            return result
-        try:
-            result.plan, result.apply_result = await self.engine.plan_and_apply(
-                result.gradients, context)
-        except ExpgitError as exc:
-            result.errors.append(f"update failed: {exc.message}")
-            return result
-        result.errors.extend(update_errors(result.apply_result))
+        return await plan_and_apply(self.engine, result, context)
+
+
+async def plan_and_apply(engine: TrainingEngine, result: RolloutTrainingResult,
+                         context: PipelineContext) -> RolloutTrainingResult:
+    """One ``plan_and_apply`` of ``result``'s gradients (none: nothing to do) into
+    ``result``; a failed update lands in its ``errors``."""
+    if not result.gradients:
         return result
+    try:
+        result.plan, result.apply_result = await engine.plan_and_apply(
+            result.gradients, context)
+    except ExpgitError as exc:
+        result.errors.append(f"update failed: {exc.message}")
+        return result
+    result.errors.extend(update_errors(result.apply_result))
+    return result

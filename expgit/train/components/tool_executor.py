@@ -33,6 +33,7 @@ from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.domain import Case, Message, Part, Rollout, TextPart, ToolPart
 from expgit.train.experience_usage import KEY as USAGE_KEY
 from expgit.train.experience_usage import usage_records
+from expgit.train.groups import sampling_of
 from expgit.train.interfaces import RolloutEvaluator, RolloutExecutor
 from expgit.train.retrieval import ContextItem
 from expgit.train.tools.binding import binding
@@ -158,7 +159,7 @@ class ToolCallingRolloutExecutor:
             while True:  # agent turns until it answers in text
                 if steps >= self.max_steps:
                     return "step limit"
-                turn = await self.llm.tools("rollout", chat, schemas)
+                turn = await self.llm.tools("rollout", chat, schemas, sampling_of(case))
                 steps += 1
                 chat.append(_assistant_message(turn.text, turn.tool_calls))
                 parts: list[Part] = [TextPart(text=turn.text)] if turn.text else []

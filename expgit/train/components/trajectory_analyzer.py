@@ -37,6 +37,7 @@ from expgit.train.domain import (
     Trajectory,
 )
 from expgit.train.experience_usage import read_usage, usage_records
+from expgit.train.groups import GroupDocument
 from expgit.train.interfaces import RolloutEvaluator
 from expgit.train.redaction import Redactor
 from expgit.train.trajectory_store import TrajectoryStore, rollout_id
@@ -171,17 +172,21 @@ class TrajectoryRolloutAnalyzer:
 
     async def record(self, rollout: Rollout, tid: str, out: AnalyzeOutput,
                      evaluation: RubricEvaluation | None, source: str,
-                     templates_at: str | None) -> RolloutAnalysis:
+                     templates_at: str | None,
+                     group: GroupDocument | None = None) -> RolloutAnalysis:
         """Store the trajectory document of the model's analysis ``out`` (redacted first:
         the model may obey an injection) and return the analysis; the outcome follows
-        from ``evaluation`` when there is one."""
+        from ``evaluation`` when there is one. ``group``: the document is a group's
+        (``rollout`` its worst run), naming every run and the difference."""
         out = self.redactor.model(out)
         if evaluation is None:
             evaluation = fallback_evaluation(True)
         else:  # the evaluation is the ground truth: the outcome follows from it
             out = out.model_copy(update={"outcome": outcome_of(evaluation)})
         evaluation = self.redactor.model(evaluation)
-        document = self._document(rollout, tid, out, evaluation, source, templates_at)
+        group = self.redactor.model(group) if group is not None else None
+        document = self._document(rollout, tid, out, evaluation, source, templates_at,
+                                  group)
         uri, created = await run_git(
             self.store.store, tid, document, f"trajectory: {out.title}")
         if not created:  # another analyzer stored this rollout meanwhile: theirs wins
@@ -223,8 +228,8 @@ class TrajectoryRolloutAnalyzer:
         return None, "fallback"
 
     def _document(self, rollout: Rollout, tid: str, out: AnalyzeOutput,
-                  evaluation: RubricEvaluation, source: str, templates_at: str | None
-                  ) -> str:
+                  evaluation: RubricEvaluation, source: str, templates_at: str | None,
+                  group: GroupDocument | None = None) -> str:
         used = read_usage(rollout.metadata)
         front = {
             "name": tid, "kind": "trajectory", "title": out.title, "outcome": out.outcome,
@@ -235,11 +240,13 @@ class TrajectoryRolloutAnalyzer:
             "experiences_used": usage_records(used),
             "analyzed_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
+        if group is not None:
+            front["group"] = [run.model_dump(mode="json") for run in group.runs]
         front_matter = safe_dump(front, sort_keys=False, allow_unicode=True, width=1000)
         return render("trajectory.md.j2", self.repo, templates_at=templates_at,
                       front_matter=front_matter, analysis=out,
                       case=rollout.case, evaluation=evaluation, evaluation_source=source,
-                      rollout_error=rollout.error)
+                      rollout_error=rollout.error, group=group)
 
     def reuse(self, rollout: Rollout, tid: str, document: str) -> RolloutAnalysis:
         """The analysis of a rollout whose trajectory is stored (``document``)."""
