@@ -24,6 +24,7 @@ from expgit.remote.protocol import RolloutRequest
 from expgit.remote.sdk import create_environment_app
 from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.domain import Case, Rollout
+from expgit.train.groups import group_cases
 
 TOKEN = "tok-123"
 CONTEXT = ExecutionContext("snap-abc", metadata={"phase": "train", "epoch": 0})
@@ -137,6 +138,22 @@ def test_twenty_rollouts_in_flight_with_a_service_limit_of_four(
     remote = sent["remote"]
     assert remote["round_trips"] == 1 + remote["polls"] and remote["http_ms"] > 0
     assert len(remote["execution_ids"]) == 1 and remote["resubmitted"] is False
+
+
+def test_a_groups_runs_reach_the_service_with_their_own_seeds(
+        servers: list[RunningServer]) -> None:
+    """[train] group_size: each run's case carries metadata.group_run (run, runs, seed,
+    temperature), for the environment's own randomness; the rollouts come back in the
+    order of the runs."""
+    env = ToyEnvironment({"train": 2})
+    server = serve(servers, env)
+    executor = RemoteRolloutExecutor(server.url, repo_uri="/repo", max_in_flight=4, **FAST)
+    rollouts = execute(executor, group_cases(env.splits["train"], 3, 0.8))
+    assert [r.case.name for r in rollouts] == ["toy-train-0"] * 3 + ["toy-train-1"] * 3
+    runs = [r.case.metadata["group_run"] for r in rollouts]
+    assert [(g["run"], g["seed"]) for g in runs] == [(0, 1), (1, 2), (2, 3)] * 2
+    assert all(g["runs"] == 3 and g["temperature"] == 0.8 for g in runs)
+    assert all(r.case.metadata["split"] == "train" for r in rollouts)  # the case's own
 
 
 def test_failing_and_hanging_executions_become_failed_rollouts(
