@@ -40,7 +40,7 @@ class ScriptedChatModel:
     model: str = "scripted"
     delay_seconds: float = 0.0
     calls: list[tuple[str, Any, dict[str, Any] | None]] = field(default_factory=list)
-    seeds: list[int | None] = field(default_factory=list)  # each text call's own seed
+    seeds: list[int | None] = field(default_factory=list)  # each call's own seed, or None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _used: set[int] = field(default_factory=set)
 
@@ -61,6 +61,7 @@ class ScriptedChatModel:
         """The next step of ``stage``: its ToolTurn, or its text as a turn without calls;
         ``calls`` records ``{"tools": tools}`` as the third item."""
         step = self._take(stage, list(messages), {"tools": tools})
+        self.seeds.append(seed)
         if self.delay_seconds:
             await asyncio.sleep(self.delay_seconds)
         reply = step.reply(messages) if callable(step.reply) else step.reply

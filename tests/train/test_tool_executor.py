@@ -26,6 +26,7 @@ from expgit.train.components.tool_executor import (
 )
 from expgit.train.context import ExecutionContext
 from expgit.train.domain import Case, Rollout, ToolPart
+from expgit.train.groups import group_cases
 from expgit.train.tools import registry
 from expgit.train.tools.environment import StateFactory, Tool
 
@@ -52,6 +53,21 @@ def run(repo: ExperienceRepository, model: ScriptedChatModel, cases: list[Case],
 
 def tool_parts(rollout: Rollout) -> list[ToolPart]:
     return [p for m in rollout.messages for p in m.parts if isinstance(p, ToolPart)]
+
+
+def test_a_groups_runs_sample_each_agent_turn_with_their_own_seed(
+        seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
+    """[train] group_size: every rollout turn of run i is sampled with seed i + 1."""
+    case = tool_case(tmp_path, "bags", BAGS[:1], {"type": "tool_called",
+                                                    "name": "get_reservation_details"})
+    model = ScriptedChatModel([
+        Step("rollout", turn(call("get_reservation_details", reservation_id="NO6JO3"))),
+        Step("rollout", turn(text="Here it is.")),
+        Step("rollout", turn(call("get_reservation_details", reservation_id="NO6JO3"))),
+        Step("rollout", turn(text="Here it is."))])
+    rollouts = run(seeded_repo, model, group_cases([case], 2, 0.7), concurrency=1)
+    assert all(r.error is None for r in rollouts)
+    assert model.seeds == [1, 1, 2, 2]
 
 
 def test_db_state_passes_and_every_call_is_recorded(
