@@ -9,7 +9,8 @@ randomness (a simulated user, a shuffled database) from it. The executor returns
 rollouts in the order of the cases, so :func:`split_groups` cuts them back into groups.
 
 A group teaches something only when its runs differ: :func:`verdict` is what two runs
-must share to count as the same evaluation (passed, and the failed criteria).
+must share to count as the same evaluation (both passed, or both failed the same
+criteria).
 """
 
 from __future__ import annotations
@@ -91,8 +92,9 @@ def failed_criteria(evaluation: RubricEvaluation | None) -> list[str]:
 
 
 def verdict(evaluation: RubricEvaluation) -> tuple[bool, tuple[str, ...]]:
-    """What two runs with the same evaluation share: passed, and the failed criteria."""
-    return evaluation.passed, tuple(failed_criteria(evaluation))
+    """What two runs with the same evaluation share: both passed (whatever optional
+    criteria failed), or both failed with the same failed criteria."""
+    return evaluation.passed, () if evaluation.passed else tuple(failed_criteria(evaluation))
 
 
 def rank_key(evaluation: RubricEvaluation) -> tuple[bool, float, int]:

@@ -28,8 +28,15 @@ from expgit.store.repository import ExperienceRepository
 from expgit.train.cases import ListCaseLoader
 from expgit.train.components.trajectory_analyzer import read_front_matter
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Case, Rollout, Rubric, RubricCriterion
-from expgit.train.groups import group_cases, sampling_of, split_groups
+from expgit.train.domain import (
+    Case,
+    CriterionResult,
+    Rollout,
+    Rubric,
+    RubricCriterion,
+    RubricEvaluation,
+)
+from expgit.train.groups import group_cases, sampling_of, split_groups, verdict
 from expgit.train.report import phase_line
 
 PHRASE = "to the original payment method"
@@ -237,3 +244,14 @@ def test_split_groups_refuses_a_mixed_layout() -> None:
         split_groups([one, two], 2)
     with pytest.raises(UsageError, match="cannot form groups"):
         split_groups([one, one, one], 2)
+
+
+def test_the_same_evaluation_is_all_passed_or_the_same_failed_criteria() -> None:
+    def evaluation(passed: bool, *failed: str) -> RubricEvaluation:
+        return RubricEvaluation(passed=passed, score=0.5, criterion_results=[
+            CriterionResult(criterion_name=n, passed=False, score=0.0) for n in failed])
+
+    assert verdict(evaluation(True)) == verdict(evaluation(True, "optional-tone"))
+    assert verdict(evaluation(False, "a")) == verdict(evaluation(False, "a"))
+    assert verdict(evaluation(False, "a")) != verdict(evaluation(False, "a", "b"))
+    assert verdict(evaluation(False, "a")) != verdict(evaluation(True))
