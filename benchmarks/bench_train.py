@@ -69,6 +69,7 @@ from expgit.llm.port import ChatMessages, Completion, StageUsage, UsageMeter  # 
 from expgit.runs.build import build_pipeline  # noqa: E402
 from expgit.store.proposals import list_proposals  # noqa: E402
 from expgit.store.repository import ExperienceRepository  # noqa: E402
+from expgit.train.candidate_stage import CandidateStage  # noqa: E402
 from expgit.train.cases import ListCaseLoader, load_cases  # noqa: E402
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator  # noqa: E402
 from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer  # noqa: E402
@@ -265,6 +266,40 @@ async def bench_calls(batch_size: int, where: str | None) -> None:
           f"{one_t:.0f} against {two_t:.0f}: {1 - one_t / two_t:.0%} fewer")
 
 
+# ------------------------------------------------------- part 1b: apply-mode evals
+async def bench_apply_evals(batch_size: int, where: str | None) -> None:
+    """``train --mode apply`` with held-out cases (baseline, candidate eval of each
+    proposal, final eval), the LLM calls of each eval phase. The final eval of a tree the
+    run already measured reuses that measurement; "before" adds what running it again
+    costs (an eval of the same ``main``, as the final eval did before it was reused)."""
+    train, held_out = (load_cases(EXAMPLE / "cases" / f) for f in ("train.yaml", "eval.yaml"))
+    with tempfile.TemporaryDirectory(dir=where) as tmp:
+        repo = _fresh_repo(Path(tmp) / "repo.git")
+        meter = UsageMeter()
+        runtime = LLMRuntime.fixed(FakeChat(), meter=meter)
+        stage = CandidateStage(repo, apply=True)
+        pipeline = build_pipeline(repo, runtime, concurrency=8, candidates=stage)
+        result = await pipeline.train(ListCaseLoader(train, batch_size),
+                                      PipelineContext(mode="apply"),
+                                      ListCaseLoader(held_out, len(held_out)))
+        phases = result.phases
+        after = meter.total().calls
+        before_rerun = meter.by_stage()
+        await pipeline.eval(ListCaseLoader(held_out, len(held_out)), PipelineContext())
+        rerun = sum(u.calls for u in _delta(before_rerun, meter.by_stage()).values())
+    applied = sum(len(p.applied_commits) for p in phases)
+    final = phases[-1]
+    print(f"\n== train --mode apply, {len(held_out)} held-out cases, {len(train)} training "
+          f"cases in batches of {batch_size}: {applied} proposals applied ==")
+    print("eval phases: " + ", ".join(f"{p.phase}{' (reused ' + p.reused + ')' if p.reused else ''}"
+                                     for p in phases if p.phase != "train_epoch"))
+    print(f"{'':<28}{'before':>8}{'after':>8}{'ratio':>8}")
+    print(f"{'final eval calls':<28}{rerun:>8}{0 if final.reused else rerun:>8}"
+          f"{(0 if final.reused else rerun) / rerun if rerun else 0:>8.2f}")
+    before = after + (rerun if final.reused else 0)
+    print(f"{'run calls':<28}{before:>8}{after:>8}{after / before:>8.2f}")
+
+
 # ------------------------------------------------------------ part 2: git share
 class GitClock:
     """Times every GitRepo method (outermost call per thread) as intervals."""
@@ -447,6 +482,7 @@ def main() -> None:
                         help="threads of the streaming trainer's git executor")
     args = parser.parse_args()
     asyncio.run(bench_calls(args.batch_size, args.dir))
+    asyncio.run(bench_apply_evals(args.batch_size, args.dir))
     if not args.skip_streaming:
         asyncio.run(bench_streaming(args.rollouts, args.producers, args.latency, args.mode,
                                     args.dir, args.git_threads))

@@ -6,7 +6,8 @@ gate does not pass stays open for review. A candidate eval that fails (the model
 leaves the proposal as it was, and its gate undecided.
 
 Baselines are remembered by tree: the baseline eval of ``main``, then each candidate's,
-so the only extra cost is one pass over the eval cases per proposal.
+so the only extra cost is one pass over the eval cases per proposal. In apply mode the
+final eval of ``main`` reuses what measured its tree (:meth:`CandidateStage.measured`).
 """
 
 from __future__ import annotations
@@ -45,17 +46,24 @@ class CandidateStage:
     apply: bool = False  # apply mode: apply each proposal the gate lets through
     usage: Callable[[], StageUsage] | None = None
     reports: list[CandidateReport] = field(default_factory=list)
-    _by_tree: dict[str, list[Rollout]] = field(default_factory=dict)
+    _by_tree: dict[str, tuple[str, list[Rollout]]] = field(default_factory=dict)
 
-    def remember(self, commit: str, rollouts: list[Rollout]) -> None:
-        self._by_tree[self.repo.git.read_commit(commit).tree] = rollouts
+    def remember(self, commit: str, rollouts: list[Rollout],
+                 phase: str = "baseline_eval") -> None:
+        """``rollouts``: the eval cases run at ``commit`` by ``phase``."""
+        self._by_tree[self.repo.git.read_commit(commit).tree] = (phase, rollouts)
+
+    def measured(self, commit: str) -> tuple[str, list[Rollout]] | None:
+        """The phase of this run that measured ``commit``'s tree, and its rollouts; None:
+        no phase did."""
+        return self._by_tree.get(self.repo.git.read_commit(commit).tree)
 
     async def _at(self, evaluate: Evaluate, commit: str, phase: str, epoch: int
                   ) -> list[Rollout]:
         tree = await asyncio.to_thread(lambda: self.repo.git.read_commit(commit).tree)
         if tree not in self._by_tree:
-            self._by_tree[tree] = await evaluate(commit, phase, epoch)
-        return self._by_tree[tree]
+            self._by_tree[tree] = (phase, await evaluate(commit, phase, epoch))
+        return self._by_tree[tree][1]
 
     async def review(self, evaluate: Evaluate, proposal_ids: Sequence[str], epoch: int
                      ) -> list[Reviewed]:
@@ -76,7 +84,7 @@ class CandidateStage:
         final = await asyncio.to_thread(self._annotate, proposal, report)
         report.proposal = final.id
         self.reports.append(report)
-        self.remember(final.commit, candidate)
+        self.remember(final.commit, candidate, "candidate_eval")
         if not self.apply or (report.gate.checked and report.gate.passed is not True):
             return Reviewed(final.id)
         try:

@@ -2,6 +2,8 @@
 
 ``train``: optional baseline eval (epoch -1), then per epoch and batch: snapshot ``main``
 -> execute -> ``trainer.train_rollouts``, then optional final eval (epoch = max_epochs).
+In apply mode a final eval of a tree the run already measured reuses that measurement
+(``reused``: the phase it comes from) and makes no call.
 In propose mode ``main`` never moves, so every batch runs against the same ``main``; the
 result records the policy each batch saw and says so in ``notes``.
 """
@@ -86,6 +88,7 @@ class PhaseMetrics(BaseModel):
     context_tokens: float | None = None  # mean estimated tokens of those experiences
     summary: EvalSummary | None = None  # an eval phase's: pass^k, interval (--trials)
     groups: GroupStats | None = None  # a training phase's in groups ([train] group_size)
+    reused: str | None = None  # the phase that ran these rollouts (same tree): none ran
     seconds: float = 0.0
 
 
@@ -187,6 +190,13 @@ def score(metrics: PhaseMetrics) -> None:
                               if metrics.cases else 0.0)
     metrics.context_experiences = _mean([r.experiences_shown for r in judged])
     metrics.context_tokens = _mean([r.context_tokens for r in judged])
+
+
+def _scored(metrics: PhaseMetrics, rollouts: Sequence[Rollout]) -> None:
+    """:func:`score` an eval phase, and its summary (pass^k, interval)."""
+    score(metrics)
+    runs = Counter(r.case.name for r in rollouts)
+    metrics.summary = summarize(rollouts, max(runs.values(), default=1))
 
 
 def add_training(metrics: PhaseMetrics, record: BatchRecord, rollouts: Sequence[Rollout],
@@ -294,8 +304,7 @@ class OfflinePolicyOptimizationPipeline:
         if stage is not None:
             result.candidates = list(stage.reports)
         if eval_loader is not None:
-            result.final = await self._evaluate(
-                "final_eval", eval_loader, replace(context, epoch=context.max_epochs))
+            result.final = await self._final_eval(eval_loader, context)
         result.main_after = await asyncio.to_thread(self.repo.main_commit)
         if context.mode == "propose":
             result.notes.append(
@@ -303,6 +312,27 @@ class OfflinePolicyOptimizationPipeline:
                 f"{main_before[:12]}; every batch was trained against it, so later batches "
                 "did not see the proposals of earlier ones")
         return result
+
+    async def _final_eval(self, eval_loader: CaseLoader, context: PipelineContext
+                          ) -> PipelineEvaluationResult:
+        """The final eval of ``main``; in apply mode, when a phase of this run measured its
+        tree (the applied proposal's candidate eval, or the baseline if nothing was
+        applied), that measurement, marked ``reused``."""
+        final = replace(context, epoch=context.max_epochs)
+        main = await asyncio.to_thread(self.repo.main_commit)
+        known = (await asyncio.to_thread(self.candidates.measured, main)
+                 if self.candidates is not None and context.mode == "apply" else None)
+        if known is None:
+            return await self._evaluate("final_eval", eval_loader, final)
+        source, rollouts = known
+        policy_set, snapshot_id = await self._policy(main)
+        metrics = PhaseMetrics(phase="final_eval", epoch=final.epoch, reused=source,
+                               rollouts=[_summary(r, r.evaluation) for r in rollouts],
+                               batches=[BatchRecord(batch=0, cases=len(rollouts),
+                                                    policy_commit=policy_set.commit,
+                                                    policy_snapshot_id=snapshot_id)])
+        _scored(metrics, rollouts)
+        return PipelineEvaluationResult(metrics=metrics, rollouts=rollouts)
 
     async def _train_epoch(self, case_loader: CaseLoader, context: PipelineContext,
                            review: tuple[CandidateStage, Evaluate] | None = None
@@ -378,9 +408,7 @@ class OfflinePolicyOptimizationPipeline:
             number += 1
             if self.observer is not None:
                 self.observer.batch_done(phase, context.epoch, len(cases))
-        score(metrics)
-        runs = Counter(r.case.name for r in all_rollouts)
-        metrics.summary = summarize(all_rollouts, max(runs.values(), default=1))
+        _scored(metrics, all_rollouts)
         metrics.seconds = time.monotonic() - started
         if self.observer is not None:
             self.observer.phase_done(metrics)

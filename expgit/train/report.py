@@ -6,7 +6,9 @@ Phase lines (training phases add ``commits=1 errors=0``)::
     [train_epoch] epoch=0 cases=50 accuracy=18.00% passed=9/50 avg_reward=0.180000 ...
     [final_eval] epoch=1 cases=10 accuracy=30.00% passed=3/10 avg_reward=0.300000
 
-then the accuracy summary (with a baseline and a final eval), then the LLM cost table.
+An apply run's final eval of a tree the run already measured ends ``reused=candidate_eval``
+(or ``reused=baseline_eval``): those rollouts, no call. Then the accuracy summary (with a
+baseline and a final eval), then the LLM cost table.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ class RunReport(BaseModel):
                  for f in self.failures]
         errors = sum(len(m.errors) for m in self.phases)
         failed = sum(1 for m in self.phases if m.phase != "train_rollouts"
-                     for r in m.rollouts if r.error)
+                     and m.reused is None for r in m.rollouts if r.error)
         if not lines and errors:
             lines.append(f"{errors} training error{'s' if errors != 1 else ''} "
                          "(see --report)")
@@ -98,7 +100,7 @@ class RunReport(BaseModel):
         Recorded rollouts (``train_rollouts``) are data: failed ones are fine there; and
         rollouts not made because the budget was spent are no fault of the model."""
         for m in self.phases:
-            if m.phase == "train_rollouts":
+            if m.phase == "train_rollouts" or m.reused is not None:
                 continue
             failed = [r for r in m.rollouts if r.error]
             if all(BUDGET_SPENT in (r.error or "") for r in failed):
@@ -130,6 +132,8 @@ def phase_line(metrics: PhaseMetrics) -> str:
         line += (f" trials={s.trials} pass^1={s.pass_k['1']:.3f} "
                  f"pass^{s.trials}={s.pass_k[str(s.trials)]:.3f} "
                  f"ci={s.ci[0] * 100:.1f}-{s.ci[1] * 100:.1f}%")
+    if metrics.reused is not None:
+        line += f" reused={metrics.reused}"
     return line
 
 

@@ -99,7 +99,9 @@ def test_candidate_eval_measures_the_proposal_and_the_pr_body_carries_it(
 def test_a_harmful_proposal_is_gated_in_apply_mode(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path, main = tmp_path / "repo", seeded_repo.main_commit()
-    server = serve(steps_with(seeded_repo, harmful, [harmful] * 3))  # eval: baggage only
+    # eval: baggage only; baseline and candidate: main stays, so the final eval is the
+    # baseline's measurement (no rollout)
+    server = serve(steps_with(seeded_repo, harmful, [harmful] * 2))
     result = train(run_cli, path, tmp_path, server.url, "--eval-cases",
                    cases_file(tmp_path / "e.yaml", BAGGAGE_CASE), "--mode", "apply", "--gate")
     assert result.code == EXIT_GATE, result.err
@@ -116,6 +118,9 @@ def test_a_harmful_proposal_is_gated_in_apply_mode(
     assert candidate["flipped"] == [{"case": BAGGAGE_CASE.name, "from": "pass", "to": "fail",
                                      "criteria": ["three-free"]}]
     assert data["applied_commits"] == [] and data["main_after"] == main
+    final = data["phases"][-1]
+    assert (final["phase"], final["reused"]) == ("final_eval", "baseline_eval")
+    assert final["rollouts"] == data["phases"][0]["rollouts"]
 
 
 def test_a_harmful_proposal_is_marked_in_propose_mode(

@@ -28,6 +28,7 @@ from expgit.runs.run_files import load_rollouts
 from expgit.store.repository import ExperienceRepository
 from expgit.train.cases import load_cases
 from expgit.train.domain import Message, Rollout, RubricEvaluation
+from expgit.train.report import RunReport, render_text
 
 
 def training_steps(repo: ExperienceRepository) -> list[Step]:
@@ -103,16 +104,21 @@ def test_train_propose_mode(run_cli: Any, serve: Any, seeded_repo: ExperienceRep
     fsck(path)
 
 
+def train_apply(run_cli: Any, path: Path, tmp_path: Path, url: str) -> Any:
+    return run_cli("-C", path, "train", "--cases",
+                   cases_file(tmp_path / "t.yaml", BAGGAGE_CASE, PETS_CASE),
+                   "--eval-cases", cases_file(tmp_path / "e.yaml", PETS_CASE),
+                   "--mode", "apply", "--llm", "openai", "--base-url", url, "--json")
+
+
 def test_train_apply_mode_moves_main_and_final_eval_sees_it(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path = tmp_path / "repo"
     main = seeded_repo.main_commit()
+    # baseline and candidate eval; main then has the candidate's tree: no final rollout
     server = serve([*training_steps(seeded_repo), Step("rollout", agent),
-                    Step("rollout", agent), Step("rollout", agent)])
-    result = run_cli("-C", path, "train", "--cases",
-                     cases_file(tmp_path / "t.yaml", BAGGAGE_CASE, PETS_CASE),
-                     "--eval-cases", cases_file(tmp_path / "e.yaml", PETS_CASE),
-                     "--mode", "apply", "--llm", "openai", "--base-url", server.url, "--json")
+                    Step("rollout", agent)])
+    result = train_apply(run_cli, path, tmp_path, server.url)
     assert result.code == 0, result.err
     server.chat.assert_done()
     data = json.loads(result.out)
@@ -120,9 +126,45 @@ def test_train_apply_mode_moves_main_and_final_eval_sees_it(
     baseline, epoch, candidate, final = data["phases"]
     assert candidate["phase"] == "candidate_eval" and candidate["passed"] == 1
     assert (baseline["passed"], final["passed"]) == (0, 1)  # final eval saw the lesson
+    assert (final["reused"], candidate["reused"], baseline["reused"]) == (
+        "candidate_eval", None, None)
+    assert final["rollouts"] == candidate["rollouts"] and final["summary"]["passed"] == 1
+    assert final["batches"][0]["policy_commit"] == data["main_after"]
+    assert data["usage"]["by_stage"]["rollout"]["calls"] == 4  # 2 training, 2 eval
+    text = render_text(RunReport.model_validate(data)).splitlines()
+    assert text[3].startswith("[final_eval] epoch=1 cases=1 ") and text[3].endswith(
+        " reused=candidate_eval")
     assert epoch["commits"] == 1 and data["applied_commits"] == [data["main_after"]]
     assert git(path, "rev-parse", "main").strip() == data["main_after"] != main
     assert "pets-in-cabin" in git(path, "ls-tree", "--name-only", "main", "experiences/")
+
+
+def test_train_apply_mode_runs_the_final_eval_when_main_moved(
+        run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
+    """Someone commits to main while the proposal is measured: the apply rebuilds the
+    proposal on the new main, a tree no eval measured, so the final eval runs."""
+    path = tmp_path / "repo"
+
+    def main_moves(messages: list[dict[str, str]]) -> str:
+        (path / "NOTES.txt").write_text("a teammate's note\n")
+        git(path, "add", "NOTES.txt")
+        git(path, "commit", "-q", "--no-verify", "-m", "A teammate's note")
+        return agent(messages)
+
+    server = serve([*training_steps(seeded_repo), Step("rollout", agent),
+                    Step("rollout", main_moves), Step("rollout", agent)])
+    result = train_apply(run_cli, path, tmp_path, server.url)
+    assert result.code == 0, result.err
+    server.chat.assert_done()  # the final eval's rollout was made
+    data = json.loads(result.out)
+    *_, candidate, final = data["phases"]
+    assert final["phase"] == "final_eval" and final["reused"] is None
+    measured = candidate["batches"][0]["policy_commit"]
+    assert git(path, "rev-parse", f"{measured}^{{tree}}") != git(
+        path, "rev-parse", f"{data['main_after']}^{{tree}}")  # rebuilt: a tree not measured
+    assert final["batches"][0]["policy_commit"] == data["main_after"]
+    assert "NOTES.txt" in git(path, "ls-tree", "--name-only", data["main_after"])
+    assert data["usage"]["by_stage"]["rollout"]["calls"] == 5
 
 
 def test_eval_prints_accuracy_and_only_rolls_out(

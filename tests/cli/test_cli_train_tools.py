@@ -67,8 +67,9 @@ def test_one_epoch_teaches_the_tool_call(run_cli: Any, serve: Any, seeded_repo: 
                                                          "credit_card_1033")], name="e.yaml")
     server = serve([Step("rollout", agent), Step("rollout", agent),
                     Step("reflect", combined(analyze, estimate)), Step("merge", merge),
-                    # the proposal's candidate eval, then the final eval: a tool call each
-                    *(Step("rollout", agent) for _ in range(4))])
+                    # the proposal's candidate eval: a tool call; the final eval of main
+                    # (the applied proposal's tree) is that measurement, no call
+                    *(Step("rollout", agent) for _ in range(2))])
     result = run_cli("-C", tmp_path / "repo", "train", "--cases", train, "--eval-cases",
                      held_out, "--mode", "apply", "--llm", "openai", "--base-url",
                      server.url, "--json")
@@ -78,10 +79,11 @@ def test_one_epoch_teaches_the_tool_call(run_cli: Any, serve: Any, seeded_repo: 
     baseline, epoch, candidate, final = json.loads(result.out)["phases"]
     assert (baseline["passed"], epoch["passed"], candidate["passed"], final["passed"]) == (
         0, 0, 1, 1)  # measured before it was applied, then on main
+    assert final["reused"] == "candidate_eval"
     analyze_prompt = next(c[1][-1]["content"] for c in server.chat.calls
                           if c[0] == "reflect")
     assert "final state differs: reservations.NO6JO3.total_baggages = 1" in analyze_prompt
-    final_calls = [c for c in server.chat.calls if c[0] == "rollout"][-2:]
+    final_calls = [c for c in server.chat.calls if c[0] == "rollout"][-2:]  # the candidate's
     assert final_calls[0][2]["tools"] and MARKER in final_calls[0][1][0]["content"]
     tool_results = [m for m in final_calls[1][1] if m["role"] == "tool"]
     assert len(tool_results) == 1 and '"total_baggages": 4' in tool_results[0]["content"]

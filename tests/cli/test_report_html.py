@@ -84,8 +84,9 @@ def assert_self_contained(page: Page, html: str) -> None:
 def test_report_html_of_a_real_run_has_the_json_figures(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path = tmp_path / "repo"
-    # the held-out case three times: baseline, the proposal's candidate eval, final
-    server = serve([*training_steps(seeded_repo), *(Step("rollout", agent) for _ in range(3))])
+    # the held-out case twice: baseline and the proposal's candidate eval; the final eval
+    # of main (the applied proposal's tree) reuses the candidate eval
+    server = serve([*training_steps(seeded_repo), *(Step("rollout", agent) for _ in range(2))])
     report, page_file = tmp_path / "run.json", tmp_path / "run.html"
     result = run_cli("-C", path, "train", "--cases",
                      cases_file(tmp_path / "t.yaml", BAGGAGE_CASE, PETS_CASE),
@@ -104,6 +105,8 @@ def test_report_html_of_a_real_run_has_the_json_figures(
     for p in data["phases"]:
         cells = phases[f"{p['phase']}@{p['epoch']}"]
         assert cells[2:5] == [str(p["cases"]), str(p["passed"]), f"{p['accuracy'] * 100:.2f}%"]
+    assert [cells[-1] for cells in phases.values()] == [
+        "run", "run", "run", "reused: the candidate_eval's, same tree, no call"]
     points = {(c["attrs"]["data-phase"], int(c["attrs"]["data-epoch"])):
               c["attrs"]["data-accuracy"] for c in page.find("circle")}
     assert points == {(p["phase"], p["epoch"]): f"{p['accuracy'] * 100:.2f}%"
@@ -115,7 +118,7 @@ def test_report_html_of_a_real_run_has_the_json_figures(
     assert {stage: (int(c[1]), c[4]) for stage, c in usage.items()} == {
         **{s: (u["calls"], "unknown") for s, u in data["usage"]["by_stage"].items()},
         "total": (data["usage"]["total"]["calls"], "unknown")}
-    assert usage["total"][1] == "8"
+    assert usage["total"][1] == "7"
     # flipped cases: the held-out pets case failed before and passes after (apply mode)
     before = {r["case"]: r["passed"] for r in data["phases"][0]["rollouts"]}
     after = {r["case"]: r["passed"] for r in data["phases"][-1]["rollouts"]}
