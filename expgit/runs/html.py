@@ -18,7 +18,7 @@ from expgit.errors import ExpgitError, InvalidInputError
 from expgit.store.proposals import find_proposal
 from expgit.store.repository import ExperienceRepository
 from expgit.store.templates import render
-from expgit.train.report import TRAINING_PHASES, RunReport
+from expgit.train.report import TRAINING_PHASES, RunReport, held_out_comparison
 
 PLOT_WIDTH, PLOT_HEIGHT = 720, 260
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 56, 24, 30, 40
@@ -87,11 +87,11 @@ def plot(phases: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _case_results(phase: dict[str, Any]) -> dict[str, bool]:
-    """Per case: passed (every rollout of it passed)."""
-    results: dict[str, bool] = {}
+    """Per case: passed (at least half its rollouts passed, as a candidate eval counts)."""
+    runs: dict[str, list[bool]] = {}
     for r in phase.get("rollouts", []):
-        results[r["case"]] = results.get(r["case"], True) and bool(r["passed"])
-    return results
+        runs.setdefault(r["case"], []).append(bool(r["passed"]))
+    return {case: sum(passed) >= len(passed) / 2 for case, passed in runs.items()}
 
 
 def flipped(phases: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
@@ -170,11 +170,13 @@ def candidates(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def render_html(data: dict[str, Any], repo: ExperienceRepository | None = None) -> str:
     """The page of the run report ``data`` (the JSON of a RunReport; its defaults filled
     in, and keys the model does not know, e.g. ``candidates``, kept)."""
-    data = {**data, **RunReport.model_validate(data).model_dump(mode="json")}
+    model = RunReport.model_validate(data)
+    data = {**data, **model.model_dump(mode="json")}
     phases = list(data.get("phases") or [])
     usage = data.get("usage") or {}
     return render("report.html.j2", repo, report=data, phases=phases,
                   percent=percent, plot=plot(phases), flipped=flipped(phases),
+                  compared=held_out_comparison(model),
                   stages=usage.get("by_stage") or {}, total=usage.get("total") or {},
                   usage_currency=usage.get("currency"),
                   proposals=proposals(data.get("proposals") or [], repo),

@@ -144,6 +144,26 @@ def delta_lines(baseline: PhaseMetrics, final: PhaseMetrics) -> list[str]:
             f"accuracy delta: {delta:+.2f}pp"]
 
 
+def held_out_comparison(report: RunReport) -> str | None:
+    """What the final eval was compared with, in words (the text summary and the HTML
+    report say the same); None without a baseline and a final eval."""
+    final = report.phase("final_eval")
+    if report.phase("baseline_eval") is None or final is None:
+        return None
+    before, after = (report.main_before or "?")[:12], (report.main_after or "?")[:12]
+    reused = (f"; the final eval is the {final.reused} of the same tree, not run again"
+              if final.reused else "")
+    if before != after:
+        return f"the final eval of main at {after} against the baseline eval at {before}" \
+            + reused
+    why = " (propose mode)" if report.mode == "propose" else ""
+    effect = ("; a proposal's own effect is its candidate eval" if report.candidates
+              else "")
+    return (f"the final eval against the baseline eval, both of main at {before}, which "
+            f"this run did not change{why}: a verdict that differs between them is the "
+            f"model's variance, not a lesson{effect}{reused}")
+
+
 def cost_table(usage: UsageReport) -> list[str]:
     """The calls, tokens and cost by stage; the cost in ``usage.currency``, or
     ``unknown`` for a stage with a call that had no price."""
@@ -196,7 +216,7 @@ def render_text(report: RunReport) -> str:
     lines = [phase_line(p) for p in report.phases]
     baseline, final = report.phase("baseline_eval"), report.phase("final_eval")
     if baseline is not None and final is not None:
-        lines += ["", *delta_lines(baseline, final)]
+        lines += ["", *delta_lines(baseline, final), f"compared: {held_out_comparison(report)}"]
     lines += rejected_lines(report.phases)
     if report.candidates:
         lines += ["", *map(summary_line, report.candidates)]

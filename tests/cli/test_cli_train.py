@@ -76,6 +76,9 @@ def test_train_propose_mode(run_cli: Any, serve: Any, seeded_repo: ExperienceRep
         "1", "0.00", "0", "1", "0.000000")
     assert lines[4:8] == ["", "baseline accuracy: 0.00% (0/1)", "final accuracy: 0.00% (0/1)",
                           "accuracy delta: +0.00pp"]
+    assert lines[8].startswith(f"compared: the final eval against the baseline eval, both of "
+                               f"main at {main[:12]}, which this run did not change (propose "
+                               "mode)")
     usage = lines[lines.index("LLM usage:") + 1:]
     assert usage[0].split()[0] == "stage" and usage[-1].split()[0] == "total"
     assert {row.split()[0]: int(row.split()[1]) for row in usage[1:]} == {

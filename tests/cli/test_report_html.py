@@ -14,6 +14,7 @@ from scripted_pipeline import BAGGAGE_CASE, PETS_CASE
 from test_cli_train import training_steps
 
 from expgit.llm.scripted import Step
+from expgit.runs.html import flipped
 from expgit.store.repository import ExperienceRepository
 
 
@@ -126,6 +127,10 @@ def test_report_html_of_a_real_run_has_the_json_figures(
                 for c in before if before[c] != after[c]}
     assert expected == {PETS_CASE.name: ["fail", "pass"]}
     assert {case: cells[1:] for case, cells in page.rows("flipped").items()} == expected
+    compared = " ".join(page.find("p", id="compared")[0]["text"].split())
+    assert compared == (f"Compared: the final eval of main at {data['main_after'][:12]} "
+                        f"against the baseline eval at {data['main_before'][:12]}; the "
+                        "final eval is the candidate_eval of the same tree, not run again.")
     # each proposal's diff, its lines classed (the added experience is all + lines)
     [proposal] = data["proposals"]
     [section] = page.find("section", **{"class": "proposal", "data_proposal": proposal})
@@ -145,6 +150,43 @@ def test_report_html_of_a_real_run_has_the_json_figures(
     assert rendered.code == 0, rendered.err
     assert again.read_text() == html
     assert git(path, "status", "--porcelain") == ""
+
+
+def test_a_propose_run_shows_the_candidate_flips_and_says_what_the_final_eval_compared(
+        run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
+    """main does not move in propose mode: the final eval repeats the baseline's policy,
+    so the flips a reader looks for are the candidate eval's, shown first."""
+    path = tmp_path / "repo"
+    server = serve([*training_steps(seeded_repo), *(Step("rollout", agent) for _ in range(3))])
+    report, page_file = tmp_path / "run.json", tmp_path / "run.html"
+    result = run_cli("-C", path, "train", "--cases",
+                     cases_file(tmp_path / "t.yaml", BAGGAGE_CASE, PETS_CASE),
+                     "--eval-cases", cases_file(tmp_path / "e.yaml", PETS_CASE),
+                     "--llm", "openai", "--base-url", server.url,
+                     "--report", report, "--report-html", page_file)
+    assert result.code == 0, result.err
+    server.chat.assert_done()
+    data = json.loads(report.read_text())
+    [candidate] = data["candidates"]
+    assert candidate["flipped"] == [{"case": PETS_CASE.name, "from": "fail", "to": "pass",
+                                     "criteria": ["answers"]}]
+    page = Page(page_file.read_text())
+    [flips] = page.find("table", id="candidate-flips")
+    rows = [[" ".join(c["text"].split()) for c in row["children"] if c["tag"] == "td"]
+            for row in flips["children"]]
+    assert [r for r in rows if r] == [[candidate["proposal"], PETS_CASE.name, "fail", "pass",
+                                       "answers"]]
+    assert page.find("table", id="flipped") == []  # the final eval repeated the baseline
+    main = data["main_before"][:12]
+    compared = " ".join(page.find("p", id="compared")[0]["text"].split())
+    assert compared == (f"Compared: the final eval against the baseline eval, both of main "
+                        f"at {main}, which this run did not change (propose mode): a "
+                        "verdict that differs between them is the model's variance, not a "
+                        "lesson; a proposal's own effect is its candidate eval.")
+    assert "No held-out case changed its verdict between these two evals." in page_file.read_text()
+    # the text summary says the same, and lists the candidate's flip
+    assert f"compared: {compared.removeprefix('Compared: ').rstrip('.')}" in result.out
+    assert f"flipped: {PETS_CASE.name} fail->pass" in result.out
 
 
 CANDIDATE_SIDE = {"cases": 4, "trials": 3, "passed": 6, "accuracy": 0.5, "mean_score": 0.5,
@@ -217,3 +259,16 @@ def test_report_html_refuses_what_is_not_a_report(run_cli: Any,
     result = run_cli("-C", tmp_path / "repo", "report-html", bad, "-o", tmp_path / "x.html")
     assert result.code == 5 and "not a run report" in result.err
     assert not (tmp_path / "x.html").exists()
+
+
+def test_a_case_flips_on_the_page_as_the_candidate_eval_counts_it() -> None:
+    """With trials a case passes when at least half its rollouts pass, on the page as in
+    the candidate eval (expgit.train.candidate.flipped), so the two cannot disagree."""
+    def phase(name: str, runs: list[bool]) -> dict[str, Any]:
+        return {"phase": name, "rollouts": [{"case": "refund", "passed": p} for p in runs]}
+
+    assert flipped([phase("baseline_eval", [True, True, False]),
+                    phase("final_eval", [False, False, True])]) == [
+        {"case": "refund", "from": "pass", "to": "fail"}]
+    assert flipped([phase("baseline_eval", [True, False]),
+                    phase("final_eval", [False, True])]) == []
