@@ -8,7 +8,8 @@ themselves are the result, printed on stdout once)::
 
     expgit: train_epoch epoch=0: 2/2 rollouts, 7 LLM calls, cost 0.004210, 0.4s
 
-(``cost unknown`` when a call had no price in ``[llm.prices]``.)
+(``cost unknown``, on the live line too and from its start, when the model has no price
+in ``[llm.prices]``.)
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class Progress:
             if self.tty:
                 current.task = self._display().add_task(
                     f"{phase} epoch={epoch}", total=current.total or None, stage="rollout",
-                    calls=0, cost=money(0.0, None))
+                    calls=0, cost=self._cost(current))
 
     def stage(self, name: str) -> None:
         self._update(stage=name)
@@ -100,6 +101,11 @@ class Progress:
             self._live.stop_task(current.task)
 
     # the LLM calls (the usage meter's listener)
+    def priced(self, known: bool) -> None:
+        """Before any call: without a price the cost is unknown from the start, not 0."""
+        with self._lock:
+            self._usage = self._usage.model_copy(update={"cost": 0.0 if known else None})
+
     def llm_started(self, stage: str) -> None:
         self._update(stage=stage)
 

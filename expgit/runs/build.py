@@ -77,7 +77,10 @@ Mode = Literal["propose", "apply"]
 
 
 class RunObserver(PipelineObserver, UsageListener, Protocol):
-    """A run's progress: the pipeline's events and each LLM call (stage, usage so far)."""
+    """A run's progress: the pipeline's events and each LLM call (stage, usage so far);
+    before any of them, whether the model's calls have a price (``[llm.prices]``)."""
+
+    def priced(self, known: bool) -> None: ...
 
 
 ObserverFactory = Callable[[dict[str, int]], RunObserver]
@@ -257,8 +260,10 @@ def _observer(options: RunOptions, totals: dict[str, int]) -> RunObserver | None
 
 
 def _listen(runtime: LLMRuntime, observer: RunObserver | None) -> None:
-    """Tell ``observer`` of each LLM call (its stage, the usage so far)."""
+    """Tell ``observer`` whether the calls are priced, then of each LLM call (its stage,
+    the usage so far)."""
     if observer is not None:
+        observer.priced(runtime.meter.price(runtime.resolved.model) is not None)
         runtime.meter.listener = observer
 
 

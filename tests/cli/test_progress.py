@@ -105,6 +105,7 @@ def test_a_terminal_gets_one_live_line_per_phase_and_json_stays_clean(
     assert "6 LLM calls" in text  # the training phase's, its candidate eval's included
     assert "expgit: train_epoch" not in text  # no plain lines on a terminal
     assert COLOUR.search(screen)  # coloured without NO_COLOR...
+    assert "0.000000" not in text  # no price: unknown from the first frame, never 0
 
 
 def test_no_color_on_a_terminal(serve: Any, seeded_repo: ExperienceRepository,
@@ -140,6 +141,9 @@ class Recorder:
     def phase_done(self, metrics: Any) -> None:
         self.events.append(("phase_done", metrics.phase, metrics.cases))
 
+    def priced(self, known: bool) -> None:
+        self.events.append(("priced", known))
+
     def llm_started(self, stage: str) -> None:
         self.events.append(("llm_started", stage))
 
@@ -168,7 +172,29 @@ def test_the_pipeline_tells_each_rollout_stage_and_call(
     [recorder] = made
     assert recorder.totals == {"eval": 2, "candidate_eval": 2}  # (--compare: both)
     assert recorder.events == [
-        ("phase_started", "eval", 0), ("stage", "rollout"),
+        ("priced", False), ("phase_started", "eval", 0), ("stage", "rollout"),
         ("llm_started", "rollout"), ("llm_counted", "rollout", 1), ("rollout_done",),
         ("llm_started", "rollout"), ("llm_counted", "rollout", 2), ("rollout_done",),
         ("batch_done", "eval", 0, 2), ("phase_done", "eval", 2)]
+
+
+def live_cost(progress: Any) -> str:
+    [task] = progress._live.tasks
+    return str(task.fields["cost"])
+
+
+def test_the_live_line_says_unknown_before_the_first_call_without_a_price() -> None:
+    from expgit.cli._progress import Progress
+    from expgit.llm.port import StageUsage
+
+    for known, shown in ((False, "unknown"), (True, "0.000000")):
+        progress = Progress({"eval": 2}, tty=True)
+        try:
+            progress.priced(known)
+            progress.phase_started("eval", 0)
+            assert live_cost(progress) == shown  # drawn before any call is counted
+            progress.llm_counted("rollout", StageUsage(calls=1, cost=0.5 if known else None))
+            assert live_cost(progress) == ("0.500000" if known else "unknown")
+        finally:
+            progress.close()
+
