@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import threading
@@ -68,6 +69,8 @@ def _config(app: ASGIApp) -> uvicorn.Config:
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=2,
+        # its log lines' level names are coloured on a terminal, unless NO_COLOR is set
+        use_colors=False if os.environ.get("NO_COLOR") else None,
     )
 
 

@@ -35,6 +35,8 @@ def cli(ctx: click.Context, directory: Path) -> None:
     Exit codes: 0 ok, 1 unexpected error, 2 usage, 3 conflict (guard or merge),
     4 repository locked by a live writer, 5 invalid input.
     """
+    if os.environ.get("NO_COLOR"):  # https://no-color.org: set and not empty
+        ctx.color = False  # every command's context inherits it: click.echo strips ANSI
     if directory != Path("."):
         # relative GIT_DIR and friends keep naming what they named where expgit started
         os.environ.update(anchored_paths(os.environ, os.getcwd()))
