@@ -21,6 +21,8 @@ class ExpgitError(Exception):
     """Base of every error expgit raises on purpose."""
 
     exit_code = EXIT_UNEXPECTED
+    # what the exit code means, as ``expgit --help`` lists it (see :func:`exit_codes`)
+    meaning = "unexpected error (set EXPGIT_DEBUG=1 for a traceback)"
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -35,12 +37,14 @@ class UsageError(ExpgitError):
     """The command was called in a way that cannot work (wrong repository kind, ...)."""
 
     exit_code = EXIT_USAGE
+    meaning = "usage: bad arguments, not an expgit repository, target folder not empty"
 
 
 class InvalidInputError(ExpgitError):
     """Bad input: a malformed experience, a bad name, an unknown id or revision."""
 
     exit_code = EXIT_INVALID
+    meaning = "invalid input: a malformed experience, a bad name, an unknown id or revision"
 
 
 class ValidationError(InvalidInputError):
@@ -62,6 +66,7 @@ class ConflictError(ExpgitError):
     """The change cannot be made without overwriting someone else's: guard or merge conflict."""
 
     exit_code = EXIT_CONFLICT
+    meaning = "conflict: the base-content guard, a merge conflict, a proposal already closed"
 
     def __init__(
         self, message: str, *, conflicts: list[str] | None = None, hint: str | None = None
@@ -74,6 +79,7 @@ class LockHeldError(ExpgitError):
     """Another live expgit writer holds the repository lock."""
 
     exit_code = EXIT_LOCKED
+    meaning = "a lock is held: the repository lock by a live writer, or a running git's"
 
 
 class GateError(ExpgitError):
@@ -81,6 +87,7 @@ class GateError(ExpgitError):
     its eval could not be decided. The proposal stays open for review."""
 
     exit_code = EXIT_GATE
+    meaning = "gate: a proposal lowered the held-out eval or could not be measured; not applied"
 
 
 class RunErrorsError(ExpgitError):
@@ -88,7 +95,21 @@ class RunErrorsError(ExpgitError):
     What it made (trajectories, gradients, proposals) is kept."""
 
     exit_code = EXIT_RUN_ERRORS
+    meaning = "a run finished with errors (failed LLM calls, steps or rollouts, spent budget)"
 
 
 class GitError(ExpgitError):
     """A git command failed in a way expgit did not expect."""
+
+
+def exit_codes() -> dict[int, str]:
+    """Every exit code, lowest first, and what it means: 0 (ok), then each error kind's,
+    from the first class that sets it (its ``meaning``)."""
+    found = {EXIT_OK: "ok"}
+    pending: list[type[ExpgitError]] = [ExpgitError]
+    while pending:
+        kind = pending.pop(0)
+        if "exit_code" in vars(kind):
+            found.setdefault(kind.exit_code, kind.meaning)
+        pending += kind.__subclasses__()
+    return dict(sorted(found.items()))

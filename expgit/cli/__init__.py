@@ -15,11 +15,17 @@ import click
 from expgit import __version__
 from expgit.cli._json import json_printed
 from expgit.cli.commands import LazyGroup
-from expgit.errors import EXIT_UNEXPECTED, EXIT_USAGE, ExpgitError, UsageError
+from expgit.errors import EXIT_UNEXPECTED, EXIT_USAGE, ExpgitError, UsageError, exit_codes
 from expgit.git.env import anchored_paths
 
 
-@click.group(cls=LazyGroup,
+def exit_codes_help() -> str:
+    """The exit codes for ``expgit --help``, from the error kinds (so they cannot drift)."""
+    return "\b\nExit codes:\n" + "\n".join(f"  {code}  {meaning}"
+                                           for code, meaning in exit_codes().items())
+
+
+@click.group(cls=LazyGroup, epilog=exit_codes_help(),
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-C", "directory", type=click.Path(file_okay=False, path_type=Path),
               default=Path("."), metavar="DIR",
@@ -32,8 +38,10 @@ def cli(ctx: click.Context, directory: Path) -> None:
     reviewable proposals, apply them to main under a lock, and revert with git.
 
     \b
-    Exit codes: 0 ok, 1 unexpected error, 2 usage, 3 conflict (guard or merge),
-    4 repository locked by a live writer, 5 invalid input.
+    Example:
+      expgit init my-experiences --from example_repo
+      expgit -C my-experiences proposals
+      expgit -C my-experiences review PROPOSAL
     """
     if os.environ.get("NO_COLOR"):  # https://no-color.org: set and not empty
         ctx.color = False  # every command's context inherits it: click.echo strips ANSI

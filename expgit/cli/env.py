@@ -19,7 +19,12 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 @click.group("env")
 def env_group() -> None:
     """Environment services: a benchmark's cases and rollouts over HTTP (RFC 15.6), for
-    `expgit train --env-url URL` and `expgit eval --env-url URL`."""
+    `expgit train --env-url URL` and `expgit eval --env-url URL`.
+
+    \b
+    Example:
+      expgit env serve --cases cases/train.yaml --cases cases/eval.yaml
+    """
 
 
 def _named_splits(values: tuple[str, ...]) -> dict[str, Path]:
@@ -71,8 +76,13 @@ def env_serve_cmd(ctx: click.Context, cases: tuple[Path, ...], named: tuple[str,
 
     \b
     Prints the URL on stdout once the LLM is up and the service accepts connections;
-    Ctrl-C (or SIGTERM) stops it. Then, in another shell:
-      expgit train --env-url URL --split train --eval-split eval --mode propose
+    Ctrl-C (or SIGTERM) stops it. Then, in another shell, train against it:
+    `expgit train --env-url URL --split train --eval-split eval --mode propose`.
+
+    \b
+    Example:
+      expgit env serve --cases cases/train.yaml --split eval=cases/eval.yaml
+      expgit env serve --cases cases/train.yaml --port 0 --token-env ENV_TOKEN
     """
     if not cases and not named:
         raise UsageError("nothing to serve: give --cases FILE or --split NAME=FILE")

@@ -30,7 +30,13 @@ def export_sft_cmd(ctx: click.Context, task_type: str | None, min_score: float |
     """Export the active, labelled task segments of ingested sessions (`expgit
     sessions`) as OpenAI chat fine-tuning JSONL: one segment per line, tool calls
     included, secrets and personal data redacted, each line validated before the file
-    is written."""
+    is written.
+
+    \b
+    Example:
+      expgit export-sft -o sft.jsonl
+      expgit export-sft --task-type debugging --min-score 0.9 --limit 500 -o sft.jsonl
+    """
     report = export_sft(open_repo(ctx), task_type=task_type, min_score=min_score,
                         limit=limit, out=out)
 

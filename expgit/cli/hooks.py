@@ -10,7 +10,13 @@ from expgit.hooks.install import install_hooks
 
 @click.group("hooks")
 def hooks_group() -> None:
-    """Git hooks that refuse invalid experiences on commit and on push."""
+    """Git hooks that refuse invalid experiences on commit and on push.
+
+    \b
+    Example:
+      expgit hooks install                        # pre-commit, in a clone
+      expgit -C server.git hooks install --server # pre-receive and update
+    """
 
 
 @hooks_group.command("install")
@@ -29,6 +35,11 @@ def install(ctx: click.Context, server: bool, as_json: bool) -> None:
 
     An existing hook that is not expgit's is kept as <hook>.legacy and runs first.
     Installing again rewrites expgit's hooks in place.
+
+    \b
+    Example:
+      expgit hooks install
+      expgit -C server.git hooks install --server --json
     """
     messages = install_hooks(open_repo(ctx).git, server=server)
 

@@ -69,7 +69,13 @@ def learn_cmd(ctx: click.Context, /, rollouts_file: Path, outcomes_file: Path | 
     (findings.json) and candidate experiences from well-rated runs
     (experience_seed_pack.json). No LLM call. Report-only (no git write) unless
     --propose. The thresholds come from the [learn] section of expgit.toml (defaults in
-    brackets); each flag overrides one."""
+    brackets); each flag overrides one.
+
+    \b
+    Example:
+      expgit learn --rollouts rollouts.jsonl -o learn/
+      expgit learn --rollouts rollouts.jsonl --outcomes outcomes.jsonl -o learn/ --propose
+    """
     repo = open_repo(ctx)
     options = learn_options(repo.settings.learn, thresholds)
     result = learn_report(repo, rollouts_file, output_dir, outcomes_file=outcomes_file,

@@ -27,6 +27,12 @@ def outcomes_group() -> None:
 
     Outcomes are analytics only: they live on the outcomes branch ([outcomes] branch,
     default expgit/outcomes), never on main, and never reach the agent.
+
+    \b
+    Example:
+      expgit outcomes add --target-kind experience --target refund-method-rules \\
+        --verdict helpful --score 0.9 --idempotency-key review-42
+      expgit outcomes list --target-kind experience --json
     """
 
 
@@ -49,7 +55,16 @@ def outcomes_group() -> None:
 def add_cmd(ctx: click.Context, target_kind: str, target_id: str, verdict: str, score: float,
             reason: str, source: str, key: str, as_json: bool) -> None:
     """Record an outcome. The target must exist (exit 5 if not) and be of that kind
-    (exit 3 if the id names another kind of target)."""
+    (exit 3 if the id names another kind of target).
+
+    \b
+    Example:
+      expgit outcomes add --target-kind experience --target refund-method-rules \\
+        --verdict helpful --score 0.9 --reason 'the refund was right' \\
+        --idempotency-key ticket-1234
+      expgit outcomes add --target-kind proposal --target 3f2a9c1b7d4e --verdict fail \\
+        --score 0 --source ci --idempotency-key ci-run-77
+    """
     try:
         request = OutcomeRequest.model_validate({
             "target_kind": target_kind, "target_id": target_id, "verdict": verdict,
@@ -72,7 +87,13 @@ def add_cmd(ctx: click.Context, target_kind: str, target_id: str, verdict: str, 
 @click.pass_context
 def list_cmd(ctx: click.Context, target_kind: str | None, target_id: str | None,
              as_json: bool) -> None:
-    """List outcome records, oldest first."""
+    """List outcome records, oldest first.
+
+    \b
+    Example:
+      expgit outcomes list
+      expgit outcomes list --target-kind experience --target refund-method-rules --json
+    """
     records = OutcomeStore(open_repo(ctx)).select(cast(TargetKind | None, target_kind),
                                                   target_id)
 

@@ -76,7 +76,13 @@ def gradients_cmd(ctx: click.Context, state: str, with_merged: bool, as_json: bo
 @json_option
 @click.pass_context
 def proposals_cmd(ctx: click.Context, state: str, as_json: bool) -> None:
-    """List proposals: merged gradients waiting for review (or applied, or rejected)."""
+    """List proposals: merged gradients waiting for review (or applied, or rejected).
+
+    \b
+    Example:
+      expgit proposals                    # the open ones, waiting for review
+      expgit proposals --state all --json
+    """
     items = list_proposals(open_repo(ctx), _states(state))
 
     def human() -> None:
@@ -109,7 +115,15 @@ def inline_diffs(text: str, changes: Sequence[FileChange]) -> tuple[str, list[Fi
 @json_option
 @click.pass_context
 def review_cmd(ctx: click.Context, item_id: str, as_json: bool) -> None:
-    """Show a proposal or gradient: its description and a coloured diff per experience."""
+    """Show a proposal or gradient: its description and a coloured diff per experience.
+
+    The colour is for a terminal only, and never when NO_COLOR is set.
+
+    \b
+    Example:
+      expgit review 3f2a9c1b7d4e          # a proposal, or a gradient's id
+      expgit review 3f2a9c1b7d4e --json   # its description, diffs and note
+    """
     repo = open_repo(ctx)
     item = find_any(repo, item_id)
     note = read_note(repo.git, item.commit)
@@ -148,6 +162,10 @@ def reject_cmd(ctx: click.Context, item_id: str, reason: str, as_json: bool) -> 
 
     The branch is removed; the commit stays reachable under refs/expgit/rejected/ and the
     reason is kept as a note in refs/notes/expgit.
+
+    \b
+    Example:
+      expgit reject 3f2a9c1b7d4e --reason 'too broad: it covers every fare class'
     """
     result = reject(open_repo(ctx), item_id, reason)
     emit(as_json, dataclasses.asdict(result), lambda: click.echo(

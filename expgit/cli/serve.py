@@ -50,6 +50,11 @@ def serve_cmd(ctx: click.Context, host: str, port: int, mode: str, token_env: st
     Limits from [serve] (body size, queue); --concurrency bounds the analyses and
     estimations at once (default: [serve] max_concurrency). Prints the URL once ready;
     stops cleanly on Ctrl-C / SIGTERM, finishing the jobs in flight.
+
+    \b
+    Example:
+      expgit serve                                  # http://127.0.0.1:8766, propose mode
+      expgit serve --port 0 --mode apply --token-env EXPGIT_TOKEN --llm openai
     """
     from expgit.llm.factory import open_llm  # the openai client loads only when needed
 

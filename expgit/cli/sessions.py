@@ -28,7 +28,14 @@ def sessions_group() -> None:
     """Agent sessions (.jsonl) -> task segments -> metrics -> experiences.
 
     State lives on the [sessions] branch (default expgit/sessions): one manifest per
-    session, identifiers hashed, messages redacted before they are committed."""
+    session, identifiers hashed, messages redacted before they are committed.
+
+    \b
+    Example:
+      expgit sessions ingest sessions/*.jsonl
+      expgit sessions run --llm openai
+      expgit sessions status
+    """
 
 
 def _counts(counts: dict[str, int]) -> str:
@@ -84,7 +91,13 @@ def ingest_cmd(ctx: click.Context, files: tuple[Path, ...], tool: str | None,
     at once; longer ones are pending until `expgit sessions run` segments them. Blank and
     invalid lines are counted and reported, never fatal. A file of no known format stops
     the ingest, naming its first offending line, with nothing stored; with --from it is
-    reported and skipped, and a file still being written is left for the next ingest."""
+    reported and skipped, and a file still being written is left for the next ingest.
+
+    \b
+    Example:
+      expgit sessions ingest --from codex --since 2026-11-30
+      expgit sessions ingest support.jsonl --format anthropic --json
+    """
     fmt = cast(SessionFormat, session_format)
     if tool is None:
         if not files:
@@ -125,7 +138,13 @@ def _print_status(status: SessionsStatus) -> None:
 @json_option
 @click.pass_context
 def status_cmd(ctx: click.Context, as_json: bool) -> None:
-    """Sessions, segments, labelled, memory-eligible, SFT-eligible and trained counts."""
+    """Sessions, segments, labelled, memory-eligible, SFT-eligible and trained counts.
+
+    \b
+    Example:
+      expgit sessions status
+      expgit sessions status --json
+    """
     status = sessions_status(open_repo(ctx))
     emit(as_json, status.model_dump(mode="json"), lambda: _print_status(status))
 
@@ -164,7 +183,13 @@ def run_cmd(ctx: click.Context, batch_size: int, mode: str, llm_choice: str | No
             ) -> None:
     """Segment the pending sessions, label their segments with trajectory metrics and
     train the memory-eligible ones into a proposal. Without an LLM, nothing is done and
-    sessions stay pending."""
+    sessions stay pending.
+
+    \b
+    Example:
+      expgit sessions run                       # propose: main is not touched
+      expgit sessions run --batch-size 10 --mode apply --llm openai --model gpt-4o-mini
+    """
     report = asyncio.run(run_with_llm(
         open_repo(ctx), make_llm_options(llm_choice, model, base_url),
         batch_size=batch_size, mode=cast(Literal["propose", "apply"], mode),

@@ -67,7 +67,8 @@ def test_help_examples_use_only_options_the_command_has() -> None:
             if "Example:" not in help_text:
                 continue
             options = {opt for param in cmd.params for opt in param.opts}
-            for line in help_text.split("Example:", 1)[1].splitlines():
+            example = help_text.split("Example:", 1)[1].replace("\\\n", " ")
+            for line in example.splitlines():
                 words = line.split("#")[0].split()
                 if not words:
                     continue
