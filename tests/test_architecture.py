@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("expgit.remote",),  # the remote benchmark protocol, its clients and SDK
     ("expgit.runs",),  # one run wired from settings: the composition root
     ("expgit.sessions", "expgit.learn", "expgit.init"),  # features built on runs
+    ("expgit.status",),  # the repository at a glance: store, doctor and sessions read
     ("expgit.service",),  # the HTTP services
     ("expgit.cli",),  # the command line: one thin module per command
     ("expgit.__main__", "expgit.hook_run", "expgit"),  # entry points and the public face

@@ -40,7 +40,7 @@ def cli(ctx: click.Context, directory: Path) -> None:
     \b
     Example:
       expgit init my-experiences --from example_repo
-      expgit -C my-experiences proposals
+      expgit -C my-experiences status
       expgit -C my-experiences review PROPOSAL
     """
     if os.environ.get("NO_COLOR"):  # https://no-color.org: set and not empty

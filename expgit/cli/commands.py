@@ -51,6 +51,9 @@ REGISTRY: tuple[CommandEntry, ...] = (
                  "experience."),
     CommandEntry("reject", "expgit.cli.review:reject_cmd",
                  "Reject a proposal (and its gradients) or a single gradient."),
+    CommandEntry("status", "expgit.cli.status:status_cmd",
+                 "Show main's tip and last update, open proposals and gradients, the lock, "
+                 "sessions."),
     CommandEntry("list", "expgit.cli.listing:list_cmd",
                  "List the experiences on main (or at REV) with status, version and "
                  "summary."),

@@ -13,8 +13,11 @@ from expgit.store.repository import ExperienceRepository
 
 def _view(repo: ExperienceRepository, d: Diagnosis) -> dict[str, object]:
     recovered = d.recovered
+    holder, stamp = d.holder, (d.holder or {}).get("time")
+    if holder is not None and isinstance(stamp, float):  # --json times: whole seconds
+        holder = holder | {"time": int(stamp)}
     return {
-        "healthy": d.healthy, "lock": d.lock, "holder": d.holder,
+        "healthy": d.healthy, "lock": d.lock, "holder": holder,
         "dead_writer_locks": [describe_path(repo, p) for p in d.dead_writer_locks],
         "unfinished": d.unfinished, "behind": d.behind,
         "foreign_locks": [describe_path(repo, p) for p in d.foreign_locks],

@@ -85,6 +85,7 @@ ELSEWHERE = {
     "sessions run": "tests/sessions/test_sessions_run.py",
     "pr": "tests/cli/test_cli_pr.py",
     "doctor": "tests/store/test_doctor.py",
+    "status": "tests/cli/test_status.py",
 }
 
 

@@ -1,0 +1,115 @@
+"""``expgit status``: main, open proposals and gradients, the lock, sessions, the last run."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from expgit.cli._common import emit, json_option, open_repo, short
+from expgit.cli._views import gradient_view, proposal_view
+from expgit.cli.doctor import _view as diagnosis_view
+from expgit.status import MeasuredEffect, RepositoryStatus, repository_status
+from expgit.store.doctor import describe_path
+from expgit.store.lock import describe
+from expgit.store.repository import ExperienceRepository
+
+SHOWN = 5  # items per list on the screen; --json has them all
+
+
+def _when(stamp: int) -> str:
+    return f"{datetime.fromtimestamp(stamp, UTC):%Y-%m-%d %H:%M} UTC"
+
+
+def _effect(effect: MeasuredEffect | None) -> str:
+    if effect is None:
+        return "not measured"
+    parts = [f"baseline {effect.baseline} -> candidate {effect.candidate}"
+             if effect.baseline and effect.candidate else "measured",
+             *([f"delta {effect.delta:+.2f}pp"] if effect.delta is not None else []),
+             *([f"gate {effect.gate}"] if effect.gate else [])]
+    return ", ".join(parts)
+
+
+def _more(total: int) -> list[str]:
+    return [f"  ... and {total - SHOWN} more (--json lists them)"] if total > SHOWN else []
+
+
+def _lock_lines(repo: ExperienceRepository, s: RepositoryStatus) -> list[str]:
+    d = s.lock
+    if d.lock == "held" and d.holder is not None:
+        lines = [f"lock: held by {describe(d.holder)} (a live writer)"]
+    elif d.lock == "stale" and d.holder is not None:
+        lines = [f"lock: stale, left by {describe(d.holder)}: run `expgit doctor --fix`"]
+    else:
+        lines = ["lock: free"]
+    lines += [f"  ref lock held by another process: {describe_path(repo, p)}"
+              for p in d.foreign_locks]
+    if d.unsettled:
+        lines.append(f"  {len(d.unsettled)} refs to settle: run `expgit doctor --fix`")
+    return lines
+
+
+def status_lines(repo: ExperienceRepository, s: RepositoryStatus) -> list[str]:
+    """One screen: a line per part, the first few items of each list."""
+    lines = [f"{s.branch}: {short(s.commit)}"]
+    u = s.last_update
+    if u is not None:
+        lines.append(f"  last update: {short(u.commit)} {u.kind} {_when(u.time)} "
+                     f"by {u.author.split(' <')[0]}: {u.subject}")
+    lines.append(f"open proposals: {len(s.proposals)}")
+    lines += [f"  {p.id}  {len(p.gradient_commits)} gradient(s), {_effect(effect)}: "
+              f"{p.subject}" for p, effect in s.proposals[:SHOWN]]
+    lines += _more(len(s.proposals))
+    lines.append(f"open gradients in no proposal: {len(s.gradients)}"
+                 + (" (`expgit merge --all` makes one)" if s.gradients else ""))
+    lines += [f"  {g.id}  {g.operation} {g.target}, confidence {g.confidence:.2f}"
+              for g in s.gradients[:SHOWN]]
+    lines += _more(len(s.gradients))
+    lines += _lock_lines(repo, s)
+    lines.append(f"sessions: {len(s.pending_sessions)} pending of {s.sessions}"
+                 + (" (`expgit sessions run` segments them)" if s.pending_sessions else ""))
+    run = s.last_run
+    lines.append("last run: none measured a proposal" if run is None else
+                 f"last run: proposal {run.proposal} ({run.state}) {_when(run.time)}: "
+                 f"{_effect(run.effect)}" + (f"; {run.effect.calls} LLM calls, cost "
+                                             f"{run.effect.cost}"
+                                             if run.effect.calls is not None else ""))
+    return lines
+
+
+def status_view(repo: ExperienceRepository, s: RepositoryStatus) -> dict[str, Any]:
+    return {
+        "branch": s.branch, "commit": s.commit,
+        "last_update": s.last_update.model_dump() if s.last_update else None,
+        "proposals": [proposal_view(p) | {"effect": e.model_dump() if e else None}
+                      for p, e in s.proposals],
+        "gradients": [gradient_view(g) for g in s.gradients],
+        "lock": diagnosis_view(repo, s.lock),
+        "sessions": {"branch": s.sessions_branch, "sessions": s.sessions,
+                     "pending": [line.session for line in s.pending_sessions]},
+        "last_run": s.last_run.model_dump() if s.last_run else None,
+    }
+
+
+@click.command("status")
+@json_option
+@click.pass_context
+def status_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Show main's tip and last update, open proposals and gradients, the lock, sessions.
+
+    The open proposals come with their measured effect when training measured them;
+    the gradients are those no open proposal holds; the lock is diagnosed as `expgit
+    doctor` does; the last run is the newest measured effect training recorded in a
+    proposal's description. Reads only; exit 0 whatever it finds.
+
+    \b
+    Example:
+      expgit status
+      expgit -C server.git status --json
+    """
+    repo = open_repo(ctx)
+    result = repository_status(repo)
+    emit(as_json, status_view(repo, result),
+         lambda: click.echo("\n".join(status_lines(repo, result))))
