@@ -82,6 +82,16 @@ def assert_self_contained(page: Page, html: str) -> None:
     assert all("://" not in (v or "") for e in page.elements for v in e["attrs"].values())
 
 
+def train_with_pages(run_cli: Any, tmp_path: Path, url: str, *extra: str) -> Any:
+    """Train on the baggage and pets cases, the pets case held out, with --report
+    run.json and --report-html run.html."""
+    return run_cli("-C", tmp_path / "repo", "train", "--cases",
+                   cases_file(tmp_path / "t.yaml", BAGGAGE_CASE, PETS_CASE),
+                   "--eval-cases", cases_file(tmp_path / "e.yaml", PETS_CASE),
+                   "--llm", "openai", "--base-url", url, *extra,
+                   "--report", tmp_path / "run.json", "--report-html", tmp_path / "run.html")
+
+
 def test_report_html_of_a_real_run_has_the_json_figures(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path = tmp_path / "repo"
@@ -89,11 +99,7 @@ def test_report_html_of_a_real_run_has_the_json_figures(
     # of main (the applied proposal's tree) reuses the candidate eval
     server = serve([*training_steps(seeded_repo), *(Step("rollout", agent) for _ in range(2))])
     report, page_file = tmp_path / "run.json", tmp_path / "run.html"
-    result = run_cli("-C", path, "train", "--cases",
-                     cases_file(tmp_path / "t.yaml", BAGGAGE_CASE, PETS_CASE),
-                     "--eval-cases", cases_file(tmp_path / "e.yaml", PETS_CASE),
-                     "--mode", "apply", "--llm", "openai", "--base-url", server.url,
-                     "--report", report, "--report-html", page_file)
+    result = train_with_pages(run_cli, tmp_path, server.url, "--mode", "apply")
     assert result.code == 0, result.err
     server.chat.assert_done()
     data = json.loads(report.read_text())
@@ -156,14 +162,9 @@ def test_a_propose_run_shows_the_candidate_flips_and_says_what_the_final_eval_co
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     """main does not move in propose mode: the final eval repeats the baseline's policy,
     so the flips a reader looks for are the candidate eval's, shown first."""
-    path = tmp_path / "repo"
     server = serve([*training_steps(seeded_repo), *(Step("rollout", agent) for _ in range(3))])
     report, page_file = tmp_path / "run.json", tmp_path / "run.html"
-    result = run_cli("-C", path, "train", "--cases",
-                     cases_file(tmp_path / "t.yaml", BAGGAGE_CASE, PETS_CASE),
-                     "--eval-cases", cases_file(tmp_path / "e.yaml", PETS_CASE),
-                     "--llm", "openai", "--base-url", server.url,
-                     "--report", report, "--report-html", page_file)
+    result = train_with_pages(run_cli, tmp_path, server.url)
     assert result.code == 0, result.err
     server.chat.assert_done()
     data = json.loads(report.read_text())
