@@ -309,7 +309,8 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
     observer = _observer(options, totals)
     runtime, estimate = _open_planned(repo, options, run_budget.train_plan(
         repo, train_set, eval_set, epochs=epochs, batch_size=batch_size,
-        measure=measure, rollouts_here=executor is None, group_size=group_size))
+        measure=measure, rollouts_here=executor is None, group_size=group_size,
+        apply=options.mode == "apply"))
     async with runtime:
         _listen(runtime, observer)
         stage = CandidateStage(repo, trials=options.trials, gate=options.gate,

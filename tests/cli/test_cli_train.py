@@ -134,6 +134,7 @@ def test_train_apply_mode_moves_main_and_final_eval_sees_it(
     assert final["rollouts"] == candidate["rollouts"] and final["summary"]["passed"] == 1
     assert final["batches"][0]["policy_commit"] == data["main_after"]
     assert data["usage"]["by_stage"]["rollout"]["calls"] == 4  # 2 training, 2 eval
+    assert data["estimate"]["calls"] == data["usage"]["total"]["calls"] == 7  # + 3 training
     text = render_text(RunReport.model_validate(data)).splitlines()
     assert text[3].startswith("[final_eval] epoch=1 cases=1 ") and text[3].endswith(
         " reused=candidate_eval")
