@@ -82,11 +82,6 @@ def ingest_cmd(ctx: click.Context, files: tuple[Path, ...], tool: str | None,
     """Record session FILES (.jsonl) on the sessions branch, redacted; or, with --from,
     the sessions a tool wrote that changed since the last ingest.
 
-    \b
-    expgit sessions ingest sessions/*.jsonl --agent support-bot
-    expgit sessions ingest --from claude-code --since 2026-11-30
-    expgit sessions ingest --from codex --path ~/work/codex-home/sessions
-
     An unchanged file changes nothing. A session of at most two messages is one segment
     at once; longer ones are pending until `expgit sessions run` segments them. Blank and
     invalid lines are counted and reported, never fatal. A file of no known format stops
@@ -95,8 +90,9 @@ def ingest_cmd(ctx: click.Context, files: tuple[Path, ...], tool: str | None,
 
     \b
     Example:
-      expgit sessions ingest --from codex --since 2026-11-30
-      expgit sessions ingest support.jsonl --format anthropic --json
+      expgit sessions ingest sessions/*.jsonl --agent support-bot
+      expgit sessions ingest --from claude-code --since 2026-11-30
+      expgit sessions ingest --from codex --path ~/work/codex-home/sessions --json
     """
     fmt = cast(SessionFormat, session_format)
     if tool is None:
