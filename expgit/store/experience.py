@@ -2,7 +2,8 @@
 
 An unchanged file round-trips byte for byte: :func:`parse_experience` keeps the raw
 front matter and body, and :meth:`Experience.render` re-emits them untouched unless a
-field was changed through :meth:`Experience.with_fields`.
+field was changed through :meth:`Experience.with_fields`, and then only that field's
+lines change.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from expgit.errors import InvalidInputError
 from expgit.store import yamldump
+from expgit.store.front_matter import replace_fields
 from expgit.store.yamlload import UniqueKeyLoader
 
 Status = Literal["active", "draft", "deprecated"]
@@ -100,14 +102,36 @@ class Experience(BaseModel):
         return self.front_matter.status
 
     def with_fields(self, **fields: Any) -> Experience:
-        """A copy with some front matter fields changed; raises InvalidInputError."""
+        """A copy with some front matter fields changed; raises InvalidInputError. The
+        fields left alone keep their exact text (:func:`expgit.store.front_matter.
+        replace_fields`) when the file was parsed and that text reads back right;
+        otherwise the whole front matter is written anew."""
         data = self.front_matter.model_dump() | fields
         try:
             fm = FrontMatter.model_validate(data)
         except ValidationError as exc:
             raise InvalidInputError(
                 f"{self.name}: invalid front matter: {_problems(exc)}") from None
-        return Experience(front_matter=fm, body=self.body)
+        return Experience(front_matter=fm, body=self.body,
+                          raw_front_matter=self._raw_with(fm),
+                          closing_newline=self.closing_newline)
+
+    def _raw_with(self, fm: FrontMatter) -> str | None:
+        """This file's front matter text with the fields that differ in ``fm``
+        rewritten, others kept byte for byte; None if that cannot be done faithfully."""
+        if self.raw_front_matter is None:
+            return None
+        new = fm.model_dump()
+        old = self.front_matter.model_dump()
+        changed = {k: v for k, v in new.items() if v != old[k]}
+        raw = replace_fields(self.raw_front_matter, changed)
+        if raw is None:
+            return None
+        try:
+            back = FrontMatter.model_validate(yaml.load(raw, Loader=_Loader))
+        except (yaml.YAMLError, ValidationError):
+            return None
+        return raw if back == fm else None
 
     def render(self) -> str:
         fm = self.raw_front_matter
