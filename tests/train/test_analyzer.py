@@ -226,9 +226,10 @@ def test_a_failed_call_raises_and_stores_nothing(seeded_repo: ExperienceReposito
 
 def test_the_reply_is_bounded_and_the_outcome_follows_the_evaluation(
         seeded_repo: ExperienceRepository) -> None:
-    rambling = {**REPLY, "outcome": "success", "summary": "s" * 2000,
-                "key_steps": [f"step {i} " + "x" * 300 for i in range(30)],
-                "lessons": ["check eligibility"] * 9}
+    rambling = {**REPLY, "outcome": "success",
+                "summary": " ".join(f"The agent read rule {i} of the policy." for i in range(60)),
+                "key_steps": [f"step {i} read the booking" for i in range(30)],
+                "lessons": [f"check eligibility rule {i}" for i in range(9)]}
     structured, model = llm(json.dumps(rambling))
     result = analyze(TrajectoryRolloutAnalyzer(seeded_repo, structured),
                      make_rollout(evaluation=FAILED))
@@ -238,10 +239,13 @@ def test_the_reply_is_bounded_and_the_outcome_follows_the_evaluation(
     assert trajectory.outcome == "failure"  # the evaluation wins over the model
     assert read_front_matter(trajectory.content, trajectory.uri)["outcome"] == "failure"
     limits = AnalysisLimits()
-    assert "s" * (limits.summary_chars - 1) + "…" in trajectory.content
-    assert "s" * limits.summary_chars not in trajectory.content
+    # clipped after its last whole sentence within the bound, with no "…"
+    summary = trajectory.content.split("## Summary\n\n", 1)[1].split("\n", 1)[0]
+    assert limits.summary_chars // 2 <= len(summary) <= limits.summary_chars
+    assert summary.startswith("The agent read rule 0 of") and summary.endswith("policy.")
+    assert "rule 59" not in trajectory.content
     assert "step 9 " in trajectory.content and "step 10 " not in trajectory.content
-    assert trajectory.content.count("check eligibility") == limits.max_lessons
+    assert trajectory.content.count("check eligibility rule") == limits.max_lessons
 
     # on the wire, no length or count bounds (grammar servers cannot compile long ones);
     # the output model keeps them, and they are enforced on the reply (clipped above)

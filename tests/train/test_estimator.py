@@ -201,7 +201,7 @@ def test_invalid_edits_are_dropped_with_reasons(seeded_repo: ExperienceRepositor
     snapshot = seeded_repo.snapshot()
     current = snapshot.entries["cancellation-eligibility-rules"].text
     est, _ = estimator(seeded_repo, [
-        edit("confirm-refund-amount", "create", "é" * 1800),
+        edit("confirm-refund-amount", "create", "".join(map(chr, range(0x4E00, 0x5508)))),
         edit("cancellation-eligibility-rules", "update", body_of(current)),
         edit("never-existed", "delete"),
         edit("refund-method-rules", "create", NEW_BODY),

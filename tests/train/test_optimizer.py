@@ -141,12 +141,12 @@ def test_merge_split_delete_and_validation(seeded_repo: ExperienceRepository) ->
     ids = [g.gradient_id or "" for g in gradients]
     merged = flight + "- one\n- two\n"
     split_body = "# flight-change-fees\n\nChanges cost 100 USD.\n"
-    split = new_experience("flight-change-fees", split_body, summary="A rule.",
+    split = new_experience("flight-change-fees", split_body, summary=RULES,
                            tags=["test"]).render()
     dedup = baggage + "- Say the 50 USD fee up front.\n"
     opt, model = optimizer(seeded_repo, Step("merge", reply(
         item("flight-change-rules", "upsert", body_of(merged), [ids[0], ids[1]], 0.9),
-        item("flight-change-fees", "upsert", split_body, [ids[1]], 0.6, summary="A rule.",
+        item("flight-change-fees", "upsert", split_body, [ids[1]], 0.6, summary=RULES,
              tags=["test"]),
         item("compensation-certificates", "delete", "", [ids[2]]),
         item("checked-baggage-allowance", "upsert", body_of(dedup), ["not-a-gradient"]),
@@ -197,8 +197,11 @@ def test_merge_split_delete_and_validation(seeded_repo: ExperienceRepository) ->
 
 # Over the budget of 800 tokens although within the body's 1800 characters: "é" is two
 # bytes, and the budget counts about 4 bytes per token.
-OVERSIZED_BODY = "# flight-change-rules\n\n" + "é" * 1700 + "\n"
-OVERSIZED = exp("flight-change-rules", "é" * 1700)
+RULES = "Follow the extra rules."
+SHORTER = "Shorter rules for flight changes."
+OVERSIZED_TEXT = "".join(chr(0x4E00 + i) for i in range(1700))  # 3 bytes each, no loop
+OVERSIZED_BODY = "# flight-change-rules\n\n" + OVERSIZED_TEXT + "\n"
+OVERSIZED = exp("flight-change-rules", OVERSIZED_TEXT)
 COMPRESSED_BODY = "# flight-change-rules\n\n- rule number 1, shortened\n"
 
 
@@ -211,7 +214,7 @@ def test_an_over_budget_item_is_compressed_once(seeded_repo: ExperienceRepositor
     def compress(messages: ChatMessages) -> str:
         assert "## flight-change-rules" in user_prompt(messages)
         assert "limit 800" in user_prompt(messages)
-        return compressed("flight-change-rules", COMPRESSED_BODY, "Shorter.")
+        return compressed("flight-change-rules", COMPRESSED_BODY, SHORTER)
 
     opt, model = optimizer(seeded_repo, Step("merge", reply(item(
         "flight-change-rules", "upsert", OVERSIZED_BODY, [g.gradient_id or ""]))),
@@ -221,7 +224,7 @@ def test_an_over_budget_item_is_compressed_once(seeded_repo: ExperienceRepositor
     assert [c[0] for c in model.calls] == ["merge", "compress"]
     after = parse_experience(result.items[0].after_content or "", "x.md")
     before = parse_experience(original, "x.md")
-    assert after.body == COMPRESSED_BODY and after.front_matter.summary == "Shorter."
+    assert after.body == COMPRESSED_BODY and after.front_matter.summary == SHORTER
     assert after.front_matter.tags == before.front_matter.tags  # the rest is kept
     assert result.metadata["compressed"] == ["flight-change-rules"]
     schema = model.calls[1][2]
@@ -248,10 +251,10 @@ def test_the_whole_set_budget_is_enforced(seeded_repo: ExperienceRepository) -> 
     snapshot = seeded_repo.snapshot()
     total = sum(estimate_tokens(e.text) for e in snapshot.entries.values())
     repo = with_train(seeded_repo, total_token_budget=total + 40)
-    new_body = "# extra-rules\n\n- " + "y" * 400 + "\n"
-    g = gradient(1, "extra-rules", snapshot, exp("extra-rules", "- " + "y" * 400))
+    new_body = "# extra-rules\n\n- " + OVERSIZED_TEXT[:400] + "\n"
+    g = gradient(1, "extra-rules", snapshot, exp("extra-rules", "- " + OVERSIZED_TEXT[:400]))
     opt, model = optimizer(repo, Step("merge", reply(item(
-        "extra-rules", "upsert", new_body, [g.gradient_id or ""], summary="A rule."))),
+        "extra-rules", "upsert", new_body, [g.gradient_id or ""], summary=RULES))),
         Step("compress", compressed("extra-rules", new_body)))
     with pytest.raises(ExpgitError, match="whole experience set"):
         plan(opt, [g], snapshot)
@@ -260,9 +263,9 @@ def test_the_whole_set_budget_is_enforced(seeded_repo: ExperienceRepository) -> 
 
     # compressed enough: accepted
     opt, model = optimizer(repo, Step("merge", reply(item(
-        "extra-rules", "upsert", new_body, [g.gradient_id or ""], summary="A rule."))),
-        Step("compress", compressed("extra-rules", "- short")))
-    small = new_experience("extra-rules", "- short\n", summary="A rule.").render()
+        "extra-rules", "upsert", new_body, [g.gradient_id or ""], summary=RULES))),
+        Step("compress", compressed("extra-rules", "- Keep each rule short.")))
+    small = new_experience("extra-rules", "- Keep each rule short.\n", summary=RULES).render()
     assert plan(opt, [g], snapshot).items[0].after_content == small
 
 
@@ -309,3 +312,15 @@ def test_the_merge_schema_carries_the_bounds_and_the_prompt_fits(
     compress = compress_output(LOCAL_EDIT_LIMITS).model_json_schema()
     assert compress["title"] == "CompressOutput"
     assert compress["$defs"]["CompressedFile"]["required"] == ["name", "summary", "body"]
+
+
+def test_a_junk_compressed_file_fails_the_plan(seeded_repo: ExperienceRepository) -> None:
+    snapshot = seeded_repo.snapshot()
+    g = gradient(1, "flight-change-rules", snapshot, OVERSIZED)
+    opt, model = optimizer(seeded_repo, Step("merge", reply(item(
+        "flight-change-rules", "upsert", OVERSIZED_BODY, [g.gradient_id or ""]))),
+        Step("compress", compressed("flight-change-rules", "1.2.3.5.0")))
+    with pytest.raises(ExpgitError, match="compressed flight-change-rules is invalid: "
+                       "degenerate: the body: it has no real words"):
+        plan(opt, [g], snapshot)
+    model.assert_done()

@@ -72,7 +72,7 @@ def test_one_call_stores_the_trajectory_and_commits_the_gradients(
     def reply(messages: list[dict[str, str]]) -> str:
         seen.append(messages[-1]["content"])
         return reflection(cancellation_update(repo), edit("pets-in-cabin", "create",
-                                                          "# Pets\n\nWhen: a pet.\n"))
+                                                          "# Pets\n\nWhen: a pet travels, ask.\n"))
 
     reflector, model, meter = components(repo, [Step("reflect", reply)])
     analysis, gradients = reflect(reflector, make_rollout(evaluation=FAILED), repo.snapshot())
@@ -147,7 +147,7 @@ def test_a_secret_in_an_edit_is_refused_and_one_in_the_analysis_redacted(
     stored, the edit that carries it is refused with its reason, never committed."""
     repo = seeded_repo
     leaky = edit("aws-keys", "create", f"# Keys\n\nWhen: always. Use {AWS_KEY}.\n")
-    wrong = edit("no-such-file", "update", "# X\n\nWhen: never.\n")
+    wrong = edit("no-such-file", "update", "# X\n\nWhen: never, do nothing.\n")
     reflector, model, _ = components(repo, [Step("reflect", reflection(
         leaky, wrong, summary=f"The agent leaked {AWS_KEY}."))])
     analysis, gradients = reflect(reflector, make_rollout(evaluation=FAILED), repo.snapshot())

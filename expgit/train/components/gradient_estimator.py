@@ -8,7 +8,8 @@ summary, tags, markdown body, confidence; expgit builds each file
 (:func:`~expgit.train.components.llm_fields.compose_experience`) and commits it through
 :func:`expgit.store.gradients.propose` (evidence = the trajectory's URI). An edit that fails
 validation is dropped and its reason recorded, never committed; so is an edit holding a
-secret or copying ``[train] max_copied_words`` words of its case or trajectory
+secret, copying ``[train] max_copied_words`` words of its case or trajectory, whose
+rationale, summary or body is junk (``degenerate``), or whose change is only cosmetic
 (:mod:`expgit.train.lesson_guard`); a shorter copy is noted in the gradient's rationale
 (and so in the PR body). Rationales are redacted.
 """
@@ -36,7 +37,15 @@ from expgit.train.components.llm_fields import (
 from expgit.train.components.llm_outputs import EstimatedEdit, EstimateOutput, estimate_output
 from expgit.train.context import PipelineContext
 from expgit.train.domain import ExperienceFile, RolloutAnalysis, SemanticGradient
-from expgit.train.lesson_guard import LessonRefused, check_lesson
+from expgit.train.lesson_guard import (
+    DEGENERATE,
+    LessonRefused,
+    check_change,
+    check_lesson,
+    check_written,
+    count_degenerate_reply,
+    headings_shown,
+)
 from expgit.train.redaction import Redactor
 from expgit.train.relevance import ExperienceRanker, LexicalRanker, ScoringRanker
 from expgit.train.track_record import ExperienceStats, UsageStatsSource, track_record
@@ -180,11 +189,12 @@ class ExperienceGradientEstimator:
         return [shown(e, stats.get(e.name)) for e in relevant]
 
     async def commit_edits(self, edits: Sequence[EstimatedEdit], analysis: RolloutAnalysis,
-                           experience_set: Snapshot, relevant: Sequence[ExperienceEntry]
-                           ) -> list[SemanticGradient]:
+                           experience_set: Snapshot, relevant: Sequence[ExperienceEntry],
+                           *, stage: str = "estimate") -> list[SemanticGradient]:
         """Check each edit the model proposed with ``relevant`` in view and commit the
         valid ones as gradients; the others are listed with their reasons in
-        ``analysis.metadata["rejected_edits"]``."""
+        ``analysis.metadata["rejected_edits"]``. When every edit was junk, the call of
+        ``stage`` counts as failed (``degenerate``)."""
         rejected: list[str] = []
         analysis.metadata["rejected_edits"] = rejected
         trajectory = analysis.trajectory
@@ -197,8 +207,12 @@ class ExperienceGradientEstimator:
         rollout = analysis.rollout
         sources = [json.dumps(rollout.case.input, ensure_ascii=False),
                    *(m.plain_text for m in rollout.messages if m.role != "system")]
+        junk = 0
+        shown = headings_shown(e.text for e in relevant)
         for edit in edits:
             try:
+                check_written(rationale=edit.rationale, summary=edit.summary,
+                              body="" if edit.action == "delete" else edit.body, shown=shown)
                 note = check_lesson([edit.name, edit.summary, *edit.tags, edit.body], sources,
                                     settings.train.max_copied_words)
                 rationale = self.redactor.text(edit.rationale)
@@ -210,11 +224,15 @@ class ExperienceGradientEstimator:
             except InvalidInputError as exc:
                 if isinstance(exc, LessonRefused):
                     self.redactor.counts[exc.kind] += 1
+                    junk += exc.kind == DEGENERATE
                 rejected.append(f"{edit.action} {self.redactor.text(edit.name)!r}: "
                                 f"{exc.message}")
                 continue
             seen.add(gradient.target)
             gradients.append(to_semantic(gradient, trajectory.uri))
+        if edits and junk == len(edits):
+            count_degenerate_reply(self.llm, stage, f"all {junk} edits of case "
+                                   f"{analysis.rollout.case.name} were junk")
         return gradients
 
     async def _stats(self, metadata: dict[str, Any]) -> Mapping[str, ExperienceStats]:
@@ -248,5 +266,6 @@ class ExperienceGradientEstimator:
         current = snapshot.entries[name].text if action == "update" else None
         content = compose_experience(name, current, summary=edit.summary, tags=edit.tags,
                                      body=edit.body, path=self.repo.path_of(name))
+        check_change(current, content)
         return GradientRequest(name=name, content=content, rationale=edit.rationale,
                                evidence=[uri], confidence=edit.confidence)

@@ -11,8 +11,8 @@ Two kinds of bounds, both in the schema:
 * hard (name, action, body, the number of edits/items): a reply over them is invalid
   and gets StructuredLLM's one repair round;
 * soft (summaries, rationales, tags, the analyst's lists): validation clips an
-  over-long value instead of refusing the reply (a clipped summary is still useful; a
-  repair call is not worth it).
+  over-long value instead of refusing the reply, after its last whole sentence if it can
+  (:func:`clip`; a clipped summary is still useful; a repair call is not worth it).
 
 Every ``maxLength`` stays below llama.cpp's repetition limit (2000): llama-server's
 converter writes it as ``char{0,N}``, and so does the embedded server's, once patched
@@ -103,13 +103,25 @@ LOCAL_RELEVANT_EXPERIENCES = 3  # experiences shown to the estimator
 LOCAL_SIMILAR_EXPERIENCES = 2  # similar files shown to the merger
 
 
-def _clip_text(limit: int) -> BeforeValidator:
-    def clip(value: Any) -> Any:
-        if isinstance(value, str) and len(value) > limit:
-            return value[:limit - 1].rstrip() + "…"
-        return value
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
 
-    return BeforeValidator(clip)
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters: after its last full sentence when that keeps
+    at least half of them (a clipped summary still reads whole), else at a word with "…"
+    (which the degeneracy guard then refuses to commit as cut off)."""
+    if len(text) <= limit:
+        return text
+    ends = [m.end() for m in _SENTENCE_END.finditer(text, 0, limit + 1) if m.end() <= limit]
+    if ends and ends[-1] >= limit // 2:
+        return text[:ends[-1]]
+    head = text[:limit - 1]
+    cut = head.rfind(" ")
+    return (head[:cut] if cut >= limit // 2 else head).rstrip() + "…"
+
+
+def _clip_text(limit: int) -> BeforeValidator:
+    return BeforeValidator(lambda v: clip(v, limit) if isinstance(v, str) else v)
 
 
 def _clip_list(limit: int) -> BeforeValidator:

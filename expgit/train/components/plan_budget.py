@@ -3,8 +3,9 @@
 Per experience (``token_budget``) and for the whole set after the plan (``[train]
 total_token_budget``; a plan may keep or shrink a set that is already over): an
 over-budget chunk of merged files gets ONE ``compress`` call, whose reply gives a shorter
-body (and summary) per file, the rest of each file kept; still over: ExpgitError naming
-what is over, nothing committed.
+body (and summary) per file, the rest of each file kept; still over, or a compressed file
+invalid or junk (:func:`expgit.train.lesson_guard.check_written`): ExpgitError naming it,
+nothing committed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from expgit.store.repository import ExperienceRepository
 from expgit.store.templates import render_prompt
 from expgit.train.components.llm_fields import EditLimits, compose_experience, fence
 from expgit.train.components.llm_outputs import compress_output
+from expgit.train.lesson_guard import check_written
 
 
 @dataclass
@@ -75,6 +77,8 @@ async def within_budget(repo: ExperienceRepository, llm: StructuredLLM, limits: 
         if item.name in names:
             path = repo.path_of(item.name)
             try:
+                check_written(rationale="", rationale_required=False, summary=item.summary,
+                              body=item.body)
                 content = compose_experience(
                     item.name, accepted[item.name].content, summary=item.summary,
                     tags=[], body=item.body, path=path)

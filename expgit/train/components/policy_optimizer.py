@@ -42,7 +42,15 @@ from expgit.train.components.llm_outputs import (
 from expgit.train.components.plan_budget import Planned, nl, total_tokens, within_budget
 from expgit.train.context import PipelineContext
 from expgit.train.domain import PolicyPlanItem, PolicyUpdatePlan, SemanticGradient
-from expgit.train.lesson_guard import LessonRefused, check_lesson
+from expgit.train.lesson_guard import (
+    DEGENERATE,
+    LessonRefused,
+    check_change,
+    check_lesson,
+    check_written,
+    count_degenerate_reply,
+    headings_shown,
+)
 from expgit.train.redaction import Redactor
 from expgit.train.relevance import ExperienceRanker, LexicalRanker
 
@@ -59,7 +67,9 @@ class PatchMergePolicyOptimizer:
     ``similar_experiences``: similar files shown besides the targets (at least);
     ``prompt_tokens``: drop the least similar files until a prompt fits. An item holding
     a secret is refused (:mod:`expgit.train.lesson_guard`); rationales are redacted, and
-    keep the copy flags of the gradients they cite."""
+    keep the copy flags of the gradients they cite. An item whose rationale, summary or
+    body is junk is dropped as ``degenerate``, one that changes only the form of its file
+    as ``cosmetic``; a chunk whose every item was junk counts as a failed ``merge`` call."""
 
     def __init__(self, repo: ExperienceRepository, llm: StructuredLLM,
                  ranker: ExperienceRanker | None = None, *, limits: EditLimits | None = None,
@@ -161,11 +171,17 @@ class PatchMergePolicyOptimizer:
                   rejected: list[str]) -> dict[str, Planned]:
         """The valid items of one chunk by name (budgets are checked afterwards)."""
         accepted: dict[str, Planned] = {}
+        junk = 0
+        shown = headings_shown(state.get(labelled[i].target_experience_name) for i in chunk)
         for item in items:
             name = item.name
             try:
                 if name in accepted:
                     raise InvalidInputError("a second item for the same experience")
+                upsert = item.action != "delete"
+                check_written(rationale=item.rationale, rationale_required=False,
+                              summary=item.summary if upsert else "",
+                              body=item.body if upsert else "", shown=shown)
                 content = None
                 if item.action == "delete":
                     if state.get(name) is None:
@@ -178,10 +194,12 @@ class PatchMergePolicyOptimizer:
                                                  tags=item.tags, body=item.body, path=path)
                     if content == state.get(name):
                         raise InvalidInputError("upsert identical to the current file")
+                    check_change(state.get(name), content)
                     check_experience(content, path, name, sys.maxsize)
             except InvalidInputError as exc:
                 if isinstance(exc, LessonRefused):
                     self.redactor.counts[exc.kind] += 1
+                    junk += exc.kind == DEGENERATE
                 rejected.append(f"{item.action} {self.redactor.text(name)!r}: {exc.message}")
                 continue
             cited = [i for i in dict.fromkeys(item.gradient_ids) if i in chunk]
@@ -193,6 +211,9 @@ class PatchMergePolicyOptimizer:
             rationale = " ".join([self.redactor.text(item.rationale.strip()),
                                   *dict.fromkeys(flags)])
             accepted[name] = Planned(content, cited, [rationale], item.confidence)
+        if items and junk == len(items):
+            count_degenerate_reply(self.llm, "merge", f"all {junk} items of a merge chunk "
+                                   "were junk")
         return accepted
 
 

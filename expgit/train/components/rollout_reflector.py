@@ -5,9 +5,9 @@ the case, the transcript, the evaluation and the most relevant experiences once,
 reply (:func:`~expgit.train.components.llm_outputs.reflect_output`) holds the trajectory's
 fields, then the proposed edits. The trajectory document is stored exactly as the
 analyzer stores it, and the edits go through the estimator's checks and commits, so the
-stored document and the gradients are the ones the two-call path makes; only the
-prompt differs (the transcript is sent once, with no trajectory document and no second
-set of rules).
+stored document and the gradients are the ones the two-call path makes (a junk analysis
+is not stored, and its reply's edits are dropped with it); only the prompt differs (the
+transcript is sent once, with no trajectory document and no second set of rules).
 
 A rollout whose trajectory is already stored is not analysed again: its edits come from
 the estimator's own call on the stored trajectory (one call, as before).
@@ -128,7 +128,13 @@ class OneCallRolloutReflector:
                 break
         out = await self.llm.generate("reflect", system, user, output)
         analysis = await analyzer.record(rollout, tid, out.analysis(analyzer.limits),
-                                         evaluation, source, policy_set.commit)
+                                         evaluation, source, policy_set.commit,
+                                         stage="reflect")
         analysis.metadata.update(noted)
+        if analysis.trajectory is None:  # a junk analysis: its edits have no evidence
+            analysis.metadata["rejected_edits"] += [
+                f"{e.action} {estimator.redactor.text(e.name)!r}: dropped with the "
+                "degenerate analysis of its reply" for e in out.edits]
+            return analysis, []
         return analysis, await estimator.commit_edits(out.edits, analysis, policy_set,
-                                                      relevant)
+                                                      relevant, stage="reflect")

@@ -12,6 +12,7 @@ was written with, so a second analysis of the same rollout reuses it without any
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -39,6 +40,7 @@ from expgit.train.domain import (
 from expgit.train.experience_usage import read_usage, usage_records
 from expgit.train.groups import GroupDocument
 from expgit.train.interfaces import RolloutEvaluator
+from expgit.train.lesson_guard import DEGENERATE, count_degenerate_reply, written_problem
 from expgit.train.redaction import Redactor
 from expgit.train.trajectory_store import TrajectoryStore, rollout_id
 
@@ -91,10 +93,12 @@ def longest_part(view: list[dict[str, Any]]) -> int:
                 if k in ("text", "input", "output")), default=0)
 
 
-def fallback_evaluation(extracted: bool) -> RubricEvaluation:
-    """RFC 3.4: with no other evaluation, passed iff a trajectory was extracted."""
+def fallback_evaluation(extracted: bool, missing: str = "empty transcript"
+                        ) -> RubricEvaluation:
+    """RFC 3.4: with no other evaluation, passed iff a trajectory was extracted
+    (``missing``: why none was)."""
     why = ("passed because a trajectory was extracted" if extracted
-           else "failed because no trajectory could be extracted (empty transcript)")
+           else f"failed because no trajectory could be extracted ({missing})")
     return RubricEvaluation(passed=extracted, score=1.0 if extracted else 0.0,
                             feedback=[f"{FALLBACK_NOTE}; {why}"],
                             metadata={"source": "fallback"})
@@ -115,6 +119,31 @@ def read_front_matter(text: str, uri: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InvalidInputError(f"trajectory {uri} has no readable front matter")
     return data
+
+
+def without_junk(out: AnalyzeOutput, counts: Counter[str]) -> tuple[AnalyzeOutput, str | None]:
+    """The analysis without its junk key steps, mistakes and lessons, nor a line said
+    twice (each counted as ``degenerate`` in ``counts``), and why the whole of it is
+    junk: its title, summary or retrieval anchor is
+    (:func:`expgit.train.lesson_guard.written_problem`), or nothing readable is left;
+    None when it is not."""
+    kept: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for field in ("key_steps", "mistakes", "lessons"):
+        items: list[str] = getattr(out, field)
+        kept[field] = []
+        for line in items:
+            if line not in seen and written_problem("line", line) is None:
+                kept[field].append(line)
+            seen.add(line)
+        counts[DEGENERATE] += len(items) - len(kept[field])
+    out = out.model_copy(update=kept)
+    found = (written_problem("title", out.title, prose=False)
+             or written_problem("retrieval anchor", out.retrieval_anchor, prose=False)
+             or written_problem("analysis summary", out.summary))
+    if found is None and not out.summary.strip() and not any(kept.values()):
+        found = "nothing readable is left"
+    return out, found
 
 
 class TrajectoryRolloutAnalyzer:
@@ -155,7 +184,8 @@ class TrajectoryRolloutAnalyzer:
         templates_at = self.repo.git.ref(self.repo.main_ref)  # both renders: one main
         system, user = self._prompt(rollout, view, evaluation, output, templates_at)
         out = await self.llm.generate("analyze", system, user, output)
-        return await self.record(rollout, tid, out, evaluation, source, templates_at)
+        return await self.record(rollout, tid, out, evaluation, source, templates_at,
+                                 stage="analyze")
 
     def view(self, rollout: Rollout) -> list[dict[str, Any]]:
         """The rollout's transcript as the prompts show it (tool parts truncated to
@@ -172,13 +202,27 @@ class TrajectoryRolloutAnalyzer:
 
     async def record(self, rollout: Rollout, tid: str, out: AnalyzeOutput,
                      evaluation: RubricEvaluation | None, source: str,
-                     templates_at: str | None,
+                     templates_at: str | None, *, stage: str,
                      group: GroupDocument | None = None) -> RolloutAnalysis:
         """Store the trajectory document of the model's analysis ``out`` (redacted first:
-        the model may obey an injection) and return the analysis; the outcome follows
-        from ``evaluation`` when there is one. ``group``: the document is a group's
-        (``rollout`` its worst run), naming every run and the difference."""
-        out = self.redactor.model(out)
+        the model may obey an injection; its junk lines dropped) and return the analysis;
+        the outcome follows from ``evaluation`` when there is one; ``group``: the document is
+        a group's (``rollout`` its worst run), naming every run and the difference. A junk
+        analysis (:func:`without_junk`) is not stored: the analysis has no trajectory, says
+        why in ``metadata["skipped"]`` and ``["rejected_edits"]``, and the call of ``stage``
+        is counted as failed (``degenerate``)."""
+        out, junk = without_junk(self.redactor.model(out), self.redactor.counts)
+        if junk is not None:
+            self.redactor.counts[DEGENERATE] += 1
+            count_degenerate_reply(self.llm, stage, f"the analysis of case "
+                                   f"{rollout.case.name}: {junk}")
+            skipped = f"trajectory not stored: degenerate: {junk}"
+            return RolloutAnalysis(
+                rollout=rollout,
+                evaluation=evaluation or fallback_evaluation(False, "degenerate analysis"),
+                metadata={"trajectory_id": tid, "reused": False,
+                          "evaluation_source": source, "skipped": skipped,
+                          "rejected_edits": [skipped]})
         if evaluation is None:
             evaluation = fallback_evaluation(True)
         else:  # the evaluation is the ground truth: the outcome follows from it
