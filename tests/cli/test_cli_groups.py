@@ -27,12 +27,17 @@ CASE = Case(name="refund-destination", task_signature="refund-destination",
             rubric=Rubric(name="refund", criteria=[RubricCriterion(
                 name="names-destination",
                 check={"type": "regex", "pattern": r"orig\w* pay\w*"})]))
+MERGED = ("# Refund destination\n\nWhen: a refund.\n\n"
+          "1. Tell the user the refund goes back to the original payment method.\n")
+
+
 GROUP_REPLY = json.dumps({
     "title": "Refund destination", "summary": "One run named it, one did not.",
     "difference": "the passing run named the original payment method",
     "key_steps": ["named it"], "mistakes": ["vague"], "lessons": ["Name where it goes."],
     "retrieval_anchor": "refund destination",
-    "edits": [{"name": "refund-destination", "action": "create", "rationale": "contrast",
+    "edits": [{"name": "refund-destination", "action": "create",
+               "rationale": "The passing run named the destination.",
                "summary": "Say where a refund goes.", "tags": ["refund"],
                "body": "# Refund destination\n\n1. Name where it goes.\n",
                "confidence": 0.8}]})
@@ -53,7 +58,7 @@ def test_train_in_groups_over_http(driver: Driver, serve: Any, tmp_path: Path) -
     server = serve([])
     server.chat.steps += [seeded(server.chat), seeded(server.chat),
                           Step("group_reflect", GROUP_REPLY),
-                          Step("merge", merge_of({"refund-destination": "# Refund\n"}))]
+                          Step("merge", merge_of({"refund-destination": MERGED}))]
     report = tmp_path / "run.json"
     result = driver("train", "--cases", cases_file(tmp_path / "t.yaml", CASE),
                     "--group-size", "2", "--concurrency", "1", "--llm", "openai",

@@ -48,6 +48,8 @@ REFUND_CASE = Case(
 GOOD = f"The refund goes back {PHRASE} within 7 days."
 BAD = "The refund will be processed within 7 days."
 LESSON = "refund-destination"
+MERGED = ("# Refund destination\n\nWhen: a refund.\n\n"
+          "1. Tell the user the refund goes back to the original payment method.\n")
 
 
 def seeded_agent(chat: ScriptedChatModel) -> Step:
@@ -85,7 +87,8 @@ def contrast_lesson(messages: list[dict[str, str]]) -> dict[str, object]:
     return {"title": "Refund destination", "summary": "Where a refund goes.",
             "key_steps": ["answered"], "mistakes": [], "lessons": [rule],
             "retrieval_anchor": "refund destination payment",
-            "edits": [{"name": LESSON, "action": "create", "rationale": "the contrast",
+            "edits": [{"name": LESSON, "action": "create",
+                       "rationale": "The passing runs named the refund destination.",
                        "summary": "Say where a refund goes.", "tags": ["refund"],
                        "body": f"# Refund destination\n\nWhen: a refund.\n\nProcedure:\n"
                                f"1. {rule}\n", "confidence": 0.8}]}
@@ -132,7 +135,7 @@ def test_one_group_call_learns_the_phrase_from_the_contrast(
     chat = ScriptedChatModel([])
     chat.steps += [seeded_agent(chat) for _ in range(4)]
     chat.steps += [Step("group_reflect", group_reply),
-                   Step("merge", merge_of({LESSON: "# Refund destination\n"}))]
+                   Step("merge", merge_of({LESSON: MERGED}))]
     meter, epoch = train(seeded_repo, chat, 4)
     assert {s: u.calls for s, u in meter.by_stage().items()} == {
         "rollout": 4, "group_reflect": 1, "merge": 1}
@@ -174,7 +177,7 @@ def test_one_failing_run_alone_does_not_teach_the_phrase(
         seeded_repo: ExperienceRepository) -> None:
     chat = ScriptedChatModel([])
     chat.steps += [seeded_agent(chat), Step("reflect", reflect_reply),
-                   Step("merge", merge_of({LESSON: "# Refund\n"}))]
+                   Step("merge", merge_of({LESSON: MERGED}))]
     meter, epoch = train(seeded_repo, chat, 1)
     assert {s: u.calls for s, u in meter.by_stage().items()} == {
         "rollout": 1, "reflect": 1, "merge": 1}
@@ -215,7 +218,7 @@ def test_runs_that_failed_are_left_out_and_counted(seeded_repo: ExperienceReposi
 
     chat = ScriptedChatModel([Step("rollout", agent) for _ in range(3)]
                              + [Step("group_reflect", group_reply), Step("merge", merge_of(
-                                 {LESSON: "# Refund\n\n1. Say where it goes.\n"}))])
+                                 {LESSON: MERGED}))])
     meter, epoch = train(seeded_repo, chat, 3)
     assert meter.by_stage()["group_reflect"].calls == 1
     assert epoch.groups is not None

@@ -158,14 +158,21 @@ class GroupReflector:
         document = GroupDocument(runs=self._runs(runs, judged), difference=out.difference)
         analysis = await analyzer.record(
             worst.rollout, gid, out.analysis(analyzer.limits, outcome_of(worst.evaluation)),
-            worst.evaluation, worst.source, policy_set.commit, document)
+            worst.evaluation, worst.source, policy_set.commit, stage="group_reflect",
+            group=document)
         analysis.metadata.update(noted)
+        if analysis.trajectory is None:  # a junk analysis: its edits have no evidence
+            analysis.metadata["rejected_edits"] += [
+                f"{e.action} {estimator.redactor.text(e.name)!r}: dropped with the "
+                "degenerate analysis of its reply" for e in out.edits]
+            return GroupReflection(analysis, [], errors=errors)
         analysis.metadata["group"] = {"runs": len(runs), "finished": len(judged),
                                       "passed": sum(j.evaluation.passed for j in judged)}
         # the copy guard reads every shown run's words, not only the worst run's
         seen = analysis.model_copy(update={"rollout": worst.rollout.model_copy(update={
             "messages": [m for j in ranked for m in j.rollout.messages]})})
-        gradients = await estimator.commit_edits(out.edits, seen, policy_set, relevant)
+        gradients = await estimator.commit_edits(out.edits, seen, policy_set, relevant,
+                                                 stage="group_reflect")
         return GroupReflection(analysis, gradients, errors=errors)
 
     @staticmethod

@@ -229,6 +229,9 @@ class TrajectoryRolloutAnalyzer:
             out = out.model_copy(update={"outcome": outcome_of(evaluation)})
         evaluation = self.redactor.model(evaluation)
         group = self.redactor.model(group) if group is not None else None
+        if group is not None and written_problem("difference", group.difference):
+            self.redactor.counts[DEGENERATE] += 1  # the runs stay; the junk sentence goes
+            group = group.model_copy(update={"difference": ""})
         document = self._document(rollout, tid, out, evaluation, source, templates_at,
                                   group)
         uri, created = await run_git(
