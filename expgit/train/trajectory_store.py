@@ -3,6 +3,10 @@
 A trajectory is a markdown file ``trajectories/<id>.md`` where ``<id>`` is the first 16
 hex digits of the SHA-256 of the rollout's canonical JSON: the same rollout is stored
 once, and storing it again writes nothing. Its URI is ``<branch>:trajectories/<id>.md``.
+Beside it, in the same commit, ``trajectories/<id>.transcript.json`` keeps the rollout's
+messages and tool calls with their results, redacted and bounded as the prompts show
+them (:mod:`expgit.train.transcript`); trajectories stored before transcripts were kept
+have none.
 
 The branch is a :class:`~expgit.store.sidebranch.SideBranch`: an orphan history of its own that
 never shares a commit with ``main``, written by building blob, tree and commit in the
@@ -22,9 +26,11 @@ from expgit.store.repository import ExperienceRepository
 from expgit.store.sidebranch import ATTEMPTS, SideBranch
 from expgit.train.domain import Rollout
 
-__all__ = ["ATTEMPTS", "FOLDER", "ID_LEN", "TrajectoryStore", "rollout_id"]
+__all__ = ["ATTEMPTS", "FOLDER", "ID_LEN", "TRANSCRIPT_SUFFIX", "TrajectoryStore",
+           "rollout_id"]
 
 FOLDER = "trajectories"
+TRANSCRIPT_SUFFIX = ".transcript.json"
 ID_LEN = 16
 
 
@@ -47,8 +53,13 @@ class TrajectoryStore:
 
     # ------------------------------------------------------------------ names
     @staticmethod
-    def path_of(tid: str) -> str:
+    def path_of(tid: str) -> str:  # the transcript's path follows from it
         return f"{FOLDER}/{tid}.md"
+
+    @classmethod
+    def transcript_path_of(cls, tid: str) -> str:
+        """The transcript beside trajectory ``tid``'s document (named from its path)."""
+        return cls.path_of(tid).removesuffix(".md") + TRANSCRIPT_SUFFIX
 
     def uri_of(self, tid: str) -> str:
         return f"{self.branch}:{self.path_of(tid)}"
@@ -67,6 +78,11 @@ class TrajectoryStore:
         data = self.side.read(path, tip=tip) if tip is not None else None
         return None if data is None else data.decode("utf-8", "replace")
 
+    def find_transcript(self, tid: str) -> bytes | None:
+        """The stored transcript of trajectory ``tid``, None if there is none (a
+        trajectory stored before transcripts were kept)."""
+        return self.side.read(self.transcript_path_of(tid))
+
     def find(self, tid: str) -> str | None:
         """The stored document of trajectory ``tid``, None if it is not stored."""
         data = self.side.read(self.path_of(tid))
@@ -80,13 +96,23 @@ class TrajectoryStore:
             raise NotFoundError(f"no trajectory {uri!r}")
         return text
 
+    def transcript_of(self, uri: str) -> bytes | None:
+        """The transcript beside the trajectory a URI names, None if there is none."""
+        ref, path = self._split(uri)
+        tip = self.repo.git.ref(ref)
+        return None if tip is None else self.side.read(
+            path.removesuffix(".md") + TRANSCRIPT_SUFFIX, tip=tip)
+
     def ids(self) -> list[str]:
         """The ids of every stored trajectory, sorted."""
         return [name[:-3] for name in self.side.list(FOLDER, suffix=".md")]
 
     # ----------------------------------------------------------------- writes
-    def store(self, tid: str, content: str, subject: str) -> tuple[str, bool]:
-        """Store ``content`` as trajectory ``tid``; (uri, True if a commit was made).
+    def store(self, tid: str, content: str, subject: str, transcript: bytes | None = None
+              ) -> tuple[str, bool]:
+        """Store ``content`` as trajectory ``tid`` and ``transcript`` (the rollout's
+        messages, :mod:`expgit.train.transcript`) beside it, in one commit; (uri, True if
+        a commit was made).
 
         A trajectory already stored under ``tid`` is kept as it is (content addressing:
         same id, same rollout). Raises ConflictError if the branch kept moving for
@@ -94,11 +120,14 @@ class TrajectoryStore:
         path = self.path_of(tid)
         data = content.encode("utf-8")
         git = self.repo.git
+        files: dict[str, bytes | None] = {path: data}
+        if transcript is not None:
+            files[self.transcript_path_of(tid)] = transcript
 
         def unless_stored(tip: str | None) -> dict[str, bytes | None]:
             stored = tip is not None and git.path_entry(git.read_commit(tip).tree,
                                                         path) is not None
-            return {} if stored else {path: data}
+            return {} if stored else files
 
         title = " ".join(subject.split())[:200] or f"trajectory {tid}"
         commit = self.side.write(unless_stored, title, trailers=((tr.KIND, "trajectory"),))

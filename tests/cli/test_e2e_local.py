@@ -52,8 +52,9 @@ def test_train_propose_with_the_local_model(tmp_path: Path,
                                           for f in report["failures"]), report["failures"]
     else:
         assert proc.returncode == 0, proc.stderr
-        trajectories = git(repo, "ls-tree", "-r", "--name-only",
-                           "expgit/trajectories").split()
+        trajectories = [name for name in git(repo, "ls-tree", "-r", "--name-only",
+                                             "expgit/trajectories").split()
+                        if name.endswith(".md")]  # each with its .transcript.json beside it
         assert len(trajectories) == 1 and trajectories[0].startswith("trajectories/")
         assert len(proposals) == 1, proc.stdout + proc.stderr
         cited = git(repo, "log", "-1", "--format=%(trailers:key=Expgit-Gradient,valueonly)",

@@ -39,6 +39,7 @@ from expgit.train.domain import (
     ToolPart,
 )
 from expgit.train.trajectory_store import TrajectoryStore, rollout_id
+from expgit.train.transcript import read_transcript
 
 BRANCH = "refs/heads/expgit/trajectories"
 REPLY = {
@@ -291,3 +292,33 @@ def test_a_long_transcript_is_cut_to_fit_the_prompt_budget(
     assert essay not in user and "chars truncated]" in user
     assert "HEAD-" in user and "-TAIL" in user
     assert "Please cancel reservation ABC123" in user  # short parts stay whole
+
+
+def test_the_transcript_is_stored_beside_the_trajectory_bounded_and_redacted(
+        seeded_repo: ExperienceRepository) -> None:
+    settings = seeded_repo.settings.model_copy(update={
+        "train": seeded_repo.settings.train.model_copy(update={"tool_output_chars": 200})})
+    repo = ExperienceRepository(seeded_repo.git, settings)
+    output = "owner: ana@example.com " + "x" * 5000 + "-TAIL"
+    structured, _ = llm(json.dumps(REPLY))
+    rollout = make_rollout(output=output, evaluation=FAILED)
+    result = analyze(TrajectoryRolloutAnalyzer(repo, structured), rollout)
+    tid = rollout_id(rollout)
+    path = seeded_repo.git.work_tree
+    assert path is not None and result.trajectory is not None
+    # one commit holds both files
+    assert git(path, "show", "--name-only", "--format=", BRANCH).split() == [
+        f"trajectories/{tid}.md", f"trajectories/{tid}.transcript.json"]
+    stored = TrajectoryStore(seeded_repo).find_transcript(tid)
+    assert stored is not None
+    transcript = read_transcript(stored, "test")
+    assert (transcript.trajectory, transcript.case, transcript.tool_calls) == (
+        tid, "cancel-1", 1)
+    assert [m.role for m in transcript.messages] == ["user", "assistant", "assistant"]
+    tool = transcript.messages[1].parts[1]
+    assert (tool.type, tool.name, tool.id, tool.input) == (
+        "tool", "get_reservation_details", "t1", '{"reservation_id": "ABC123"}')
+    assert tool.output is not None and tool.output.endswith("-TAIL")  # head and tail kept
+    assert f"[... {len(output) - 200} chars truncated]" in tool.output
+    assert "ana@example.com" not in stored.decode() and "[REDACTED:email]" in tool.output
+    assert transcript.encode() == stored  # canonical: the same rollout, the same blob

@@ -279,7 +279,10 @@ def test_real_components_propose_mode(seeded_repo: ExperienceRepository) -> None
     assert sorted(changed) == ["experiences/checked-baggage-allowance.md",
                                "experiences/pets-in-cabin.md"]
     stored = git(path, "ls-tree", "-r", "--name-only", "expgit/trajectories").split()
-    assert len(stored) == 2
+    documents = [name for name in stored if name.endswith(".md")]
+    # each trajectory with its transcript beside it
+    assert len(documents) == 2 and sorted(stored) == sorted(
+        [*documents, *(name.removesuffix(".md") + ".transcript.json" for name in documents)])
     assert "3 free checked bags" in git(path, "show",
                                         f"{proposals[0]}:experiences/checked-baggage-"
                                         "allowance.md")

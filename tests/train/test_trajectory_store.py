@@ -175,3 +175,25 @@ def test_gives_up_after_bounded_attempts(seeded_repo: ExperienceRepository,
         store.store("d" * 16, "# d\n", "trajectory d")
     assert len(calls) == ATTEMPTS
     assert seeded_repo.git.ref(BRANCH) is None
+
+
+def test_the_transcript_is_stored_beside_the_document_in_one_commit_and_once(
+        seeded_repo: ExperienceRepository) -> None:
+    store = TrajectoryStore(seeded_repo)
+    tid = rollout_id(rollout())
+    assert store.transcript_path_of(tid) == f"trajectories/{tid}.transcript.json"
+    uri, created = store.store(tid, "# doc\n", "trajectory: doc", b'{"messages": []}\n')
+    tip = seeded_repo.git.ref(BRANCH)
+    assert created and store.find_transcript(tid) == b'{"messages": []}\n'
+    assert store.transcript_of(uri) == b'{"messages": []}\n'
+    path = repo_path(seeded_repo)
+    assert git(path, "show", "--name-only", "--format=", BRANCH).split() == [
+        f"trajectories/{tid}.md", f"trajectories/{tid}.transcript.json"]
+    # again: same content, same blobs, no commit; ids() lists documents only
+    assert store.store(tid, "# doc\n", "trajectory: doc", b'{"messages": []}\n') == (
+        uri, False)
+    assert seeded_repo.git.ref(BRANCH) == tip and store.ids() == [tid]
+    # a trajectory stored without one (the code before transcripts): none to read
+    old = rollout_id(rollout("old"))
+    store.store(old, "# old\n", "trajectory: old")
+    assert store.find_transcript(old) is None and store.transcript_of(store.uri_of(old)) is None

@@ -6,7 +6,8 @@ expgit reads back: ``outcome``, ``retrieval_anchor``, ``title`` and the ``evalua
 was written with, so a second analysis of the same rollout reuses it without any call;
 ``experiences_used`` (``[{name, blob}]``, from the rollout's metadata) and
 ``analyzed_at`` (UTC, ISO 8601) feed the per-experience statistics
-(:mod:`expgit.outcomes.stats`).
+(:mod:`expgit.outcomes.stats`). The rollout's transcript is stored beside it, in the same
+commit (:mod:`expgit.train.transcript`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from expgit.train.interfaces import RolloutEvaluator
 from expgit.train.lesson_guard import DEGENERATE, count_degenerate_reply, written_problem
 from expgit.train.redaction import Redactor
 from expgit.train.trajectory_store import TrajectoryStore, rollout_id
+from expgit.train.transcript import build_transcript
 
 __all__ = ["AnalyzeOutput", "TrajectoryRolloutAnalyzer", "read_front_matter", "truncate"]
 
@@ -234,8 +236,13 @@ class TrajectoryRolloutAnalyzer:
             group = group.model_copy(update={"difference": ""})
         document = self._document(rollout, tid, out, evaluation, source, templates_at,
                                   group)
+        limits = self.repo.settings
+        transcript = build_transcript(
+            rollout, tid, lambda tools, texts: transcript_view(rollout.messages, tools, texts),
+            self.redactor, tool_limit=limits.train.tool_output_chars,
+            text_limit=limits.limits.max_message_chars)
         uri, created = await run_git(
-            self.store.store, tid, document, f"trajectory: {out.title}")
+            self.store.store, tid, document, f"trajectory: {out.title}", transcript.encode())
         if not created:  # another analyzer stored this rollout meanwhile: theirs wins
             return self.reuse(rollout, tid, await run_git(self.store.read, uri))
         trajectory = Trajectory(
