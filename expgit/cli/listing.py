@@ -6,6 +6,7 @@ import click
 
 from expgit.cli._common import emit, epoch, json_option, open_repo, short
 from expgit.store.catalog import ExperienceRow, catalog
+from expgit.store.predictions import PredictionRecords, TrackRecord, prediction_record
 from expgit.train.track_record import ExperienceStats
 
 
@@ -14,7 +15,9 @@ from expgit.train.track_record import ExperienceStats
 @click.option("--stats", "with_stats", is_flag=True,
               help="Add usage statistics: runs that had each experience in context, "
                    "passed/failed, helpful/harmful outcome reports, mean score, last use "
-                   "(from the trajectories and outcomes branches).")
+                   "(from the trajectories and outcomes branches), and the hit rate of "
+                   "the predictions of its edits, also per proposing model (from the "
+                   "proposals' trailers).")
 @json_option
 @click.pass_context
 def list_cmd(ctx: click.Context, rev: str | None, with_stats: bool, as_json: bool) -> None:
@@ -30,26 +33,37 @@ def list_cmd(ctx: click.Context, rev: str | None, with_stats: bool, as_json: boo
     listed = catalog(repo, rev)
     rows = listed.rows
     stats: dict[str, ExperienceStats] = {}
+    records = PredictionRecords()
     if with_stats:  # imported here: a plain listing never loads the statistics
         from expgit.outcomes.stats import experience_stats
 
         stats = experience_stats(repo)
+        records = prediction_record(repo)
+
+    def hits(record: TrackRecord) -> str:
+        return f"{record.hits}/{record.checked}" if record.checked else "-"
 
     def human() -> None:
         lines: list[str] = []
         if with_stats:
             lines.append(f"{'NAME':<44} {'STATUS':<10} {'VER':<5} {'USED':>5} {'PASS':>5} "
-                         f"{'FAIL':>5} {'HELP':>5} {'HARM':>5} {'MEAN':>5}  LAST USED")
+                         f"{'FAIL':>5} {'HELP':>5} {'HARM':>5} {'MEAN':>5} {'HITS':>5}  "
+                         "LAST USED")
         for r in rows:
             line = f"{r.name:<44} {r.status:<10} v{r.version:<4}"
             if with_stats:
                 s = stats.get(r.name) or ExperienceStats(r.name)
                 mean = "-" if s.mean_score is None else f"{s.mean_score:.2f}"
                 last = f"{s.last_used:%Y-%m-%d %H:%M}" if s.last_used else "-"
+                record = records.by_experience.get(r.name, TrackRecord())
                 lines.append(f"{line} {s.times_used:>5} {s.passed:>5} {s.failed:>5} "
-                             f"{s.helpful:>5} {s.harmful:>5} {mean:>5}  {last}")
+                             f"{s.helpful:>5} {s.harmful:>5} {mean:>5} {hits(record):>5}  "
+                             f"{last}")
             else:
                 lines.append(f"{line} {r.problem or r.summary[:70]}")
+        if records.by_model:
+            lines.append("prediction hits by proposing model: " + ", ".join(
+                f"{model} {hits(record)}" for model, record in sorted(records.by_model.items())))
         if lines:
             click.echo("\n".join(lines))
         click.echo(f"{len(rows)} experiences at {short(listed.commit)} "
@@ -59,8 +73,11 @@ def list_cmd(ctx: click.Context, rev: str | None, with_stats: bool, as_json: boo
         data = r.as_dict()
         if with_stats:
             used = stats.get(r.name) or ExperienceStats(r.name)
-            data["stats"] = used.as_dict() | {"last_used": epoch(used.last_used)}
+            data["stats"] = used.as_dict() | {"last_used": epoch(used.last_used)} | {
+                "predictions": records.by_experience.get(r.name, TrackRecord()).as_dict()}
         return data
 
+    models = {"models": {m: r.as_dict() for m, r in sorted(records.by_model.items())}
+              } if with_stats else {}
     emit(as_json, {"commit": listed.commit, "snapshot_id": listed.snapshot_id,
-                   "experiences": [view(r) for r in rows]}, human)
+                   "experiences": [view(r) for r in rows], **models}, human)

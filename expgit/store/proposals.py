@@ -25,6 +25,14 @@ from expgit.store.applied import NOTHING_APPLIED, AppliedIndex, applied_index, s
 from expgit.store.changes import FileChange, tree_changes
 from expgit.store.experience import check_experience
 from expgit.store.gradients import Gradient, find_gradient, list_gradients
+from expgit.store.predictions import (
+    PredictionRecords,
+    TrackRecord,
+    prediction_record,
+    read_prediction,
+    shown_confidence,
+    trainer_model,
+)
 from expgit.store.refnames import ID_LEN, PROPOSAL_STATES, PROPOSALS, find_by_id, kept_commits
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
@@ -210,6 +218,14 @@ def find_proposal(repo: ExperienceRepository, pid: str) -> Proposal:
     return load_proposal(repo, sha, location)
 
 
+def item_record(records: PredictionRecords, name: str, gradients: Sequence[Gradient]
+                ) -> TrackRecord:
+    """The track record an item's shown confidence follows: the worst of its gradients'
+    (each its proposing model's, or without one the experience's)."""
+    found = [records.of(name, trainer_model(g.extra_trailers)) for g in gradients]
+    return min(found, key=lambda r: r.factor, default=TrackRecord())
+
+
 def _subject(items: Sequence[PlanItem]) -> str:
     names = ", ".join(item.name for item in items)
     subject = f"expgit: update {len(items)} experience{'s' if len(items) != 1 else ''}: {names}"
@@ -270,6 +286,7 @@ def commit_plan(repo: ExperienceRepository, plan: MergePlan, main: str, snapshot
         raise InvalidInputError("the merged plan changes nothing")
     blobs: dict[str, str | None] = {}
     rows = []
+    records = prediction_record(repo)
     for item in plan.items:
         path = repo.path_of(item.name)
         current = snapshot.get(item.name)
@@ -283,16 +300,22 @@ def commit_plan(repo: ExperienceRepository, plan: MergePlan, main: str, snapshot
         change = FileChange(item.name, path, current.blob if current else None, blobs[path],
                             current.text if current else "", item.after or "")
         added, removed = change.counts
+        record = item_record(records, item.name, item.gradients)
         rows.append({"name": item.name, "operation": change.operation, "added": added,
                      "removed": removed, "confidence": item.confidence,
+                     "shown_confidence": shown_confidence(item.confidence, record),
+                     "record": record,
                      "rationale": item.rationale, "evidence": item.evidence,
                      "diff": hunks(change.diff), "fence": _fence(change.diff)})
     tree = repo.git.edit_tree(repo.git.read_commit(main).tree, blobs)
+    predicted = [read_prediction(g.extra_trailers) for g in gradients]
     description = templates.render(
         "proposal.md.j2", repo, base=main, main_branch=repo.settings.main_branch,
-        gradients=list(gradients), merger=merger_name, items=rows)
+        gradients=list(gradients), merger=merger_name, items=rows,
+        predictions={g.id: p.describe() for g, p in zip(gradients, predicted, strict=True)})
     message = tr.Message(_subject(plan.items), description,
-                         tuple((tr.GRADIENT, g.commit) for g in gradients))
+                         tuple((tr.GRADIENT, g.commit) for g in gradients)
+                         + tuple(dict.fromkeys(t for p in predicted for t in p.trailers())))
     commit = repo.git.write_commit(tree, [main], message.render())
     ref = PROPOSALS + commit[:ID_LEN]
     if repo.git.ref(ref) != commit:
@@ -303,15 +326,16 @@ def commit_plan(repo: ExperienceRepository, plan: MergePlan, main: str, snapshot
 
 
 def annotate_proposal(repo: ExperienceRepository, proposal: Proposal, evidence: str,
-                      *, pr_body: Path | None = None) -> Proposal:
+                      *, pr_body: Path | None = None,
+                      trailers: Sequence[tuple[str, str]] = ()) -> Proposal:
     """The proposal with ``evidence`` (markdown) appended to its description: a new commit
-    of the same tree, parent, author and trailers (``Expgit-Gradient`` kept), its branch
-    made and the draft's removed in one compare-and-swap transaction. The draft commit
-    stays unreferenced. Its id changes (an id is its commit's)."""
+    of the same tree, parent, author and trailers (``Expgit-Gradient`` kept, ``trailers``
+    added), its branch made and the draft's removed in one compare-and-swap transaction.
+    The draft commit stays unreferenced. Its id changes (an id is its commit's)."""
     info = repo.git.read_commit(proposal.commit)
     msg = tr.parse_message(info.message)
     body = f"{msg.body.rstrip()}\n\n{evidence.strip()}\n"
-    message = tr.Message(msg.subject, body, msg.trailers)
+    message = tr.Message(msg.subject, body, msg.trailers + tuple(trailers))
     commit = repo.git.write_commit(info.tree, list(info.parents), message.render(),
                                    author=info.author_line)
     if commit != proposal.commit:

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import AliasChoices, BaseModel, Field, model_serializer
 
 from expgit.train.domain import Rollout
+from expgit.train.predictions import PredictionCheck
 
 Z95 = 1.959963984540054
 
@@ -68,6 +69,9 @@ class CandidateReport(BaseModel):
     delta_ci: list[float] = Field(default_factory=lambda: [0.0, 0.0])
     flipped: list[Flip] = Field(default_factory=list)
     gate: GateResult = Field(default_factory=GateResult)
+    # each edit's prediction against the observed flips (expgit.train.predictions)
+    predictions: list[PredictionCheck] = Field(default_factory=list)
+    unpredicted_flips: list[str] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """Candidate eval during training: each new proposal's snapshot runs the held-out cases
 (phase ``candidate_eval``); its figures against its base go into its PR description
-(:func:`expgit.store.proposals.annotate_proposal`: same tree, parent and trailers), and
+(:func:`expgit.store.proposals.annotate_proposal`: same tree, parent and trailers, and
+one ``Expgit-Prediction`` trailer per edit that predicted a flip: hit, miss or unchecked,
+:mod:`expgit.train.predictions`), and
 in apply mode it is applied only if the gate passes (or no gate is set). A proposal the
 gate does not pass stays open for review. A candidate eval that fails (the model down)
 leaves the proposal as it was, and its gate undecided.
@@ -20,10 +22,12 @@ from expgit.errors import ConflictError, ExpgitError
 from expgit.llm.port import StageUsage
 from expgit.store import templates
 from expgit.store.apply import apply_proposal
+from expgit.store.predictions import gradient_predictions, verdict_trailers
 from expgit.store.proposals import Proposal, annotate_proposal, find_proposal
 from expgit.store.repository import ExperienceRepository
 from expgit.train.candidate import CandidateReport, Gate, compare, undecided
 from expgit.train.domain import Rollout
+from expgit.train.predictions import check_predictions
 
 # (commit to evaluate, phase, epoch) -> the rollouts of every eval case at that commit
 Evaluate = Callable[[str, str, int], Awaitable[list[Rollout]]]
@@ -81,6 +85,10 @@ class CandidateStage:
                             + (" nor applied" if self.apply else "")
                             + f": its candidate eval failed: {exc.message}")
         report = compare(pid, baseline, candidate, self.trials, self.gate)
+        predicted = await asyncio.to_thread(gradient_predictions, self.repo,
+                                            proposal.gradient_commits)
+        report.predictions, report.unpredicted_flips = check_predictions(
+            predicted, baseline, candidate)
         final = await asyncio.to_thread(self._annotate, proposal, report)
         report.proposal = final.id
         self.reports.append(report)
@@ -100,4 +108,5 @@ class CandidateStage:
         evidence = templates.render("proposal_evidence.md.j2", self.repo, report=report,
                                     tree=tree, base=proposal.base, usage=usage,
                                     main_branch=self.repo.settings.main_branch)
-        return annotate_proposal(self.repo, proposal, evidence)
+        verdicts = verdict_trailers((c.gradient_commit, c.verdict) for c in report.predictions)
+        return annotate_proposal(self.repo, proposal, evidence, trailers=verdicts)

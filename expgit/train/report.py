@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from expgit.errors import InvalidInputError
 from expgit.llm.budget import SPENT, RunEstimate, money
 from expgit.llm.port import NOT_CALLED, Failure, StageUsage, UsageMeter
+from expgit.store.predictions import PredictionRecords, TrackRecord
 from expgit.train.candidate import CandidateReport, summary_line
 from expgit.train.pipeline import PhaseMetrics
 from expgit.train.remote_push import RemoteReport
@@ -78,6 +79,15 @@ class RunReport(BaseModel):
     estimate: RunEstimate | None = None  # what the run would take, said before it ran
     seconds: float = 0.0
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def hit_rates(self) -> dict[str, dict[str, dict[str, object]]]:
+        """The checked predictions of this run's candidates, per experience and per
+        proposing model (``expgit list --stats`` has them over every run)."""
+        records = run_records(self.candidates)
+        return {"by_experience": {k: v.as_dict() for k, v in records.by_experience.items()},
+                "by_model": {k: v.as_dict() for k, v in records.by_model.items()}}
+
     def errors(self) -> list[str]:
         """What went wrong in a run that still finished: one line per kind of failed
         call, then the phases' errors and failed rollouts (the run exits 7 if any)."""
@@ -111,6 +121,31 @@ class RunReport(BaseModel):
                 self.problems.append(
                     f"{m.phase} epoch={m.epoch}: all {len(failed)} rollouts failed; first: "
                     f"case {failed[0].case}: {failed[0].error}")
+
+
+def run_records(candidates: list[CandidateReport]) -> PredictionRecords:
+    records = PredictionRecords()
+    for candidate in candidates:
+        for check in candidate.predictions:
+            records.add(check.experience, check.model, check.verdict)
+    return records
+
+
+def prediction_lines(candidates: list[CandidateReport]) -> list[str]:
+    """``predictions: 1 hit, 1 missed, 0 unchecked; hits by experience: a 1/1, b 0/1;
+    by model: m 1/2``; nothing when no edit predicted anything."""
+    checks = [c for report in candidates for c in report.predictions]
+    if not checks:
+        return []
+    count = {v: sum(c.verdict == v for c in checks) for v in ("hit", "miss", "unchecked")}
+    records = run_records(candidates)
+
+    def rates(table: dict[str, TrackRecord]) -> str:
+        return ", ".join(f"{k} {r.hits}/{r.checked}" for k, r in sorted(table.items())
+                         if r.checked) or "none checked"
+    return [f"predictions: {count['hit']} hit, {count['miss']} missed, "
+            f"{count['unchecked']} unchecked; hits by experience: "
+            f"{rates(records.by_experience)}; by model: {rates(records.by_model)}"]
 
 
 def accuracy(metrics: PhaseMetrics) -> str:
@@ -221,7 +256,8 @@ def render_text(report: RunReport) -> str:
         lines += ["", *delta_lines(baseline, final), f"compared: {held_out_comparison(report)}"]
     lines += rejected_lines(report.phases)
     if report.candidates:
-        lines += ["", *map(summary_line, report.candidates)]
+        lines += ["", *map(summary_line, report.candidates),
+                  *prediction_lines(report.candidates)]
     if report.command != "eval":
         lines.append("")
         if report.proposals:

@@ -88,8 +88,22 @@ def test_candidate_eval_measures_the_proposal_and_the_pr_body_carries_it(
     assert "Accuracy delta: +50.00pp" in message and "Gate: not checked" in message
     assert (tmp_path / "pr.md").read_text().split("\n", 2)[2] in message
     trailers = git(path, "interpret-trailers", "--parse", input=message).splitlines()
-    gradients = [line.split(": ")[1] for line in trailers]
-    assert len(gradients) == 2 and all(t.startswith("Expgit-Gradient: ") for t in trailers)
+    gradients = [line.split(": ")[1] for line in trailers
+                 if line.startswith("Expgit-Gradient: ")]
+    # the pets edit came from a failed rollout: it predicted that case (and task) would
+    # turn to pass, and the candidate eval saw it do so; the baggage one predicted nothing
+    [pets] = [g for g in gradients if "pets-in-cabin" in git(path, "log", "-1",
+                                                              "--format=%s", g)]
+    ours = [t for t in trailers if t.startswith("Expgit-Predict")]
+    assert len(gradients) == 2 and ours == [
+        "Expgit-Predicts: pet-in-cabin", "Expgit-Predicts-Task: pets",
+        f"Expgit-Prediction: {pets} hit"]
+    assert f"| `{pets[:12]}` | `pets-in-cabin` | pet-in-cabin; any case of task pets | " \
+        "pet-in-cabin fail->pass | **hit** (pet-in-cabin went fail -> pass) |" in message
+    [check] = candidate["predictions"]
+    assert (check["gradient"], check["verdict"], check["model"]) == (pets[:12], "hit",
+                                                                      "gpt-4o-mini")
+    assert candidate["unpredicted_flips"] == []
     assert git(path, "rev-parse", f"expgit/proposals/{pid}^").strip() == main
     review = json.loads(run_cli("-C", path, "review", pid, "--json").out)
     assert review["gradient_commits"] == gradients and "Measured effect" in review["description"]

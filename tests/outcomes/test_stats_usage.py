@@ -128,7 +128,8 @@ def test_list_stats_cli(trained: tuple[ExperienceRepository, dict[str, str]],  #
     assert type(rows["checked-baggage-allowance"]["stats"]["last_used"]) is int  # seconds
     assert rows["checked-baggage-allowance"]["stats"] | {"last_used": None} == {
         "name": "checked-baggage-allowance", "times_used": 2, "passed": 1, "failed": 1,
-        "helpful": 0, "harmful": 1, "outcomes": 1, "mean_score": 0.5, "last_used": None}
+        "helpful": 0, "harmful": 1, "outcomes": 1, "mean_score": 0.5, "last_used": None,
+        "predictions": {"hits": 0, "misses": 0, "hit_rate": None}}  # no candidate eval
     assert rows["compensation-certificates"]["stats"]["times_used"] == 0
     table = run_cli("-C", path, "list", "--stats")
     assert table.code == 0

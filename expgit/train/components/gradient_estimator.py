@@ -25,6 +25,7 @@ from expgit.git.executor import run_git
 from expgit.llm.structured import StructuredLLM
 from expgit.store.experience import NAME_MAX
 from expgit.store.gradients import Gradient, GradientRequest, propose
+from expgit.store.predictions import TRAINER_MODEL, VALUE_CHARS, prediction
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import ExperienceEntry, Snapshot
 from expgit.store.templates import render_prompt
@@ -72,6 +73,18 @@ def without_front_matter(text: str) -> str:
     """A stored document's text after its YAML front matter (all of it if it has none)."""
     end = text.find("\n---\n", 4) if text.startswith("---\n") else -1
     return text[end + 5:] if end > 0 else text
+
+
+def provenance_trailers(analysis: RolloutAnalysis, llm: StructuredLLM
+                        ) -> list[tuple[str, str]]:
+    """The trailers expgit derives for an edit of ``analysis`` (never from the model's
+    reply): its prediction, the case and task of a failed rollout it should turn to
+    pass (:mod:`expgit.store.predictions`), and the model that proposed it."""
+    case = analysis.rollout.case
+    predicts = (prediction([case.name], [case.task_signature])
+                if not analysis.evaluation.passed else prediction([], []))
+    model = " ".join(str(getattr(llm.model, "model", "") or "").split())[:VALUE_CHARS]
+    return [*predicts.trailers(), *([(TRAINER_MODEL, model)] if model else [])]
 
 
 def to_semantic(gradient: Gradient, trajectory_uri: str) -> SemanticGradient:
@@ -209,6 +222,7 @@ class ExperienceGradientEstimator:
                    *(m.plain_text for m in rollout.messages if m.role != "system")]
         junk = 0
         shown = headings_shown(e.text for e in relevant)
+        trailers = provenance_trailers(analysis, self.llm)
         for edit in edits:
             try:
                 check_written(rationale=edit.rationale, summary=edit.summary,
@@ -220,7 +234,7 @@ class ExperienceGradientEstimator:
                     rationale = f"{rationale} (flagged: {note})"
                 edit = edit.model_copy(update={"rationale": rationale})
                 request = self._request(edit, trajectory.uri, experience_set, visible, seen)
-                gradient = await run_git(propose, self.repo, request)
+                gradient = await run_git(propose, self.repo, request, trailers)
             except InvalidInputError as exc:
                 if isinstance(exc, LessonRefused):
                     self.redactor.counts[exc.kind] += 1
