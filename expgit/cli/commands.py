@@ -49,6 +49,11 @@ REGISTRY: tuple[CommandEntry, ...] = (
     CommandEntry("review", "expgit.cli.review:review_cmd",
                  "Show a proposal or gradient: its description and a coloured diff per "
                  "experience."),
+    CommandEntry("evidence", "expgit.cli.evidence:evidence_cmd",
+                 "Show the evidence behind a gradient, a proposal or a trajectory (ID: a "
+                 "unique prefix): each edit's rationale, prediction and check, the "
+                 "trajectory it came from, that run's transcript with its tool calls, and "
+                 "the evaluation per criterion."),
     CommandEntry("reject", "expgit.cli.review:reject_cmd",
                  "Reject a proposal (and its gradients) or a single gradient."),
     CommandEntry("status", "expgit.cli.status:status_cmd",

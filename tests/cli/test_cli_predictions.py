@@ -1,8 +1,8 @@
 """Predictions, then checks, through the real CLI against the strict scripted server: each
 edit of a failed rollout predicts that case (and task) will turn to pass; the candidate
-eval checks it; the run report and ``expgit list --stats`` keep the hit rate per
-experience and per proposing model; a miss lowers the confidence shown to reviewers (the
-PR body), never the stored one."""
+eval checks it; the run report, ``expgit list --stats`` and ``expgit evidence`` keep the
+hit rate per experience and per proposing model; a miss lowers the confidence shown to
+reviewers (``evidence``, the PR body), never the stored one."""
 
 from __future__ import annotations
 
@@ -71,8 +71,16 @@ def test_a_missed_prediction_is_kept_per_experience_and_model_and_lowers_shown_c
     [line] = [r for r in human.splitlines() if r.startswith("checked-baggage-allowance")]
     assert " 0/1 " in line
 
+    # shown to reviewers: the stated 0.70 times (0 + 2) / (1 + 2); stored as stated
+    shown = json.loads(run_cli("-C", path, "evidence", baggage["gradient"], "--json").out)
+    [edit] = shown["edits"]
+    assert (edit["confidence"], edit["shown_confidence"]) == (0.7, 0.4667)
+    assert edit["verdict"] == "miss" and edit["track_record"]["factor"] == 0.6667
     assert "Expgit-Confidence: 0.70" in git(path, "log", "-1", "--format=%B",
-                                            baggage["gradient_commit"])  # as stated
+                                            baggage["gradient_commit"])
+    text = run_cli("-C", path, "evidence", baggage["gradient"]).out
+    assert "confidence: 0.70 stated, 0.47 shown (model gpt-4o-mini: predictions hit 0 of " \
+           "1 checked)" in text
 
     # an edit by hand names no model: it follows its experience's record in the PR body
     lesson = tmp_path / "lesson.md"
@@ -86,4 +94,4 @@ def test_a_missed_prediction_is_kept_per_experience_and_model_and_lowers_shown_c
     description = json.loads(run_cli("-C", path, "review", json.loads(merged.out)["id"],
                                      "--json").out)["description"]
     assert "| 0.90 (shown 0.60: predictions hit 0/1) |" in description
-    assert f"- `{gid}`: update `checked-baggage-allowance`\n" in description
+    assert f"- `expgit evidence {gid}`: update `checked-baggage-allowance`\n" in description

@@ -86,6 +86,7 @@ ELSEWHERE = {
     "pr": "tests/cli/test_cli_pr.py",
     "doctor": "tests/store/test_doctor.py",
     "status": "tests/cli/test_status.py",
+    "evidence": "tests/cli/test_cli_evidence.py",
 }
 
 
