@@ -15,6 +15,7 @@ from typing import Any
 from conftest import fsck, git
 from json_shapes import assert_shape
 from scripted_pipeline import analyze, combined
+from test_cli_train_tools import MARKER, estimate, merge
 from tool_support import call, last_role, turn, write_cases
 
 from expgit.errors import EXIT_INVALID
@@ -24,9 +25,6 @@ from expgit.store.repository import ExperienceRepository
 from expgit.train.domain import Case, Message, Rollout, Rubric
 from expgit.train.trajectory_store import TrajectoryStore, rollout_id
 
-MARKER = "Call update_reservation_baggages yourself"
-LESSON = (f"# Baggage changes are tool calls\n\nWhen the user asks to set checked bags: "
-          f"{MARKER}, with the total and paid bags the user gives.\n")
 ASK = re.compile(r"I am (\w+)\. Please set the checked bags of (\w+) to (\d+) total, "
                  r"(\d+) paid, with (\w+)")
 
@@ -44,20 +42,6 @@ def agent(messages: ToolMessages) -> ToolTurn:
                          total_baggages=int(total), nonfree_baggages=int(paid),
                          payment_id=payment))
     return turn(call("get_user_details", user_id=user))
-
-
-def estimate(messages: list[dict[str, str]]) -> str:
-    return json.dumps({"edits": [{
-        "name": "baggage-tool-calls", "action": "create", "rationale": "bags were not set",
-        "summary": "Set checked bags with the baggage tool.", "tags": ["baggage"],
-        "body": LESSON, "confidence": 0.8}]})
-
-
-def merge(messages: list[dict[str, str]]) -> str:
-    return json.dumps({"items": [{
-        "name": "baggage-tool-calls", "action": "upsert", "gradient_ids": [],
-        "rationale": "bags were not set", "summary": "Set checked bags with the baggage "
-        "tool.", "tags": ["baggage"], "body": LESSON, "confidence": 0.8}]})
 
 
 def bag_case(name: str, user: str, rid: str, total: int, payment: str) -> dict[str, Any]:

@@ -96,6 +96,13 @@ def analyze(analyzer: TrajectoryRolloutAnalyzer, rollout: Rollout) -> Any:
     return asyncio.run(analyzer.analyze(rollout, PipelineContext()))
 
 
+def tool_output_chars(repo: ExperienceRepository, limit: int) -> ExperienceRepository:
+    """``repo`` with ``[train] tool_output_chars = limit``."""
+    settings = repo.settings.model_copy(update={
+        "train": repo.settings.train.model_copy(update={"tool_output_chars": limit})})
+    return ExperienceRepository(repo.git, settings)
+
+
 def prompt_of(model: ScriptedChatModel, index: int = 0) -> str:
     return model.calls[index][1][1]["content"]
 
@@ -169,9 +176,7 @@ def test_fallback_evaluation_passes_iff_a_trajectory_was_extracted(
 
 def test_long_tool_outputs_are_truncated_before_the_prompt(
         seeded_repo: ExperienceRepository) -> None:
-    settings = seeded_repo.settings.model_copy(update={
-        "train": seeded_repo.settings.train.model_copy(update={"tool_output_chars": 200})})
-    repo = ExperienceRepository(seeded_repo.git, settings)
+    repo = tool_output_chars(seeded_repo, 200)
     long_output = "HEAD-" + "x" * 5000 + "-TAIL"
     structured, model = llm(json.dumps(REPLY))
     analyze(TrajectoryRolloutAnalyzer(repo, structured), make_rollout(output=long_output))
@@ -296,9 +301,7 @@ def test_a_long_transcript_is_cut_to_fit_the_prompt_budget(
 
 def test_the_transcript_is_stored_beside_the_trajectory_bounded_and_redacted(
         seeded_repo: ExperienceRepository) -> None:
-    settings = seeded_repo.settings.model_copy(update={
-        "train": seeded_repo.settings.train.model_copy(update={"tool_output_chars": 200})})
-    repo = ExperienceRepository(seeded_repo.git, settings)
+    repo = tool_output_chars(seeded_repo, 200)
     output = "owner: ana@example.com " + "x" * 5000 + "-TAIL"
     structured, _ = llm(json.dumps(REPLY))
     rollout = make_rollout(output=output, evaluation=FAILED)
