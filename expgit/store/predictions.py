@@ -21,9 +21,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from expgit.store import trailers as tr
+from expgit.store.derived import cache_file, read_cache, write_cache
 from expgit.store.refnames import GRADIENT_STATES, PROPOSAL_STATES, kept_commits
 from expgit.store.repository import ExperienceRepository
 
@@ -169,35 +170,75 @@ class _Cache:
     lock: ClassVar[threading.Lock] = threading.Lock()
     # (common dir, proposal refs, gradient refs) -> records
     results: ClassVar[dict[tuple[str, frozenset[str], frozenset[str]], PredictionRecords]] = {}
+    facts: ClassVar[dict[str, list[Any]]] = {}  # commit -> what its message says
+
+
+FACTS_FORMAT = "predictions-1"
+_FACTS_KEPT = 65536
+
+
+def _facts(repo: ExperienceRepository, commits: Iterable[str], kind: str,
+           known: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """What each commit's message says: a proposal's ``[author time, {gradient commit:
+    verdict}]``, a gradient's ``[target or None, model or None]``. ``known`` (by commit
+    id: a commit never changes) is used first and extended."""
+    found: dict[str, list[Any]] = {}
+    for commit in commits:
+        key = f"{kind}:{commit}"
+        if key not in known:
+            info = repo.git.read_commit(commit)
+            message = tr.parse_message(info.message)
+            known[key] = ([info.author_time, read_verdicts(message.trailers)]
+                          if kind == "p" else
+                          [message.value(tr.TARGET), trainer_model(message.trailers)])
+        found[commit] = known[key]
+    return found
+
+
+def _valid_facts(entries: dict[str, Any] | None) -> dict[str, list[Any]]:
+    if entries is None:
+        return {}
+    return {k: v for k, v in entries.items() if isinstance(v, list) and len(v) == 2
+            and (k.startswith("g:") or (isinstance(v[0], int) and isinstance(v[1], dict)))}
 
 
 def prediction_record(repo: ExperienceRepository) -> PredictionRecords:
     """The checked predictions of every kept proposal (open, applied, rejected), each
     gradient counted once (its last measurement wins), per experience and per model.
-    Reads only; cached in memory by the proposal and gradient refs."""
+    Reads only: the refs, then only the messages of commits not seen before, in this
+    process or (:mod:`expgit.store.derived`) an earlier one; cached in memory by the
+    proposal and gradient refs."""
     proposals = kept_commits(repo, PROPOSAL_STATES)
     gradients = kept_commits(repo, GRADIENT_STATES)
     key = (str(repo.git.common_dir), frozenset(proposals), frozenset(gradients))
     with _Cache.lock:
         cached = _Cache.results.get(key)
+        known = dict(_Cache.facts)
     if cached is not None:
         return cached
+    path = cache_file(repo.git.common_dir, "predictions.json")
+    if not known:
+        known = _valid_facts(read_cache(path, FACTS_FORMAT))
+    before = len(known)
     verdicts: dict[str, tuple[int, Verdict]] = {}
-    for sha in proposals:
-        info = repo.git.read_commit(sha)
-        for commit, verdict in read_verdicts(tr.parse_message(info.message).trailers).items():
-            if commit not in verdicts or verdicts[commit][0] <= info.author_time:
-                verdicts[commit] = (info.author_time, verdict)
+    for when, found in _facts(repo, proposals, "p", known).values():
+        for commit, verdict in found.items():
+            if commit not in verdicts or verdicts[commit][0] <= when:
+                verdicts[commit] = (when, verdict)
+    # a gradient whose ref is gone has nothing to attribute its verdict to
+    named = sorted(c for c in verdicts if c in gradients)
     records = PredictionRecords()
-    for commit, (_, verdict) in sorted(verdicts.items()):
-        if commit not in gradients:  # its ref is gone: nothing to attribute it to
-            continue
-        message = tr.parse_message(repo.git.read_commit(commit).message)
-        target = message.value(tr.TARGET)
-        if target is not None:
+    for commit, (target, model) in _facts(repo, named, "g", known).items():
+        if isinstance(target, str):
+            verdict = verdicts[commit][1]
             records.verdicts[commit] = verdict
-            records.add(target, trainer_model(message.trailers), verdict)
+            records.add(target, model if isinstance(model, str) else None, verdict)
+    if len(known) != before:
+        kept = {f"p:{c}" for c in proposals} | {f"g:{c}" for c in named}
+        known = {k: v for k, v in known.items() if k in kept}
+        write_cache(path, FACTS_FORMAT, known)
     with _Cache.lock:
+        _Cache.facts = known if len(known) <= _FACTS_KEPT else {}
         if len(_Cache.results) > 16:
             _Cache.results.clear()
         _Cache.results[key] = records

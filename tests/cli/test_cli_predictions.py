@@ -15,6 +15,8 @@ from conftest import git
 from scripted_pipeline import BAGGAGE_CASE, GOLD_RULE, PETS_CASE
 from test_cli_candidate import steps_with
 
+from expgit.store.derived import cache_file
+from expgit.store.predictions import TrackRecord, _Cache, prediction_record
 from expgit.store.repository import ExperienceRepository
 
 MISS = {"hits": 0, "misses": 1, "hit_rate": 0.0}
@@ -70,6 +72,20 @@ def test_a_missed_prediction_is_kept_per_experience_and_model_and_lowers_shown_c
     assert "HITS" in human and "prediction hits by proposing model: gpt-4o-mini 0/1" in human
     [line] = [r for r in human.splitlines() if r.startswith("checked-baggage-allowance")]
     assert " 0/1 " in line
+
+    # read from the trailers; a next process starts from the derived cache file, and
+    # a corrupt one is only ignored
+    repo = ExperienceRepository.open(path)
+    first = prediction_record(repo)
+    cache = cache_file(repo.git.common_dir, "predictions.json")
+    for damage in (None, b"{not json"):
+        if damage is not None:
+            cache.write_bytes(damage)
+        _Cache.results.clear()
+        _Cache.facts = {}
+        assert prediction_record(ExperienceRepository.open(path)) == first
+        assert cache.exists()
+    assert first.by_experience == {"checked-baggage-allowance": TrackRecord(0, 1)}
 
     # shown to reviewers: the stated 0.70 times (0 + 2) / (1 + 2); stored as stated
     shown = json.loads(run_cli("-C", path, "evidence", baggage["gradient"], "--json").out)
