@@ -5,8 +5,8 @@ hex digits of the SHA-256 of the rollout's canonical JSON: the same rollout is s
 once, and storing it again writes nothing. Its URI is ``<branch>:trajectories/<id>.md``.
 Beside it, in the same commit, ``trajectories/<id>.transcript.json`` keeps the rollout's
 messages and tool calls with their results, redacted and bounded as the prompts show
-them (:mod:`expgit.train.transcript`); trajectories stored before transcripts were kept
-have none.
+them (:mod:`expgit.train.transcript`); a trajectory stored before transcripts were kept
+has none until its rollout is analysed again (:meth:`TrajectoryStore.add_transcript`).
 
 The branch is a :class:`~expgit.store.sidebranch.SideBranch`: an orphan history of its own that
 never shares a commit with ``main``, written by building blob, tree and commit in the
@@ -132,3 +132,20 @@ class TrajectoryStore:
         title = " ".join(subject.split())[:200] or f"trajectory {tid}"
         commit = self.side.write(unless_stored, title, trailers=((tr.KIND, "trajectory"),))
         return self.uri_of(tid), commit is not None
+
+    def add_transcript(self, tid: str, transcript: bytes) -> bool:
+        """Store ``transcript`` beside trajectory ``tid`` when the trajectory is stored
+        without one (written before transcripts were kept); True if a commit was made.
+        Nothing is written when there is no such trajectory or it has a transcript."""
+        path, beside = self.path_of(tid), self.transcript_path_of(tid)
+        git = self.repo.git
+
+        def missing(tip: str | None) -> dict[str, bytes | None]:
+            tree = git.read_commit(tip).tree if tip is not None else None
+            if tree is None or git.path_entry(tree, path) is None \
+                    or git.path_entry(tree, beside) is not None:
+                return {}
+            return {beside: transcript}
+
+        return self.side.write(missing, f"transcript of trajectory {tid}",
+                               trailers=((tr.KIND, "trajectory"),)) is not None

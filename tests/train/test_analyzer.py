@@ -325,3 +325,25 @@ def test_the_transcript_is_stored_beside_the_trajectory_bounded_and_redacted(
     assert f"[... {len(output) - 200} chars truncated]" in tool.output
     assert "ana@example.com" not in stored.decode() and "[REDACTED:email]" in tool.output
     assert transcript.encode() == stored  # canonical: the same rollout, the same blob
+
+
+def test_a_reused_trajectory_stored_without_a_transcript_gets_one_once(
+        seeded_repo: ExperienceRepository) -> None:
+    structured, _ = llm(json.dumps(REPLY))
+    rollout = make_rollout(evaluation=FAILED)
+    analyze(TrajectoryRolloutAnalyzer(seeded_repo, structured), rollout)
+    store = TrajectoryStore(seeded_repo)
+    tid = rollout_id(rollout)
+    kept = store.find_transcript(tid)
+    # as the code before transcripts left it: the document alone
+    store.side.write({store.transcript_path_of(tid): None}, "drop the transcript")
+    assert store.find_transcript(tid) is None
+
+    silent, model = llm()  # reused: no call
+    again = analyze(TrajectoryRolloutAnalyzer(seeded_repo, silent), rollout)
+    assert model.calls == [] and again.metadata["reused"] is True
+    assert store.find_transcript(tid) == kept  # the same rollout, the same blob
+    tip = seeded_repo.git.ref(BRANCH)
+    analyze(TrajectoryRolloutAnalyzer(seeded_repo, llm()[0]), rollout)
+    assert seeded_repo.git.ref(BRANCH) == tip  # it has one now: nothing written
+    assert not store.add_transcript(rollout_id(make_rollout("other")), b"{}")  # no such one

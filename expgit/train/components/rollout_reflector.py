@@ -94,7 +94,7 @@ class OneCallRolloutReflector:
         tid = rollout_id(rollout)
         stored = await run_git(analyzer.store.find, tid)
         if stored is not None:
-            analysis = analyzer.reuse(rollout, tid, stored)
+            analysis = await analyzer.reused(rollout, tid, stored)
             return analysis, await estimator.estimate(analysis, policy_set, context)
         evaluation, source = await analyzer.evaluation_of(rollout, context)
         view = analyzer.view(rollout)

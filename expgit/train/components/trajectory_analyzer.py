@@ -177,7 +177,7 @@ class TrajectoryRolloutAnalyzer:
         tid = rollout_id(rollout)
         stored = await run_git(self.store.find, tid)
         if stored is not None:
-            return self.reuse(rollout, tid, stored)
+            return await self.reused(rollout, tid, stored)
         evaluation, source = await self.evaluation_of(rollout, context)
         view = self.view(rollout)
         if not view:
@@ -236,13 +236,9 @@ class TrajectoryRolloutAnalyzer:
             group = group.model_copy(update={"difference": ""})
         document = self._document(rollout, tid, out, evaluation, source, templates_at,
                                   group)
-        limits = self.repo.settings
-        transcript = build_transcript(
-            rollout, tid, lambda tools, texts: transcript_view(rollout.messages, tools, texts),
-            self.redactor, tool_limit=limits.train.tool_output_chars,
-            text_limit=limits.limits.max_message_chars)
         uri, created = await run_git(
-            self.store.store, tid, document, f"trajectory: {out.title}", transcript.encode())
+            self.store.store, tid, document, f"trajectory: {out.title}",
+            self.transcript(rollout, tid))
         if not created:  # another analyzer stored this rollout meanwhile: theirs wins
             return self.reuse(rollout, tid, await run_git(self.store.read, uri))
         trajectory = Trajectory(
@@ -301,6 +297,21 @@ class TrajectoryRolloutAnalyzer:
                       front_matter=front_matter, analysis=out,
                       case=rollout.case, evaluation=evaluation, evaluation_source=source,
                       rollout_error=rollout.error, group=group)
+
+    def transcript(self, rollout: Rollout, tid: str) -> bytes:
+        """The stored form of the rollout's transcript (:mod:`expgit.train.transcript`)."""
+        settings = self.repo.settings
+        return build_transcript(
+            rollout, tid, lambda tools, texts: transcript_view(rollout.messages, tools, texts),
+            self.redactor, tool_limit=settings.train.tool_output_chars,
+            text_limit=settings.limits.max_message_chars).encode()
+
+    async def reused(self, rollout: Rollout, tid: str, document: str) -> RolloutAnalysis:
+        """:meth:`reuse`, and the transcript stored beside a trajectory written before
+        transcripts were kept (the same rollout: the same id, so the right transcript)."""
+        if await run_git(self.store.find_transcript, tid) is None:
+            await run_git(self.store.add_transcript, tid, self.transcript(rollout, tid))
+        return self.reuse(rollout, tid, document)
 
     def reuse(self, rollout: Rollout, tid: str, document: str) -> RolloutAnalysis:
         """The analysis of a rollout whose trajectory is stored (``document``)."""
