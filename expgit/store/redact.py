@@ -16,6 +16,8 @@ Each finding is replaced by ``[REDACTED:<kind>]`` and counted by kind:
 * ``secret``: the value of an assignment to a secret-like name (``api_key=``,
   ``"password": "..."``, ``token: ...``, ``DB_PASSWORD=``, ``--password x``), and the
   value of a secret-like key in a tool call's input;
+* ``high_entropy``: a bare random-looking token of 20 characters or more (an AWS secret
+  access key without its label), as :mod:`expgit.store.redact_entropy` judges it;
 * ``home_path``: ``/home/<user>/``, ``/Users/<user>/``, ``C:\\Users\\<user>\\`` become
   ``~/``; ``user_name``: such a user name (3 characters or more) elsewhere in the same
   text, as a whole word;
@@ -25,7 +27,8 @@ Each finding is replaced by ``[REDACTED:<kind>]`` and counted by kind:
   in groups, Chinese mobile numbers).
 
 Ordinary numbers are left alone: dates, times, versions, IP addresses, amounts, hashes,
-UUIDs and plain ids do not have these shapes (tuned on tests/fixtures/sessions/secrets).
+UUIDs and plain ids do not have these shapes (tuned on tests/fixtures/sessions/secrets;
+the entropy check on tests/fixtures/secrets_entropy).
 Redaction is idempotent: a redacted text has nothing left to redact.
 """
 
@@ -37,6 +40,7 @@ from collections.abc import Callable, Iterable
 
 from pydantic import BaseModel, Field
 
+from expgit.store.redact_entropy import CANDIDATE, decoded_text, in_data_uri, looks_random
 from expgit.store.redact_patterns import (
     SECRET_KEY,
     is_placeholder,
@@ -120,6 +124,18 @@ def _bearer(match: re.Match[str]) -> str | None:
     return match.group(1) + MARK.format("bearer_token")
 
 
+def _high_entropy(match: re.Match[str]) -> str | None:
+    """A random-looking token; not a data URI's payload, nor base64 of a text without a
+    secret (a JSON blob in a tool output)."""
+    token = match.group(0)
+    if not looks_random(token) or in_data_uri(match.string, match.start()):
+        return None
+    text = decoded_text(token)
+    if text is not None and not secrets_in(text):
+        return None
+    return MARK.format("high_entropy")
+
+
 _B = r"(?<![A-Za-z0-9_])"  # a token starts here
 _E = r"(?![A-Za-z0-9_])"
 RULES: list[Rule] = [
@@ -149,6 +165,7 @@ RULES: list[Rule] = [
     ("secret", re.compile(
         r"(?i)(?P<pre>(?<![\w-])--(?P<key>password|passwd|token|api-key|secret|client-secret)"
         r"[ =])" + _NOT_DONE + r"(?P<value>[^\s\"']++)"), _secret),
+    ("high_entropy", CANDIDATE, _high_entropy),
     ("email", re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*"
                          r"\.[A-Za-z]{2,}" + _E), _email),
     ("card_number", re.compile(r"(?<![\w.,+-])\d(?:[ -]?\d){12,18}(?![\w-]|[.,]\d)"), _card),
@@ -242,7 +259,8 @@ def redact_all(texts: Iterable[str]) -> tuple[list[str], Counter[str]]:
     return out, counts
 
 
-SECRET_KINDS = ("private_key", "password", "api_key", "token", "bearer_token", "secret")
+SECRET_KINDS = ("private_key", "password", "api_key", "token", "bearer_token", "secret",
+                "high_entropy")
 
 
 def secrets_in(text: str) -> list[str]:
