@@ -1,5 +1,6 @@
-"""The example CI files (examples/github/expgit-train.yml, examples/gitlab/.gitlab-ci.yml)
-run as written, offline.
+"""The example CI files (examples/github/expgit-train.yml and expgit-gate.yml,
+examples/gitlab/.gitlab-ci.yml, their shell logic examples/ci/expgit-ci.sh) run as
+written, offline.
 
 Each file is parsed, and its shell steps run in order, as the CI would run them, in a
 fresh clone of a local bare repository (the "forge") whose main holds the cases files:
@@ -25,9 +26,10 @@ import pytest
 import yaml
 from cli_support import agent, cases_file
 from conftest import EXAMPLE, ROOT, git
-from forge_stub import URLS, install_stubs, records
+from forge_stub import URLS, comments, install_stubs, records
 from scripted_pipeline import (
     BAGGAGE_CASE,
+    GOLD_RULE,
     PETS_CASE,
     lesson_bodies,
     merge_of,
@@ -39,7 +41,11 @@ from expgit.llm.scripted import Step
 from expgit.store.repository import ExperienceRepository
 
 GITHUB = ROOT / "examples" / "github" / "expgit-train.yml"
+GITHUB_GATE = ROOT / "examples" / "github" / "expgit-gate.yml"
 GITLAB = ROOT / "examples" / "gitlab" / ".gitlab-ci.yml"
+CI_SCRIPT = ROOT / "examples" / "ci" / "expgit-ci.sh"
+# what a user sets EXPGIT_INSTALL to: expgit pinned at a commit
+PINNED = "expgit @ git+https://github.com/OWNER/expgit@" + "0123456789abcdef" * 2 + "01234567"
 
 # GitHub `uses:` steps: the test does their work itself, or there is none offline.
 GITHUB_ACTIONS = {
@@ -49,7 +55,7 @@ GITHUB_ACTIONS = {
 }
 # Shell lines that install software or name the real forge's URL.
 NOT_RUN = {
-    "python -m pip install expgit": "expgit is this interpreter's, first on PATH",
+    "python -m pip install $EXPGIT_INSTALL": "expgit is this interpreter's, first on PATH",
     "apt-get update -qq && apt-get install -y -qq git glab python3-venv":
         "git is there; glab is the stub",
     "python3 -m venv /opt/expgit && . /opt/expgit/bin/activate":
@@ -58,8 +64,10 @@ NOT_RUN = {
     '${CI_PROJECT_PATH}.git"': "origin stays the local bare repository",
 }
 # GitHub expressions in `env:`: what the repository's settings would give.
-EXPRESSIONS = {"vars.OPENAI_BASE_URL": "<the scripted server>",
-               "secrets.OPENAI_API_KEY": "sk-test", "secrets.GITHUB_TOKEN": "gh-test"}
+EXPRESSIONS = {"vars.OPENAI_BASE_URL": "<the scripted server>", "vars.EXPGIT_INSTALL": PINNED,
+               "secrets.OPENAI_API_KEY": "sk-test", "secrets.GITHUB_TOKEN": "gh-test",
+               "github.repository": "example/experiences",
+               "github.event.pull_request.number": "7", "github.base_ref": "main"}
 
 
 def training_steps(repo: ExperienceRepository) -> list[Step]:
@@ -75,7 +83,8 @@ def training_steps(repo: ExperienceRepository) -> list[Step]:
 
 @pytest.fixture
 def forge(tmp_path: Path) -> Path:
-    """The bare repository CI clones: example_repo's experiences and the cases files."""
+    """The bare repository CI clones: example_repo's experiences, the cases files and
+    ci/expgit-ci.sh."""
     bare = tmp_path / "forge.git"
     init_repository(bare, bare=True, seed=EXAMPLE)
     seed = tmp_path / "seed"
@@ -83,7 +92,9 @@ def forge(tmp_path: Path) -> Path:
     (seed / "cases").mkdir()
     cases_file(seed / "cases" / "train.yaml", BAGGAGE_CASE, PETS_CASE)
     cases_file(seed / "cases" / "eval.yaml", PETS_CASE)
-    git(seed, "add", "cases")
+    (seed / "ci").mkdir()
+    (seed / "ci" / "expgit-ci.sh").write_text(CI_SCRIPT.read_text())
+    git(seed, "add", "cases", "ci")
     git(seed, "commit", "-q", "-m", "cases for CI")
     git(seed, "push", "-q", "origin", "main")
     return bare
@@ -158,8 +169,8 @@ def test_github_workflow_trains_pushes_and_opens_the_pull_request(
         proc = bash(script, checkout, env)
         assert proc.returncode == 0, f"{step.get('name')}: {proc.stdout}{proc.stderr}"
         ran.append(step["name"])
-    assert ran == ["Commit as the workflow", "Train in propose mode",
-                   "Push each proposal and open its pull request"]
+    assert ran == ["Check the secrets and variables", "Commit as the workflow",
+                   "Train in propose mode", "Push each proposal and open its pull request"]
     server.chat.assert_done()
     [call] = records(Path(env["FORGE_STUB_RECORD"]))
     assert call["cli"] == "gh" and call["argv"][:2] == ["pr", "create"]
@@ -181,7 +192,8 @@ def test_gitlab_job_trains_pushes_and_opens_the_merge_request(
     assert len(lines) == len(job["before_script"]) + len(job["script"]) - 4
     server = serve(training_steps(ExperienceRepository.open(forge)))
     env = ci_env(tmp_path, {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": "sk-test",
-                            "GITLAB_TOKEN": "glpat-test", "CI_SERVER_HOST": "gitlab.example.com"})
+                            "GITLAB_TOKEN": "glpat-test", "CI_SERVER_HOST": "gitlab.example.com",
+                            "EXPGIT_INSTALL": PINNED})
     checkout = tmp_path / "checkout"
     git(tmp_path, "clone", "-q", str(forge), str(checkout))
     git(checkout, "checkout", "-q", "--detach")  # as the runner leaves it
@@ -194,3 +206,192 @@ def test_gitlab_job_trains_pushes_and_opens_the_merge_request(
     _, author = check_proposal_pushed(forge, checkout, call)
     assert author == "expgit CI <expgit-ci@gitlab.example.com>"
     assert URLS["glab"] in proc.stdout
+
+
+# ---------------------------------------------------------------- the gate on a pull request
+GOLD = GOLD_RULE.strip("- \n")
+
+
+def harmful(messages: list[dict[str, str]]) -> str:
+    """The agent, which the proposal's gold rule confuses."""
+    return "Sorry, I do not know." if GOLD in messages[0]["content"] else agent(messages)
+
+
+def proposal_on_forge(run_cli: Any, forge: Path, tmp_path: Path) -> str:
+    """A proposal adding the gold rule to checked-baggage-allowance, made in another
+    clone and its branch pushed to the forge, as `expgit pr` does."""
+    work = tmp_path / "maker"
+    git(tmp_path, "clone", "-q", str(forge), str(work))
+    content = tmp_path / "new.md"
+    content.write_text(git(work, "show", "main:experiences/checked-baggage-allowance.md")
+                       .rstrip("\n") + "\n" + GOLD_RULE)
+    assert run_cli("-C", work, "propose", "checked-baggage-allowance", "--content-file",
+                   content, "--rationale", "gold members").code == 0
+    merged = run_cli("-C", work, "merge", "--all")
+    assert merged.code == 0, merged.err
+    pid = str(merged.out.strip())
+    git(work, "push", "-q", "origin", f"expgit/proposals/{pid}")
+    return pid
+
+
+def head_checkout(forge: Path, tmp_path: Path, pid: str) -> Path:
+    """The runner's checkout: the pull request's head, detached."""
+    checkout = tmp_path / "checkout"
+    git(tmp_path, "clone", "-q", str(forge), str(checkout))
+    git(checkout, "checkout", "-q", "--detach", f"origin/expgit/proposals/{pid}")
+    return checkout
+
+
+def github_steps(job: dict[str, Any], checkout: Path, env: dict[str, str]
+                 ) -> list[tuple[str, subprocess.CompletedProcess[str]]]:
+    """The job's shell steps in order, as GitHub runs them: up to the first failing."""
+    ran = []
+    for step in job["steps"]:
+        if "uses" in step:
+            assert step["uses"] in GITHUB_ACTIONS, step
+            continue
+        if step["run"].strip() in NOT_RUN:
+            continue
+        ran.append((step["name"], bash(step["run"], checkout, env)))
+        if ran[-1][1].returncode:
+            break
+    return ran
+
+
+def one_comment(record: Path, thread: str) -> dict[str, Any]:
+    threads = comments(record)
+    assert list(threads) == [thread] and len(threads[thread]) == 1, threads
+    comment: dict[str, Any] = threads[thread][0]
+    assert comment["body"].startswith("<!-- expgit-gate -->\n## expgit gate: ")
+    return comment
+
+
+def test_every_install_is_pinned_and_the_gate_runs_on_proposal_branches_only() -> None:
+    for path in (GITHUB, GITHUB_GATE, GITLAB):
+        text = path.read_text()
+        installs = [line.strip(" -") for line in text.splitlines() if "pip install" in line
+                    and not line.lstrip().startswith("#")]
+        assert installs and set(installs) <= {"run: python -m pip install $EXPGIT_INSTALL",
+                                              "python -m pip install $EXPGIT_INSTALL"}, path
+        assert not [line for line in text.splitlines() if "pull_request_target" in line
+                    and not line.lstrip().startswith("#")]
+    workflow = yaml.safe_load(GITHUB_GATE.read_text())
+    # "on:" is YAML 1.1's true; opened, and every push to the branch (synchronize)
+    assert workflow[True] == {"pull_request": {"types": ["opened", "synchronize", "reopened"]}}
+    assert workflow["permissions"] == {"contents": "read", "pull-requests": "write"}
+    [job] = workflow["jobs"].values()
+    assert job["if"] == "startsWith(github.head_ref, 'expgit/proposals/')"
+    [rule] = yaml.safe_load(GITLAB.read_text())["expgit-gate"]["rules"]
+    assert rule["if"] == ('$CI_PIPELINE_SOURCE == "merge_request_event" && '
+                          "$CI_MERGE_REQUEST_SOURCE_BRANCH_NAME =~ /^expgit\\/proposals\\//")
+
+
+@pytest.mark.parametrize(("spec", "pinned"), [
+    (PINNED, True),
+    ("git+https://gitlab.example.com/OWNER/expgit.git@" + "a" * 40, True),
+    ("--index-url https://pypi.example.com/simple expgit==0.1.0", True),
+    ("expgit", False),
+    ("expgit==0.1.0", False),  # a version of whatever the public index serves
+    ("expgit @ git+https://github.com/OWNER/expgit@main", False),  # a branch moves
+    ("git+https://github.com/OWNER/expgit", False),
+    ("--index-url https://pypi.example.com/simple expgit", False),
+])
+def test_expgit_install_must_be_pinned(tmp_path: Path, spec: str, pinned: bool) -> None:
+    env = {**os.environ, "EXPGIT_INSTALL": spec}
+    proc = bash(f"bash {CI_SCRIPT} require EXPGIT_INSTALL", tmp_path, env)
+    assert proc.returncode == (0 if pinned else 1), proc.stderr
+    if not pinned:
+        assert proc.stderr.startswith("expgit-ci: EXPGIT_INSTALL is not pinned: ")
+        assert len(proc.stderr.splitlines()) == 1
+
+
+def test_github_gate_posts_one_comment_updates_it_and_fails_the_check(
+        tmp_path: Path, forge: Path, serve: Any, run_cli: Any) -> None:
+    """Opened: both sides pass, the gate passes, one comment. A push later: the head
+    now loses its case, the same comment says FAILED and the check fails (exit 6)."""
+    [job] = yaml.safe_load(GITHUB_GATE.read_text())["jobs"].values()
+    pid = proposal_on_forge(run_cli, forge, tmp_path)
+    checkout = head_checkout(forge, tmp_path, pid)
+    held_out = cases_file(tmp_path / "held-out.yaml", BAGGAGE_CASE)
+    env = ci_env(tmp_path, {**github_env(job, "http://unused"),
+                            "EXPGIT_EVAL_CASES": str(held_out)})
+    record, thread = Path(env["FORGE_STUB_RECORD"]), "repos/example/experiences/issues/7/comments"
+
+    server = serve([Step("rollout", agent)] * 2)  # base and head
+    ran = github_steps(job, checkout, {**env, "OPENAI_BASE_URL": server.url})
+    assert [name for name, _ in ran] == ["Check the secrets and variables",
+                                         "Re-measure the head against its base, comment, gate"]
+    assert all(proc.returncode == 0 for _, proc in ran), ran[-1][1].stderr
+    server.chat.assert_done()
+    first = one_comment(record, thread)
+    assert first["body"].startswith("<!-- expgit-gate -->\n## expgit gate: passed\n")
+    assert "| baseline | 1/1 | 100.00% |" in first["body"]
+    assert "| candidate | 1/1 | 100.00% |" in first["body"]
+    assert "expgit-ci: posted the gate comment" in ran[-1][1].stderr
+    report = json.loads((checkout / "gate.json").read_text())
+    [candidate] = report["candidates"]
+    assert candidate["proposal"] == pid and candidate["gate"]["passed"] is True
+
+    server = serve([Step("rollout", harmful)] * 2)
+    ran = github_steps(job, checkout, {**env, "OPENAI_BASE_URL": server.url})
+    assert ran[-1][1].returncode == 6, ran[-1][1].stderr  # EXIT_GATE: the check fails
+    server.chat.assert_done()
+    second = one_comment(record, thread)
+    assert second["id"] == first["id"]
+    assert second["body"].startswith("<!-- expgit-gate -->\n## expgit gate: FAILED\n")
+    assert "`checked-baggage-allowance`" not in second["body"]
+    assert f"`{BAGGAGE_CASE.name}`: pass -> fail" in second["body"]
+    assert "expgit-ci: updated the gate comment" in ran[-1][1].stderr
+
+
+def test_github_gate_without_a_secret_fails_its_first_step_naming_it(
+        tmp_path: Path, forge: Path, serve: Any) -> None:
+    """A fork's pull request gets no secrets: the first step says which is missing."""
+    [job] = yaml.safe_load(GITHUB_GATE.read_text())["jobs"].values()
+    server = serve([])
+    env = ci_env(tmp_path, github_env(job, server.url))
+    checkout = tmp_path / "checkout"
+    git(tmp_path, "clone", "-q", str(forge), str(checkout))
+    for name in ("OPENAI_API_KEY", "EXPGIT_INSTALL"):
+        ran = github_steps(job, checkout, {**env, name: ""})
+        [(step, proc)] = ran
+        assert step == "Check the secrets and variables" and proc.returncode == 1
+        assert proc.stderr == (f"expgit-ci: {name} is not set: add it to the CI settings (a "
+                               "secret or a variable; a fork's pull request gets none)\n")
+    assert server.requests == 0 and records(Path(env["FORGE_STUB_RECORD"])) == []
+
+
+def test_gitlab_gate_posts_one_note_updates_it_and_fails_the_pipeline(
+        tmp_path: Path, forge: Path, serve: Any, run_cli: Any) -> None:
+    job = yaml.safe_load(GITLAB.read_text())["expgit-gate"]
+    lines = [line for line in job["before_script"] + job["script"] if line not in NOT_RUN]
+    assert len(lines) == len(job["before_script"]) + len(job["script"]) - 3
+    pid = proposal_on_forge(run_cli, forge, tmp_path)
+    checkout = head_checkout(forge, tmp_path, pid)
+    held_out = cases_file(tmp_path / "held-out.yaml", BAGGAGE_CASE)
+    env = ci_env(tmp_path, {"OPENAI_API_KEY": "sk-test", "GITLAB_TOKEN": "glpat-test",
+                            "EXPGIT_INSTALL": PINNED, "CI_PROJECT_ID": "42",
+                            "CI_MERGE_REQUEST_IID": "7",
+                            "CI_MERGE_REQUEST_TARGET_BRANCH_NAME": "main",
+                            "EXPGIT_EVAL_CASES": str(held_out)})
+    record, thread = Path(env["FORGE_STUB_RECORD"]), "projects/42/merge_requests/7/notes"
+    server = serve([Step("rollout", agent)] * 2)
+    proc = bash("\n".join(lines), checkout, {**env, "OPENAI_BASE_URL": server.url})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    server.chat.assert_done()
+    first = one_comment(record, thread)
+    assert first["body"].startswith("<!-- expgit-gate -->\n## expgit gate: passed\n")
+
+    server = serve([Step("rollout", harmful)] * 2)
+    proc = bash("\n".join(lines), checkout, {**env, "OPENAI_BASE_URL": server.url})
+    assert proc.returncode == 6, proc.stdout + proc.stderr
+    second = one_comment(record, thread)
+    assert second["id"] == first["id"] and "## expgit gate: FAILED" in second["body"]
+    [put] = [r for r in records(record) if "PUT" in r["argv"]]
+    assert put["cli"] == "glab" and f"{thread}/{first['id']}" in put["argv"]
+
+    missing = bash("\n".join(lines), checkout, {**env, "GITLAB_TOKEN": ""})
+    assert missing.returncode == 1
+    assert missing.stderr.splitlines() == [
+        "expgit-ci: GITLAB_TOKEN is not set: add it to the CI settings (a secret or a "
+        "variable; a fork's pull request gets none)"]

@@ -9,7 +9,7 @@ import click
 
 from expgit.cli._common import json_option, open_repo
 from expgit.cli._progress import progress_display
-from expgit.cli._run_options import trials_option
+from expgit.cli._run_options import gate_options, make_gate, trials_option
 from expgit.cli.train_common import (
     budget_options,
     case_source,
@@ -23,6 +23,7 @@ from expgit.cli.train_common import (
 )
 from expgit.errors import UsageError
 from expgit.runs.build import RunOptions, run_eval
+from expgit.runs.gate_comment import GATE_MARKER, write_comment
 
 
 @click.command("eval")
@@ -37,6 +38,11 @@ from expgit.runs.build import RunOptions, run_eval
               "a commit, a branch) instead of main.")
 @click.option("--compare", nargs=2, metavar="A B", help="Evaluate both revisions on the "
               "same cases and report B against A: delta, flipped cases.")
+@gate_options
+@click.option("--comment", "comment", type=click.Path(path_type=Path, dir_okay=False),
+              metavar="FILE", help="With --compare: also write B's measured effect as a "
+              "pull request comment in markdown to FILE (its first line is the marker "
+              f"{GATE_MARKER}, so a CI job finds and updates its one comment).")
 @trials_option
 @llm_options
 @budget_options
@@ -45,8 +51,9 @@ from expgit.runs.build import RunOptions, run_eval
 def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
              env_token_env: str | None, dataset: str | None, domain: str | None,
              split: str | None, report: Path | None, report_html: Path | None,
-             at: str | None, compare: tuple[str, str] | None, trials: int,
-             llm_choice: str | None,
+             at: str | None, compare: tuple[str, str] | None, gate: bool | None,
+             min_delta: float | None, max_regressions: int | None, comment: Path | None,
+             trials: int, llm_choice: str | None,
              model: str | None, base_url: str | None, concurrency: int,
              max_calls: int | None, max_cost: float | None,
              as_json: bool) -> None:
@@ -56,8 +63,9 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
 
     \b
     --at REV evaluates another revision; --compare A B both, and B's effect against A
-    (delta, flipped cases). --trials K runs each case K times: pass^1, pass^K and a 95%
-    interval.
+    (delta, flipped cases); with --gate, B failing the regression gate exits 6 (a pull
+    request's check: examples/ci/gate.sh). --trials K runs each case K times: pass^1,
+    pass^K and a 95% interval.
 
     \b
     With --env-url URL instead of --cases: the environment service runs and scores the
@@ -68,6 +76,7 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
       expgit eval --cases example_repo/cases/eval.yaml
       expgit eval --env-url http://127.0.0.1:1944 --split eval --json
       expgit eval --cases eval.yaml --compare main 1a2b3c4d5e6f --trials 3
+      expgit eval --cases eval.yaml --compare origin/main HEAD --gate --comment gate.md
     """
     repo = open_repo(ctx)
     service = environment_service(repo, env_url, env_token_env, dataset, domain)
@@ -76,11 +85,17 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
         raise UsageError("give the cases: --cases FILE or --env-url URL")
     if at is not None and compare:
         raise UsageError("give --at REV or --compare A B, not both")
+    for flag, given in (("--gate", gate), ("--comment", comment)):
+        if given and not compare:
+            raise UsageError(f"{flag} needs --compare A B", hint="B is measured against A")
+    checked = make_gate(repo, gate, min_delta, max_regressions, measured=bool(compare))
     with progress_display() as progress:
         options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
                              concurrency=concurrency, progress=progress, trials=trials,
-                             max_calls=max_calls, max_cost=max_cost,
+                             max_calls=max_calls, max_cost=max_cost, gate=checked,
                              announce=print_estimate)
         result = asyncio.run(run_eval(repo, eval_set, options, at=at,
                                       compare=compare or None))
+    if comment is not None:
+        write_comment(repo, result, comment)
     output(result, as_json, report, report_html=report_html, repo=repo)

@@ -378,7 +378,8 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
     if compare is not None:
         candidate = results[1].metrics.batches[0].policy_commit
         report.candidates = [compare_runs(candidate[:ID_LEN], results[0].rollouts,
-                                          results[1].rollouts, options.trials, None)]
+                                          results[1].rollouts, options.trials,
+                                          options.gate)]
     return report
 
 
