@@ -1,10 +1,14 @@
-"""The scripted agent the CLI training tests run, and a cases file of given cases."""
+"""The scripted agent the CLI training tests run, a cases file of given cases, and a
+proposal made by hand."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
+from conftest import git
+from scripted_pipeline import GOLD_RULE
 
 from expgit.train.domain import Case, Message, Rollout, RubricEvaluation
 
@@ -22,6 +26,19 @@ def agent(messages: list[dict[str, str]]) -> str:
 def cases_file(path: Path, *cases: Case) -> Path:
     path.write_text(yaml.safe_dump({"cases": [c.model_dump(mode="json") for c in cases]}))
     return path
+
+
+def hand_made_proposal(run_cli: Any, path: Path, tmp_path: Path) -> str:
+    """In the repository ``path``, a proposal (no model) adding the gold rule to
+    checked-baggage-allowance: it helps the baggage case, and confuses a harmful agent."""
+    content = tmp_path / "new.md"
+    content.write_text(git(path, "show", "main:experiences/checked-baggage-allowance.md")
+                       .rstrip("\n") + "\n" + GOLD_RULE)
+    assert run_cli("-C", path, "propose", "checked-baggage-allowance", "--content-file",
+                   content, "--rationale", "gold members").code == 0
+    merged = run_cli("-C", path, "merge", "--all")
+    assert merged.code == 0, merged.err
+    return str(merged.out.strip())
 
 
 def unanswered_rollouts(path: Path, case: Case) -> Path:

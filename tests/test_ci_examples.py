@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cli_support import agent, cases_file
+from cli_support import agent, cases_file, hand_made_proposal
 from conftest import EXAMPLE, ROOT, git
 from forge_stub import URLS, comments, install_stubs, records
 from scripted_pipeline import (
@@ -222,14 +222,7 @@ def proposal_on_forge(run_cli: Any, forge: Path, tmp_path: Path) -> str:
     clone and its branch pushed to the forge, as `expgit pr` does."""
     work = tmp_path / "maker"
     git(tmp_path, "clone", "-q", str(forge), str(work))
-    content = tmp_path / "new.md"
-    content.write_text(git(work, "show", "main:experiences/checked-baggage-allowance.md")
-                       .rstrip("\n") + "\n" + GOLD_RULE)
-    assert run_cli("-C", work, "propose", "checked-baggage-allowance", "--content-file",
-                   content, "--rationale", "gold members").code == 0
-    merged = run_cli("-C", work, "merge", "--all")
-    assert merged.code == 0, merged.err
-    pid = str(merged.out.strip())
+    pid = hand_made_proposal(run_cli, work, tmp_path)
     git(work, "push", "-q", "origin", f"expgit/proposals/{pid}")
     return pid
 

@@ -67,28 +67,20 @@ print(found[0] if found else "")
 }
 
 comment() {
-    local forge=$1 file=$2 thread one id
+    local forge=$1 file=$2 cli thread one method id
     if [ "$forge" = github ]; then
-        thread="repos/$GH_REPO/issues/$PR_NUMBER/comments"
-        one="repos/$GH_REPO/issues/comments"
-        id=$(gh api --paginate "$thread" | find_comment)
-        if [ -n "$id" ]; then
-            gh api --method PATCH "$one/$id" --field "body=@$file" >/dev/null
-        else
-            gh api --method POST "$thread" --field "body=@$file" >/dev/null
-        fi
+        cli=gh thread="repos/$GH_REPO/issues/$PR_NUMBER/comments"
+        one="repos/$GH_REPO/issues/comments" method=PATCH
     else
-        thread="projects/$CI_PROJECT_ID/merge_requests/$CI_MERGE_REQUEST_IID/notes"
-        id=$(glab api --paginate "$thread" | find_comment)
-        if [ -n "$id" ]; then
-            glab api --method PUT "$thread/$id" --field "body=@$file" >/dev/null
-        else
-            glab api --method POST "$thread" --field "body=@$file" >/dev/null
-        fi
+        cli=glab thread="projects/$CI_PROJECT_ID/merge_requests/$CI_MERGE_REQUEST_IID/notes"
+        one=$thread method=PUT
     fi
+    id=$("$cli" api --paginate "$thread" | find_comment)
     if [ -n "$id" ]; then
+        "$cli" api --method "$method" "$one/$id" --field "body=@$file" >/dev/null
         echo "expgit-ci: updated the gate comment $id" >&2
     else
+        "$cli" api --method POST "$thread" --field "body=@$file" >/dev/null
         echo "expgit-ci: posted the gate comment" >&2
     fi
 }

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from cli_support import agent, cases_file
+from cli_support import agent, cases_file, hand_made_proposal
 from conftest import fsck, git
 from json_shapes import assert_shape
 from scripted_pipeline import BAGGAGE_CASE, GOLD_RULE, PETS_CASE, estimate_for, lesson_bodies
@@ -210,23 +210,10 @@ def test_no_candidate_eval_skips_the_pass(
     assert json.loads((tmp_path / "run.json").read_text())["candidates"] == []
 
 
-def hand_made_proposal(run_cli: Any, path: Path, repo: ExperienceRepository,
-                       tmp_path: Path) -> str:
-    """A proposal adding the (harmful) gold rule to checked-baggage-allowance."""
-    content = tmp_path / "new.md"
-    content.write_text(git(path, "show", "main:experiences/checked-baggage-allowance.md")
-                       .rstrip("\n") + "\n" + GOLD_RULE)
-    assert run_cli("-C", path, "propose", "checked-baggage-allowance", "--content-file",
-                   content, "--rationale", "gold members").code == 0
-    merged = run_cli("-C", path, "merge", "--all")
-    assert merged.code == 0, merged.err
-    return str(merged.out.strip())
-
-
 def test_apply_gate_by_hand(run_cli: Any, serve: Any, seeded_repo: ExperienceRepository,
                             tmp_path: Path) -> None:
     path, main = tmp_path / "repo", seeded_repo.main_commit()
-    pid = hand_made_proposal(run_cli, path, seeded_repo, tmp_path)
+    pid = hand_made_proposal(run_cli, path, tmp_path)
     held_out = cases_file(tmp_path / "e.yaml", BAGGAGE_CASE)
     server = serve([Step("rollout", harmful)] * 4)
     gated = run_cli("-C", path, "apply", pid, "--gate", "--eval-cases", held_out,
