@@ -119,10 +119,13 @@ report_html_option = click.option(
 def output(report: RunReport, as_json: bool, report_file: Path | None = None, *,
            report_html: Path | None = None, repo: ExperienceRepository | None = None
            ) -> None:
-    """Write ``--report`` (and ``--report-html``, the proposals' diffs read from
-    ``repo``), print the run (text or JSON) on stdout; then fail (exit 1) if the run did
+    """Print the run's warnings on stderr (another agent model than a proposal's), write
+    ``--report`` (and ``--report-html``, the proposals' diffs read from ``repo``), print
+    the run (text or JSON) on stdout; then fail (exit 1) if the run did
     not work (a phase whose every rollout failed) or a push to ``--remote`` did not
     land."""
+    for warning in report.warnings:  # before the result: a CI log shows it first
+        click.echo(f"expgit: warning: {warning}", err=True)
     if report_file is not None:
         write_report(report, report_file)
     if report_html is not None:

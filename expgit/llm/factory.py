@@ -28,7 +28,9 @@ from expgit.llm.local import (
 )
 from expgit.llm.openai_chat import OpenAIChatModel
 from expgit.llm.port import ChatModel, EmbeddingModel, UsageMeter
+from expgit.llm.provenance import EMBEDDED, endpoint_host, gguf_sha256
 from expgit.llm.structured import Mode, StructuredLLM
+from expgit.store.provenance import Provenance
 from expgit.store.settings import LLMSettings, Price
 
 Choice = Literal["local", "openai"]
@@ -112,6 +114,7 @@ class LLMRuntime:
         self._chat: ChatModel | None = None
         self._structured: StructuredLLM | None = None
         self._embeddings: EmbeddingModel | None = None
+        self._in_process = False
         self._description = (f"local {resolved.model} (not started)"
                              if resolved.choice == "local" else
                              f"{resolved.model} at {resolved.base_url or 'api.openai.com'}")
@@ -126,6 +129,7 @@ class LLMRuntime:
         runtime = cls(settings, ResolvedLLM("openai", chat.model, None, None, mode),
                       meter or UsageMeter(dict(settings.prices)))
         runtime._wire(chat, embeddings)
+        runtime._in_process = True
         runtime._description = description or f"{chat.model} (in-process)"
         return runtime
 
@@ -175,6 +179,21 @@ class LLMRuntime:
     @property
     def description(self) -> str:
         return self._description
+
+    def provenance(self, agent_model: str | None = None) -> Provenance:
+        """The trainer model (this runtime's), its endpoint's host, the embedded model's
+        file hash (computed once, cached); ``agent_model`` None: this runtime runs the
+        agent too."""
+        resolved = self.resolved
+        if self._in_process:
+            endpoint = "in-process"
+        elif resolved.choice == "local":
+            endpoint = EMBEDDED
+        else:
+            endpoint = endpoint_host(resolved.base_url)
+        sha = gguf_sha256(resolved.gguf) if resolved.gguf is not None else None
+        return Provenance(agent_model=agent_model or resolved.model,
+                          trainer_model=resolved.model, endpoint=endpoint, model_sha256=sha)
 
     async def __aenter__(self) -> LLMRuntime:
         if self._chat is not None:

@@ -23,8 +23,10 @@ from expgit.llm.structured import StructuredLLM
 from expgit.outcomes.stats import experience_stats
 from expgit.remote.environment import NoTrainer, RemoteCases
 from expgit.runs import budget as run_budget
+from expgit.runs import provenance as run_provenance
 from expgit.runs.relabel import by_feedback
 from expgit.runs.run_files import load_rollouts, write_pr_body
+from expgit.store.provenance import Provenance
 from expgit.store.refnames import ID_LEN
 from expgit.store.repository import ExperienceRepository
 from expgit.train.candidate import Gate
@@ -154,7 +156,8 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
                    top_k: int | None = None, observer: PipelineObserver | None = None,
                    executor: RolloutExecutor | None = None,
                    publisher: RemotePublisher | None = None,
-                   candidates: CandidateStage | None = None, group_size: int = 1
+                   candidates: CandidateStage | None = None, group_size: int = 1,
+                   provenance: Provenance | None = None
                    ) -> OfflinePolicyOptimizationPipeline:
     """The RFC's default chain on ``repo``: single-turn executor with the rubric
     evaluator (unless another ``executor`` is given, e.g. a remote one), trajectory
@@ -164,7 +167,8 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
     relevance by embeddings when the runtime has them. With a ``publisher``, each
     update is pushed to its remote, and applied there in apply mode. ``group_size`` > 1:
     each training case runs that many times and a group trainer reflects on each group
-    in one call (:mod:`expgit.train.components.group_trainer`)."""
+    in one call (:mod:`expgit.train.components.group_trainer`). ``provenance``: the
+    models, in the trailers of every gradient and proposal commit."""
     llm = runtime.structured
     ranker = _ranker(runtime)
     redactor = Redactor(repo.settings.limits.max_message_chars)
@@ -179,7 +183,8 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
         repo, llm, ranker, limits=LOCAL_EDIT_LIMITS if local else None,
         similar_experiences=LOCAL_SIMILAR_EXPERIENCES if local else 5, prompt_tokens=budget,
         redactor=redactor)
-    updater = GitPolicyUpdater(repo, remote=publisher.remote if publisher else None)
+    updater = GitPolicyUpdater(repo, remote=publisher.remote if publisher else None,
+                               provenance=provenance)
     engine = PolicyTrainingEngine(repo, optimizer, updater, publisher=publisher)
     analyzer = TrajectoryRolloutAnalyzer(
         repo, llm, evaluator, limits=LOCAL_ANALYSIS_LIMITS if local else None,
@@ -187,7 +192,7 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
     estimator = ExperienceGradientEstimator(
         repo, llm, ranker, relevant_experiences=LOCAL_RELEVANT_EXPERIENCES if local else None,
         limits=LOCAL_EDIT_LIMITS if local else None, prompt_tokens=budget,
-        usage_stats=experience_stats, redactor=redactor)
+        usage_stats=experience_stats, redactor=redactor, provenance=provenance)
     one_call = repo.settings.train.calls_for(embedded=local) == 1
     reflector = OneCallRolloutReflector(analyzer, estimator, llm) if one_call else None
     trainer: PolicyTrainer = BatchPolicyTrainer(analyzer, estimator, engine,
@@ -274,12 +279,14 @@ async def _cases(source: CaseSource, trials: int = 1) -> list[Case]:
 
 
 async def _remote_executor(repo: ExperienceRepository, source: CaseSource,
-                           options: RunOptions) -> RolloutExecutor | None:
-    """The service's executor when the cases are remote (checked first: /health)."""
+                           options: RunOptions) -> tuple[RolloutExecutor | None, str | None]:
+    """The service's executor when the cases are remote (checked first: /health), and
+    the agent model it runs (None: the rollouts run here)."""
     if isinstance(source, Path):
-        return None
-    await source.service.check()
-    return source.service.executor(repo, max_in_flight=options.concurrency)
+        return None, None
+    health = await source.service.check()
+    return (source.service.executor(repo, max_in_flight=options.concurrency),
+            run_provenance.service_agent(health))
 
 
 async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunOptions, *,
@@ -299,7 +306,7 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
     measure = options.candidate_eval and options.remote is None
     group_size = check_group_size(options.group_size, repo.settings.train.group_size)
     publisher = _publisher(repo, options)
-    executor = await _remote_executor(repo, cases, options)
+    executor, agent = await _remote_executor(repo, cases, options)
     train_set = await _cases(cases)
     eval_set = await _cases(eval_cases, options.trials) if eval_cases is not None else None
     started = time.monotonic()
@@ -311,21 +318,24 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
         repo, train_set, eval_set, epochs=epochs, batch_size=batch_size,
         measure=measure, rollouts_here=executor is None, group_size=group_size,
         apply=options.mode == "apply"))
+    made_by = run_provenance.of_runtime(runtime, agent)
     async with runtime:
         _listen(runtime, observer)
         stage = CandidateStage(repo, trials=options.trials, gate=options.gate,
-                               apply=options.mode == "apply", usage=runtime.meter.total
+                               apply=options.mode == "apply", usage=runtime.meter.total,
+                               agent_model=made_by.agent_model
                                ) if eval_set and measure else None
         pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
                                   observer=observer, executor=executor,
                                   publisher=publisher, candidates=stage,
-                                  group_size=group_size)
+                                  group_size=group_size, provenance=made_by)
         result = await pipeline.train(
             ListCaseLoader(train_set, batch_size or len(train_set)),
             PipelineContext(max_epochs=epochs, mode=options.mode),
             ListCaseLoader(eval_set, batch_size or len(eval_set)) if eval_set else None)
         report = _report("train", repo, runtime, options, result.phases, started, estimate)
         report.redactions = pipeline.redactor.report()
+    report.provenance = made_by
     report.main_before, report.main_after = result.main_before, result.main_after
     report.candidates = result.candidates
     report.notes = result.notes
@@ -345,7 +355,7 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
     cases: the service runs and scores them, and no model is started here."""
     revisions = list(compare) if compare is not None else [at]
     commits = [repo.commit(rev) if rev is not None else None for rev in revisions]
-    executor = await _remote_executor(repo, cases, options)
+    executor, agent = await _remote_executor(repo, cases, options)
     eval_set = await _cases(cases, options.trials)
     started = time.monotonic()
     loader = ListCaseLoader(eval_set, batch_size or len(eval_set))
@@ -363,6 +373,8 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
         results = await evaluate(pipeline)
         report = _report("eval", repo, None, options, [r.metrics for r in results], started)
         report.redactions = pipeline.redactor.report()
+        report.provenance = run_provenance.of_runtime(None, agent, service_url=cases.service.url
+                                                  if isinstance(cases, RemoteCases) else None)
     else:
         plan = run_budget.RunPlan(repo).evals(eval_set, len(commits))
         runtime, estimate = _open_planned(repo, options, plan)
@@ -374,12 +386,15 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
             report = _report("eval", repo, runtime, options, [r.metrics for r in results],
                              started, estimate)
             report.redactions = pipeline.redactor.report()
+            report.provenance = run_provenance.of_runtime(runtime)
     report.main_before = report.main_after = results[0].metrics.batches[0].policy_commit
     if compare is not None:
         candidate = results[1].metrics.batches[0].policy_commit
         report.candidates = [compare_runs(candidate[:ID_LEN], results[0].rollouts,
                                           results[1].rollouts, options.trials,
                                           options.gate)]
+        report.candidates[0].agent_model = report.provenance.agent_model
+    report.warnings = run_provenance.agent_warnings(repo, commits[-1:], report.provenance)
     return report
 
 
@@ -394,10 +409,11 @@ async def run_train_rollouts(repo: ExperienceRepository, rollouts_file: Path,
     plan = run_budget.RunPlan(repo, rollouts_here=False).train([r.case for r in recorded],
                                                                rolled_out=True)
     runtime, estimate = _open_planned(repo, options, plan)
+    made_by = run_provenance.of_runtime(runtime, run_provenance.recorded_agent(recorded))
     async with runtime:
         _listen(runtime, observer)
         pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
-                                  publisher=publisher)
+                                  publisher=publisher, provenance=made_by)
         rollouts = pipeline.redactor.models(recorded)
         context = PipelineContext(mode=options.mode)
         if options.evaluator == "feedback":
@@ -416,6 +432,7 @@ async def run_train_rollouts(repo: ExperienceRepository, rollouts_file: Path,
         report = _report("train-rollouts", repo, runtime, options, [metrics], started,
                          estimate)
         report.redactions = pipeline.redactor.report()
+    report.provenance = made_by
     report.main_before, report.main_after = main_before, repo.main_commit()
     await _push_rest(report, publisher)
     return report

@@ -21,7 +21,8 @@ def render_comment(repo: ExperienceRepository, report: RunReport) -> str:
     return templates.render("gate_comment.md.j2", repo, marker=GATE_MARKER,
                             report=candidate, base=base, head=head,
                             tree=repo.git.read_commit(head).tree,
-                            llm=report.llm, usage=report.usage)
+                            llm=report.llm, provenance=report.provenance,
+                            usage=report.usage)
 
 
 def write_comment(repo: ExperienceRepository, report: RunReport, path: Path) -> None:

@@ -3,7 +3,9 @@
 ``main`` (baseline) and the proposal as it would land on ``main`` (candidate: the
 proposal itself, or its rebuild on a moved ``main``) run the same held-out cases; the
 proposal is applied only if the gate passes. Otherwise it stays open and GateError
-(exit 6) says why. The rollouts run outside the lock; the apply takes it.
+(exit 6) says why. The rollouts run outside the lock; the apply takes it. A proposal
+made with another agent model than this eval's gets a warning (in the apply's
+``warnings``, or in the error's hint).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 from expgit.errors import GateError
 from expgit.runs.build import LLMOptions, RunOptions, build_pipeline, open_llm_for
+from expgit.runs.provenance import agent_warnings
 from expgit.store.apply import ApplyResult, apply_proposal, build_on, ensure_open
 from expgit.store.proposals import find_proposal
 from expgit.store.repository import ExperienceRepository
@@ -39,13 +42,19 @@ async def run_gated_apply(repo: ExperienceRepository, proposal_id: str, cases: P
     options = RunOptions(llm=llm or LLMOptions(), concurrency=concurrency)
     loader = ListCaseLoader(eval_set, len(eval_set))
     async with open_llm_for(repo, options) as runtime:
+        made = runtime.provenance()
+        warnings = agent_warnings(repo, [proposal.commit], made)
         pipeline = build_pipeline(repo, runtime, concurrency=concurrency)
         baseline = await pipeline.eval(loader, PipelineContext(epoch=0), at=main)
         candidate = await pipeline.eval(loader, PipelineContext(epoch=0),
                                         at=candidate_commit, phase="candidate_eval")
     report = compare(proposal.id, baseline.rollouts, candidate.rollouts, trials, gate)
+    report.agent_model = made.agent_model
     if report.gate.passed is not True:
         raise GateError(f"gate: proposal {proposal.id} was not applied: {report.gate.reason}"
                         f" ({summary_line(report)})",
-                        hint=f"it stays open: `expgit review {proposal.id}`, or reject it")
-    return GatedApply(apply_proposal(repo, proposal.id, remote=remote), report)
+                        hint=f"it stays open: `expgit review {proposal.id}`, or reject it"
+                        + "".join(f"; warning: {w}" for w in warnings))
+    applied = apply_proposal(repo, proposal.id, remote=remote)
+    applied.warnings.extend(warnings)
+    return GatedApply(applied, report)

@@ -25,12 +25,12 @@ from typing import Any, ClassVar, Literal
 
 from expgit.store import trailers as tr
 from expgit.store.derived import cache_file, read_cache, write_cache
+from expgit.store.provenance import TRAINER_MODEL
 from expgit.store.refnames import GRADIENT_STATES, PROPOSAL_STATES, kept_commits
 from expgit.store.repository import ExperienceRepository
 
 PREDICTS = "Expgit-Predicts"
 PREDICTS_TASK = "Expgit-Predicts-Task"
-TRAINER_MODEL = "Expgit-Trainer-Model"
 PREDICTION = "Expgit-Prediction"
 
 Verdict = Literal["hit", "miss", "unchecked"]

@@ -33,6 +33,7 @@ from expgit.store.predictions import (
     shown_confidence,
     trainer_model,
 )
+from expgit.store.provenance import Provenance
 from expgit.store.refnames import ID_LEN, PROPOSAL_STATES, PROPOSALS, find_by_id, kept_commits
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
@@ -279,9 +280,10 @@ def merge(repo: ExperienceRepository, gradient_ids: Sequence[str] | None = None,
 
 
 def commit_plan(repo: ExperienceRepository, plan: MergePlan, main: str, snapshot: Snapshot,
-                gradients: Sequence[Gradient], merger_name: str, pr_body: Path | None
-                ) -> Proposal:
-    """Validate a plan, commit it as a proposal branch and render its PR description."""
+                gradients: Sequence[Gradient], merger_name: str, pr_body: Path | None,
+                *, provenance: Provenance | None = None) -> Proposal:
+    """Validate a plan, commit it as a proposal branch and render its PR description;
+    ``provenance``: the models that made it, in its trailers and description."""
     if not plan.items:
         raise InvalidInputError("the merged plan changes nothing")
     blobs: dict[str, str | None] = {}
@@ -311,11 +313,12 @@ def commit_plan(repo: ExperienceRepository, plan: MergePlan, main: str, snapshot
     predicted = [read_prediction(g.extra_trailers) for g in gradients]
     description = templates.render(
         "proposal.md.j2", repo, base=main, main_branch=repo.settings.main_branch,
-        gradients=list(gradients), merger=merger_name, items=rows,
+        gradients=list(gradients), merger=merger_name, items=rows, provenance=provenance,
         predictions={g.id: p.describe() for g, p in zip(gradients, predicted, strict=True)})
     message = tr.Message(_subject(plan.items), description,
                          tuple((tr.GRADIENT, g.commit) for g in gradients)
-                         + tuple(dict.fromkeys(t for p in predicted for t in p.trailers())))
+                         + tuple(dict.fromkeys(t for p in predicted for t in p.trailers()))
+                         + (provenance.trailers() if provenance is not None else ()))
     commit = repo.git.write_commit(tree, [main], message.render())
     ref = PROPOSALS + commit[:ID_LEN]
     if repo.git.ref(ref) != commit:

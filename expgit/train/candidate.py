@@ -63,6 +63,9 @@ class GateResult(BaseModel):
 
 class CandidateReport(BaseModel):
     proposal: str
+    # the agent model both sides were measured with (None: not known, a report from
+    # before it was recorded)
+    agent_model: str | None = None
     baseline: EvalSummary
     candidate: EvalSummary
     delta: float = 0.0

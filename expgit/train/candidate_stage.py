@@ -49,6 +49,7 @@ class CandidateStage:
     gate: Gate | None = None
     apply: bool = False  # apply mode: apply each proposal the gate lets through
     usage: Callable[[], StageUsage] | None = None
+    agent_model: str | None = None  # the agent model the eval runs with
     reports: list[CandidateReport] = field(default_factory=list)
     _by_tree: dict[str, tuple[str, list[Rollout]]] = field(default_factory=dict)
 
@@ -81,6 +82,7 @@ class CandidateStage:
         except ExpgitError as exc:  # left as it was: open, not applied
             self.reports.append(undecided(pid, baseline, self.trials, self.gate,
                                           exc.message))
+            self.reports[-1].agent_model = self.agent_model
             return Reviewed(pid, error=f"proposal {pid} was not measured"
                             + (" nor applied" if self.apply else "")
                             + f": its candidate eval failed: {exc.message}")
@@ -89,6 +91,7 @@ class CandidateStage:
                                             proposal.gradient_commits)
         report.predictions, report.unpredicted_flips = check_predictions(
             predicted, baseline, candidate)
+        report.agent_model = self.agent_model
         final = await asyncio.to_thread(self._annotate, proposal, report)
         report.proposal = final.id
         self.reports.append(report)

@@ -21,6 +21,7 @@ from expgit.errors import InvalidInputError
 from expgit.llm.budget import SPENT, RunEstimate, money
 from expgit.llm.port import NOT_CALLED, Failure, StageUsage, UsageMeter
 from expgit.store.predictions import PredictionRecords, TrackRecord
+from expgit.store.provenance import Provenance
 from expgit.train.candidate import CandidateReport, summary_line
 from expgit.train.pipeline import PhaseMetrics
 from expgit.train.remote_push import RemoteReport
@@ -65,6 +66,9 @@ class RunReport(BaseModel):
     problems: list[str] = Field(default_factory=list)  # the run did not work: exit 1
     remote: RemoteReport | None = None  # --remote: what was pushed there
     candidates: list[CandidateReport] = Field(default_factory=list)  # candidate eval
+    # the agent and trainer models, the endpoint's host, the embedded model's file hash
+    provenance: Provenance | None = None
+    warnings: list[str] = Field(default_factory=list)  # printed on stderr too
     usage: UsageReport = Field(default_factory=UsageReport)
     # what was redacted from cases, rollouts and model output, by kind; ``cut_messages``:
     # texts cut to [limits] max_message_chars; ``refused_secret`` / ``refused_copy``:
@@ -268,6 +272,8 @@ def render_text(report: RunReport) -> str:
         lines += [f"applied: {sha[:12]}" for sha in report.applied_commits]
         if report.pr_body:
             lines.append(f"PR body: {report.pr_body}")
+        if report.provenance is not None:
+            lines.append(f"models: {report.provenance.line()}")
         lines += remote_lines(report.remote)
     if report.failures:
         lines += ["", "failed LLM calls:", *(f"  {line}" for line in report.errors())]

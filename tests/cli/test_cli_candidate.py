@@ -104,6 +104,20 @@ def test_candidate_eval_measures_the_proposal_and_the_pr_body_carries_it(
     assert (check["gradient"], check["verdict"], check["model"]) == (pets[:12], "hit",
                                                                       "gpt-4o-mini")
     assert candidate["unpredicted_flips"] == []
+    # the models (issue 25): the agent's and the trainer's, the endpoint's host and port
+    host = server.url.split("//")[1].split("/")[0]
+    models = [t for t in trailers
+              if t.startswith(("Expgit-Agent-Model", "Expgit-Trainer-Model", "Expgit-Endpoint"))]
+    assert models == ["Expgit-Agent-Model: gpt-4o-mini", "Expgit-Trainer-Model: gpt-4o-mini",
+                      f"Expgit-Endpoint: {host}"]
+    assert "Measured with the agent model `gpt-4o-mini`." in message
+    assert f"Models: agent `gpt-4o-mini`, trainer `gpt-4o-mini` at `{host}`." in message
+    assert data["candidates"][0]["agent_model"] == "gpt-4o-mini"
+    assert data["provenance"] == {"agent_model": "gpt-4o-mini", "trainer_model": "gpt-4o-mini",
+                                  "endpoint": host, "model_sha256": None}
+    for gradient in gradients:
+        assert git(path, "log", "-1", "--format=%(trailers:key=Expgit-Agent-Model,"
+                   "key=Expgit-Endpoint,valueonly)", gradient).split() == ["gpt-4o-mini", host]
     assert git(path, "rev-parse", f"expgit/proposals/{pid}^").strip() == main
     review = json.loads(run_cli("-C", path, "review", pid, "--json").out)
     assert review["gradient_commits"] == gradients and "Measured effect" in review["description"]

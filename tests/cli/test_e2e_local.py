@@ -16,6 +16,8 @@ from conftest import EXAMPLE, fsck, git, run_expgit
 
 from expgit.errors import EXIT_RUN_ERRORS
 from expgit.init import init_repository
+from expgit.llm.local import find_gguf
+from expgit.llm.provenance import hash_file
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
                                 reason="the local extra (llama-cpp-python) is not installed")
@@ -43,6 +45,10 @@ def test_train_propose_with_the_local_model(tmp_path: Path,
     assert git(repo, "rev-parse", "main").strip() == main_before
     proposals = git(repo, "for-each-ref", "--format=%(refname)",
                     "refs/heads/expgit/proposals/").split()
+    # the models named (issue 25): the embedded one, by its file's hash
+    sha = hash_file(find_gguf())
+    assert report["provenance"]["endpoint"] == "embedded"
+    assert report["provenance"]["model_sha256"] == sha
     if proc.returncode == EXIT_RUN_ERRORS and not proposals:
         # a 135M model's edits are often junk: the degeneracy guard keeps them out of git,
         # counts them and names the cause (issue 24)
@@ -62,6 +68,10 @@ def test_train_propose_with_the_local_model(tmp_path: Path,
         gradients = git(repo, "for-each-ref", "--format=%(objectname)",
                         "refs/heads/expgit/gradients/").split()
         assert cited and set(cited) <= set(gradients)
+        for commit in [proposals[0], *cited]:
+            assert git(repo, "log", "-1",
+                       "--format=%(trailers:key=Expgit-Model-Sha256,valueonly)",
+                       commit).strip() == sha
         assert (tmp_path / "pr.md").read_text().strip()
     assert "rollout" in proc.stdout and "estimate" in proc.stdout  # the cost table
     fsck(repo)

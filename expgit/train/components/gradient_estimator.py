@@ -25,7 +25,8 @@ from expgit.git.executor import run_git
 from expgit.llm.structured import StructuredLLM
 from expgit.store.experience import NAME_MAX
 from expgit.store.gradients import Gradient, GradientRequest, propose
-from expgit.store.predictions import TRAINER_MODEL, VALUE_CHARS, prediction
+from expgit.store.predictions import VALUE_CHARS, prediction
+from expgit.store.provenance import TRAINER_MODEL, Provenance
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import ExperienceEntry, Snapshot
 from expgit.store.templates import render_prompt
@@ -75,16 +76,19 @@ def without_front_matter(text: str) -> str:
     return text[end + 5:] if end > 0 else text
 
 
-def provenance_trailers(analysis: RolloutAnalysis, llm: StructuredLLM
-                        ) -> list[tuple[str, str]]:
+def provenance_trailers(analysis: RolloutAnalysis, llm: StructuredLLM,
+                        models: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
     """The trailers expgit derives for an edit of ``analysis`` (never from the model's
     reply): its prediction, the case and task of a failed rollout it should turn to
-    pass (:mod:`expgit.store.predictions`), and the model that proposed it."""
+    pass (:mod:`expgit.store.predictions`), and the models that made it: ``models``
+    (the run's provenance), or else the trainer model the port names."""
     case = analysis.rollout.case
     predicts = (prediction([case.name], [case.task_signature])
                 if not analysis.evaluation.passed else prediction([], []))
+    if any(key == TRAINER_MODEL for key, _ in models):
+        return [*predicts.trailers(), *models]
     model = " ".join(str(getattr(llm.model, "model", "") or "").split())[:VALUE_CHARS]
-    return [*predicts.trailers(), *([(TRAINER_MODEL, model)] if model else [])]
+    return [*predicts.trailers(), *models, *([(TRAINER_MODEL, model)] if model else [])]
 
 
 def to_semantic(gradient: Gradient, trajectory_uri: str) -> SemanticGradient:
@@ -129,8 +133,11 @@ class ExperienceGradientEstimator:
                  relevant_experiences: int | None = None, limits: EditLimits | None = None,
                  prompt_tokens: int | None = None,
                  usage_stats: UsageStatsSource | None = None,
-                 redactor: Redactor | None = None) -> None:
+                 redactor: Redactor | None = None,
+                 provenance: Provenance | None = None) -> None:
         self.repo = repo
+        # the models' trailers on every gradient commit (None: none, as `expgit propose`)
+        self.trailers = list(provenance.trailers()) if provenance is not None else []
         self.redactor = redactor or Redactor()
         self.usage_stats = usage_stats
         self.llm = llm
@@ -222,7 +229,7 @@ class ExperienceGradientEstimator:
                    *(m.plain_text for m in rollout.messages if m.role != "system")]
         junk = 0
         shown = headings_shown(e.text for e in relevant)
-        trailers = provenance_trailers(analysis, self.llm)
+        trailers = provenance_trailers(analysis, self.llm, self.trailers)
         for edit in edits:
             try:
                 check_written(rationale=edit.rationale, summary=edit.summary,

@@ -17,6 +17,7 @@ from expgit.git.executor import run_git
 from expgit.store import apply as core_apply
 from expgit.store.gradients import Gradient, find_gradient
 from expgit.store.proposals import MergePlan, PlanItem, Proposal, commit_plan
+from expgit.store.provenance import Provenance
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
 from expgit.train.context import PipelineContext
@@ -63,10 +64,11 @@ class GitPolicyUpdater:
     ``errors``."""
 
     def __init__(self, repo: ExperienceRepository, pr_body: Path | None = None, *,
-                 remote: str | None = None) -> None:
+                 remote: str | None = None, provenance: Provenance | None = None) -> None:
         self.repo = repo
         self.pr_body = pr_body
         self.remote = remote
+        self.provenance = provenance  # the models, named in trailers and the description
 
     async def apply(self, plan: PolicyUpdatePlan, policy_set: Snapshot,
                     context: PipelineContext) -> PolicyApplyResult:
@@ -123,4 +125,5 @@ class GitPolicyUpdater:
                           evidence=list(i.evidence_trajectory_uris))
                  for i in plan.items]
         return commit_plan(self.repo, MergePlan(items=items), policy_set.commit, policy_set,
-                           list(gradients.values()), MERGER_NAME, self.pr_body)
+                           list(gradients.values()), MERGER_NAME, self.pr_body,
+                           provenance=self.provenance)
