@@ -19,6 +19,11 @@ so here every run of the base64 alphabet (``A-Za-z0-9+/_-``, ``=`` padding) of
   in 32, in ``1-8B-Instruct-Q4_K_M`` (a model file's name) 1 in 5;
 * it is not hexadecimal (git object ids, sha256 digests, UUIDs: too common in tool
   outputs to redact, so a hex secret is only found with its label);
+* it is not a typed id, a lower-case word and ``_`` or ``-`` before the random part
+  (``toolu_015Mqx...``, ``call_9pw1qn...``, ``chatcmpl-9aBc...``, ``cus_...``): the ids
+  of tool calls, messages and API objects, which transcripts pair and cite; the keys
+  that have such a prefix (``sk-``, ``ghp_``, ``xoxb-``, ``hf_``...) are found by their
+  own rules first;
 * it is not the payload of a ``data:...;base64,`` URI (a declared image or file);
 * it is not base64 of text (a JSON or YAML blob in a tool output), unless that text
   holds a secret (a Kubernetes secret's value): the caller decides on the decoded text.
@@ -42,6 +47,7 @@ _OUTSIDE = r"[A-Za-z0-9+/=_-]"
 CANDIDATE = re.compile(rf"(?<!{_OUTSIDE})[A-Za-z0-9+/_-]{{{MIN_CHARS},}}={{0,2}}(?!{_OUTSIDE})")
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
 _HEX = re.compile(r"[0-9a-fA-F-]+")
+_TYPED_ID = re.compile(r"[a-z]{2,12}[_-]")
 _DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+(?:;[\w.+-]+=[\w.+-]+)*;base64,$")
 
 
@@ -66,7 +72,7 @@ def entropy_limit(length: int) -> float:
 def looks_random(token: str) -> bool:
     """Whether ``token`` (a run of the base64 alphabet) has the shape of a random key."""
     body = token.rstrip("=")
-    if len(body) < MIN_CHARS or _HEX.fullmatch(body):
+    if len(body) < MIN_CHARS or _HEX.fullmatch(body) or _TYPED_ID.match(body):
         return False
     if not (any(c.isupper() for c in body) and any(c.islower() for c in body)
             and any(c.isdigit() for c in body)):
