@@ -51,6 +51,13 @@ def of_runtime(runtime: LLMRuntime | None, agent_model: str | None = None, *,
     return runtime.provenance(agent_model)
 
 
+def of_handles(llm: object, agent_model: str) -> Provenance | None:
+    """The provenance of LLM handles that can tell it (an LLMRuntime; a test's fake
+    handles cannot: None, no trailers)."""
+    made = getattr(llm, "provenance", None)
+    return made(agent_model) if callable(made) else None
+
+
 def proposal_provenance(repo: ExperienceRepository, commit: str) -> tuple[str, Provenance
                                                                           ] | None:
     """The nearest commit from ``commit`` back along first parents (a reviewer's edits

@@ -11,12 +11,14 @@ from collections.abc import Callable
 
 from expgit.errors import UsageError
 from expgit.runs.build import LLMHandles, build_pipeline
+from expgit.runs.provenance import of_handles
 from expgit.service.stage_gate import (
     GatedAnalyzer,
     GatedEstimator,
     GatedReflector,
     StageGate,
 )
+from expgit.store.provenance import UNKNOWN
 from expgit.store.repository import ExperienceRepository
 from expgit.train.components.policy_trainer import BatchPolicyTrainer
 from expgit.train.components.streaming import StreamingPolicyTrainer
@@ -38,7 +40,10 @@ def streaming_trainer_factory(*, max_gradients_per_update: int | None = None,
         if llm is None:
             raise UsageError("the default training components need an LLM")
         # the components of the batch chain, reused as they are (one wiring for both)
-        batch = build_pipeline(repo, llm, concurrency=gate.limit, publisher=publisher).trainer
+        # the rollouts are submitted: their agent is the client's, unknown here
+        made_by = of_handles(llm, f"{UNKNOWN} (submitted rollouts)")
+        batch = build_pipeline(repo, llm, concurrency=gate.limit, publisher=publisher,
+                               provenance=made_by).trainer
         if not isinstance(batch, BatchPolicyTrainer):
             raise UsageError("build_pipeline no longer makes a BatchPolicyTrainer")
         train = repo.settings.train

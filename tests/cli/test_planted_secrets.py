@@ -19,13 +19,13 @@ from json_shapes import assert_shape
 from scripted_pipeline import BAGGAGE_CASE, GOLD_RULE
 from training_service_support import (
     auth,
-    handles,
     start_service,
     topic_rollout,
     training_script,
     wait_finished,
 )
 
+from expgit.llm.factory import LLMRuntime
 from expgit.llm.scripted import Step
 from expgit.store.repository import ExperienceRepository
 from expgit.train.domain import Message, Rollout, RubricEvaluation, ToolPart
@@ -203,13 +203,19 @@ def test_serve_redacts_a_submitted_rollout_before_training(
     rollout = topic_rollout("zebra")
     rollout.messages.append(Message.text("user", INJECTION))
     chat = training_script(("zebra",))
-    with start_service(path, handles(chat), mode="apply", batch=1) as server:
+    runtime = LLMRuntime.fixed(chat)  # an opened runtime: it names its model
+    with start_service(path, runtime, mode="apply", batch=1) as server:  # type: ignore[arg-type]
         answer = httpx.post(f"{server.url}/v1/train/rollouts", headers=auth(),
                             content=rollout.model_dump_json())
         assert answer.status_code == 202, answer.text
         job = wait_finished(server.url, answer.json()["job_id"])
     assert job["status"] == "completed" and job["applied_commit"], job
     chat.assert_done()
+    # the models (issue 25): the trainer's; the submitted rollouts' agent is the client's
+    assert git(path, "log", "-1", "--format=%(trailers:key=Expgit-Agent-Model,"
+               "key=Expgit-Trainer-Model,key=Expgit-Endpoint,valueonly,separator=|)",
+               job["applied_commit"]).strip() == (
+        f"unknown (submitted rollouts)|{chat.model}|in-process")
     objects = _all_objects(path)
     prompts = json.dumps([messages for _, messages, _ in chat.calls])
     for value in PLANTED:
