@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ from expgit.cli._json import json_printed
 from expgit.cli.commands import LazyGroup
 from expgit.errors import EXIT_UNEXPECTED, EXIT_USAGE, ExpgitError, UsageError, exit_codes
 from expgit.git.env import anchored_paths
+from expgit.git.maintenance import after_command
 
 
 def exit_codes_help() -> str:
@@ -86,6 +88,15 @@ def _failed(code: int, message: str, hint: str | None, as_json: bool,
     return code
 
 
+def _maintain() -> None:
+    """Git's automatic maintenance of the repositories the command wrote to, once its
+    output is out (detached: it never delays the exit); problems are warnings only."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    for line in after_command():
+        click.echo(f"expgit: warning: {line}", err=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = _wants_json(args)
@@ -115,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                        "set EXPGIT_DEBUG=1 for a traceback", as_json,
                        prefix="expgit: unexpected error: ")
     finally:  # -C moved this process: a caller of main() goes on where it was
+        _maintain()
         os.chdir(started_in)
         if os.environ != environ:
             os.environ.clear()

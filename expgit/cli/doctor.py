@@ -23,6 +23,10 @@ def _view(repo: ExperienceRepository, d: Diagnosis) -> dict[str, object]:
         "foreign_locks": [describe_path(repo, p) for p in d.foreign_locks],
         "unsettled": d.unsettled, "settled": d.settled,
         "recovered": None if recovered is None else recovered.summary(),
+        "maintenance": None if d.maintenance is None else {
+            "due": d.maintenance.due, "loose_objects": d.maintenance.loose,
+            "gc_auto": d.maintenance.threshold, "last_failure": d.maintenance.failure},
+        "maintained": d.maintained, "maintenance_warning": d.maintenance_warning,
     }
 
 
@@ -48,6 +52,16 @@ def _print(repo: ExperienceRepository, d: Diagnosis, fixed: bool) -> None:
         click.echo(f"{len(d.unsettled)} refs are kept where history no longer puts them "
                    f"(a proposal merged by a forge, or a crash): {', '.join(d.unsettled[:5])}"
                    + (" ..." if len(d.unsettled) > 5 else ""))
+    if d.maintained:
+        click.echo("ran git's maintenance (packed loose objects, wrote the commit-graph)")
+    if d.maintenance_warning:
+        click.echo(f"expgit: warning: {d.maintenance_warning}", err=True)
+    m = d.maintenance
+    if m is not None and m.due:
+        click.echo(f"unmaintained: about {m.loose} loose objects, past gc.auto={m.threshold}"
+                   " (git's maintenance has not run)")
+    if m is not None and m.failure:
+        click.echo(f"the last git maintenance failed: {m.failure}")
     if d.healthy:
         click.echo("healthy: nothing to recover")
     elif d.needs_fix and not fixed:
@@ -57,7 +71,8 @@ def _print(repo: ExperienceRepository, d: Diagnosis, fixed: bool) -> None:
 @click.command("doctor")
 @click.option("--fix", "do_fix", is_flag=True,
               help="Recover: clear a crashed writer's lock files, finish its update, bring "
-              "a clean working tree up to main, and keep refs where history puts them.")
+              "a clean working tree up to main, keep refs where history puts them, and run "
+              "git's maintenance when loose objects are past gc.auto.")
 @json_option
 @click.pass_context
 def doctor_cmd(ctx: click.Context, do_fix: bool, as_json: bool) -> None:

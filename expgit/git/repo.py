@@ -38,6 +38,7 @@ from expgit.git.env import RepoEnv, inherited_repository, without_repository
 from expgit.git.idcache import IdCache
 from expgit.git.ident import Identities, WriterSettings
 from expgit.git.loose import message_needs_git, read_loose, serialise_commit, write_loose
+from expgit.git.maintenance import Target, Watch
 from expgit.git.objects import EMPTY_TREE, TREE_MODE, ZERO_SHA, CommitInfo, Pair, Tree, TreeEntry
 from expgit.git.refs import FilesRefs, RefMovedError, RefUpdate
 from expgit.git.reftx import RefWriter
@@ -106,6 +107,8 @@ class GitRepo:
         self._diffs: IdCache[list[Pair]] = IdCache(_DIFF_CACHE)
         self._blobs: IdCache[bytes] = IdCache(_BLOB_CACHE_BYTES, len)
         self._objects_dir = str(self.common_dir / "objects")
+        self.maintenance = Watch(Target(self.common_dir, Path(self._objects_dir),
+                                        self._env.process))
         self._settings = WriterSettings(self.is_bare, self.run)
         self._identities = Identities(self.run)
         self._ref_writer = RefWriter(
@@ -331,6 +334,7 @@ class GitRepo:
         git writes it (``hash-object -w``) when the repository asks for more (shared
         permissions, fsync, SHA-256, a push quarantine). Trees and commits are new."""
         level = self._writer_level()
+        self.maintenance.wrote()
         if level is None:
             return self.out("hash-object", "-t", kind.decode(), "-w", "--stdin", "--literally",
                             input=data).strip()

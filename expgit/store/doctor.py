@@ -7,12 +7,14 @@ It looks for:
   tree its move of ``main`` never reached (:mod:`expgit.store.crash`);
 * ref lock files that no dead writer's record names: a running git holds them, or a
   crash of a process that took no expgit lock left them; never removed here;
+* a repository git's automatic maintenance is overdue for (loose objects past
+  ``gc.auto``, :mod:`expgit.git.maintenance`), and a maintenance that failed;
 * refs kept in a namespace that disagrees with history: the branch of a proposal a
   forge merged, or refs a crash moved half-way. State is read from history anyway
   (:mod:`expgit.store.applied`); settling only tidies where the commits are kept.
 
 ``fix`` takes the lock (which recovers a stale one, as every writer does) and settles
-the refs in one transaction.
+the refs in one transaction; then, outside the lock, it runs git's maintenance if due.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from expgit.git import maintenance
 from expgit.git.repo import RefUpdate
 from expgit.store.apply import settling_updates
 from expgit.store.crash import Recovery, behind, pending_of
@@ -43,6 +46,14 @@ class Diagnosis:
     unsettled: list[str] = field(default_factory=list)  # refs to move to their state
     recovered: Recovery | None = None  # what fix() cleared
     settled: list[str] = field(default_factory=list)  # what fix() moved
+    maintenance: maintenance.Status | None = None  # git's automatic maintenance
+    maintained: bool = False  # fix() ran git's maintenance
+    maintenance_warning: str | None = None  # ... and it failed so
+
+    @property
+    def unmaintained(self) -> bool:
+        """Loose objects past git's threshold: maintenance is overdue."""
+        return self.maintenance is not None and self.maintenance.due
 
     @property
     def held_by_others(self) -> bool:
@@ -50,7 +61,7 @@ class Diagnosis:
 
     @property
     def needs_fix(self) -> bool:
-        return self.lock == "stale" or bool(self.unsettled)
+        return self.lock == "stale" or bool(self.unsettled) or self.unmaintained
 
     @property
     def healthy(self) -> bool:
@@ -99,6 +110,7 @@ def diagnose(repo: ExperienceRepository) -> Diagnosis:
     owned = set(diagnosis.dead_writer_locks)
     diagnosis.foreign_locks = [p for p in _lock_files(repo) if p not in owned]
     diagnosis.unsettled = [u.ref for u in unsettled_updates(repo)]
+    diagnosis.maintenance = maintenance.status(repo.git.maintenance.target)
     return diagnosis
 
 
@@ -110,7 +122,11 @@ def fix(repo: ExperienceRepository) -> Diagnosis:
         updates = unsettled_updates(repo)
         if updates:
             repo.git.update_refs(updates, "expgit doctor: keep refs where history puts them")
+    target = repo.git.maintenance.target
+    due = maintenance.status(target).due  # run outside the lock, as after any command
+    warning = maintenance.maintain(target) if due else None
     after = diagnose(repo)
+    after.maintained, after.maintenance_warning = due and warning is None, warning
     after.recovered = lock.recovered
     after.settled = [u.ref for u in updates]
     return after
