@@ -39,7 +39,7 @@ from expgit.outcomes.store import OutcomeStore
 from expgit.store.repository import ExperienceRepository
 from expgit.train.experience_usage import read_usage
 from expgit.train.track_record import ExperienceStats
-from expgit.train.trajectory_store import FOLDER, TrajectoryStore
+from expgit.train.trajectory_store import FOLDER, TrajectoryStore, added_files, folder_files
 
 _ROWS_CACHED = 65536  # parsed trajectory front matters kept, by blob id
 _RESULTS_CACHED = 16
@@ -217,10 +217,6 @@ def _parsed(repo: ExperienceRepository, entries: list[TreeEntry]) -> list[UsageR
                 for e in entries]
 
 
-def _is_trajectory(entry: TreeEntry | None) -> bool:
-    return entry is not None and not entry.is_tree and entry.name.endswith(".md")
-
-
 def _folder_rows(repo: ExperienceRepository, ref: str, tip: str | None) -> _Rows:
     """The rows of the trajectories folder at ``tip``: the cached rows of the last tip
     seen, extended by the files added since (one tree diff), else read whole. Call with
@@ -232,12 +228,10 @@ def _folder_rows(repo: ExperienceRepository, ref: str, tip: str | None) -> _Rows
     state = _Cache.folders.get(key)
     if state is not None and state.folder == folder:
         return state
-    pairs = git.diff_trees(state.folder, folder) if state is not None and folder else None
-    if state is None or pairs is None or any(old is not None for old, _ in pairs):
-        state, added = _Rows(folder), [e for e in git.read_tree(folder)
-                                       if _is_trajectory(e)] if folder else []
-    else:  # only additions
-        added = [new for _, new in pairs if new is not None and _is_trajectory(new)]
+    added = added_files(git, state.folder, folder) \
+        if state is not None and state.folder and folder else None
+    if state is None or added is None:
+        state, added = _Rows(folder), folder_files(git, folder)
     rows = _parsed(repo, added)  # may fail: the state is changed only after
     state.folder = folder
     for new, row in zip(added, rows, strict=True):

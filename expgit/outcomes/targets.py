@@ -36,7 +36,8 @@ def _trajectory(repo: ExperienceRepository, target_id: str) -> str | None:
     if ":" in text:  # a URI: only of the configured trajectories branch and folder
         branch, _, path = text.partition(":")
         branch = branch.removeprefix("refs/heads/")
-        match = re.fullmatch(rf"{FOLDER}/([0-9a-f]{{{ID_LEN}}})\.md", path)
+        # flat (older repositories) or fanned out: trajectories/[ab/]<id>.md
+        match = re.fullmatch(rf"{FOLDER}/(?:[0-9a-f]{{2}}/)?([0-9a-f]{{{ID_LEN}}})\.md", path)
         if branch != store.branch or match is None:
             return None
         tid = match.group(1)
@@ -44,7 +45,7 @@ def _trajectory(repo: ExperienceRepository, target_id: str) -> str | None:
         tid = text.lower()
         if not _ROLLOUT_ID.match(tid):
             return None
-    return store.uri_of(tid) if store.find(tid) is not None else None
+    return store.stored_uri(tid)
 
 
 def _experience(repo: ExperienceRepository, target_id: str) -> str | None:

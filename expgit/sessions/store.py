@@ -2,11 +2,16 @@
 
 Files on the branch (all JSON, all redacted, no identifier in the clear):
 
-* ``sessions/<session key>.json``: the :class:`SessionManifest`;
-* ``transcripts/<session key>.json``: the session's normalised, redacted messages (what
-  segmentation reads; the source file is never read again);
-* ``segments/<fingerprint>.json``: one segment's messages (content-addressed: a segment
-  seen in two sessions is stored once).
+* ``sessions/<ab>/<session key>.json``: the :class:`SessionManifest`;
+* ``transcripts/<ab>/<session key>.json``: the session's normalised, redacted messages
+  (what segmentation reads; the source file is never read again);
+* ``segments/<ab>/<fingerprint>.json``: one segment's messages (content-addressed: a
+  segment seen in two sessions is stored once).
+
+``<ab>`` is the first two characters of the name: the folders are fanned out
+(:func:`~expgit.store.sidebranch.fanned`), so a commit never rewrites a tree of every
+session. Files an older version wrote flat (``sessions/<key>.json``) are still read, and
+move to their fanned place when rewritten.
 
 Writes go through :class:`~expgit.store.sidebranch.SideBranch` (objects, then a compare-and-
 swap of the branch). A save names the manifests it was computed from; if another writer
@@ -24,7 +29,7 @@ from pydantic import TypeAdapter, ValidationError
 from expgit.errors import ConflictError, InvalidInputError, NotFoundError
 from expgit.sessions.manifest import SessionManifest
 from expgit.store.repository import ExperienceRepository
-from expgit.store.sidebranch import SideBranch
+from expgit.store.sidebranch import SideBranch, fanned
 from expgit.train.domain import Message
 
 MANIFESTS = "sessions"
@@ -69,9 +74,15 @@ class SessionStore:
         self.branch = SideBranch(repo, repo.settings.sessions.branch, what="session records")
 
     # ------------------------------------------------------------------ reads
+    @staticmethod
+    def path_of(folder: str, name: str) -> str:
+        """Where the record ``name`` of ``folder`` is written (the one path function of
+        this store; older flat files are found by :meth:`SideBranch.locate`)."""
+        return fanned(folder, f"{name}.json")
+
     def _folder(self, folder: str) -> dict[str, bytes]:
-        """``{file name: content}`` of the files directly in ``folder`` at the tip."""
-        return self.branch.files(folder)
+        """``{file name: content}`` of the files of ``folder`` at the tip."""
+        return self.branch.fanned_files(folder)
 
     def manifests(self) -> list[SessionManifest]:
         """Every session's manifest, by session key."""
@@ -87,7 +98,7 @@ class SessionStore:
         return None if data is None else self._parse(f"{session_key}.json", data)
 
     def manifest_bytes(self, session_key: str) -> bytes | None:
-        return self.branch.read(f"{MANIFESTS}/{session_key}.json")
+        return self.branch.read_in(MANIFESTS, f"{session_key}.json")
 
     def _parse(self, name: str, data: bytes) -> SessionManifest:
         try:
@@ -97,8 +108,9 @@ class SessionStore:
                 f"{self.branch.branch}:{MANIFESTS}/{name}: not a valid session manifest: "
                 f"{exc.errors()[0]['msg']}") from None
 
-    def _messages(self, path: str, what: str) -> list[Message]:
-        data = self.branch.read(path)
+    def _messages(self, folder: str, name: str, what: str) -> list[Message]:
+        path = self.path_of(folder, name)
+        data = self.branch.read_in(folder, f"{name}.json")
         if data is None:
             raise NotFoundError(f"no {what} ({self.branch.branch}:{path})",
                                 hint="ingest the session with `expgit sessions ingest`")
@@ -110,11 +122,11 @@ class SessionStore:
 
     def segment_messages(self, fingerprint: str) -> list[Message]:
         """The (redacted) messages of the segment with this fingerprint."""
-        return self._messages(f"{SEGMENTS}/{fingerprint}.json", f"segment {fingerprint}")
+        return self._messages(SEGMENTS, fingerprint, f"segment {fingerprint}")
 
     def transcript(self, session_key: str) -> list[Message]:
         """The (redacted) messages of a whole session."""
-        return self._messages(f"{TRANSCRIPTS}/{session_key}.json",
+        return self._messages(TRANSCRIPTS, session_key,
                               f"transcript of session {session_key}")
 
     # ----------------------------------------------------------------- writes
@@ -123,22 +135,25 @@ class SessionStore:
         when a manifest changed since it was read (another run is working on it)."""
         if not changes:
             return None
-        files: dict[str, bytes | None] = {}
+        records: list[tuple[str, str, bytes]] = []
         for key, manifest in changes.manifests.items():
             manifest.refresh_status()
-            files[f"{MANIFESTS}/{key}.json"] = encode_manifest(manifest)
-        for key, messages in changes.transcripts.items():
-            files[f"{TRANSCRIPTS}/{key}.json"] = encode_messages(messages)
-        for fingerprint, messages in changes.segments.items():
-            files[f"{SEGMENTS}/{fingerprint}.json"] = encode_messages(messages)
+            records.append((MANIFESTS, key, encode_manifest(manifest)))
+        records += [(TRANSCRIPTS, key, encode_messages(messages))
+                    for key, messages in changes.transcripts.items()]
+        records += [(SEGMENTS, fingerprint, encode_messages(messages))
+                    for fingerprint, messages in changes.segments.items()]
 
         def at(tip: str | None) -> Mapping[str, bytes | None]:
             for key, base in changes.bases.items():
-                now = self.branch.read(f"{MANIFESTS}/{key}.json", tip=tip) if tip else None
+                now = self.branch.read_in(MANIFESTS, f"{key}.json", tip=tip) if tip else None
                 if now != base:
                     raise ConflictError(f"session {key} was changed by another run "
                                         "meanwhile; nothing was written",
                                         hint="run the command again")
+            files: dict[str, bytes | None] = {}
+            for folder, name, data in records:
+                files.update(self.branch.placed(folder, f"{name}.json", data, tip=tip))
             return files
 
         return self.branch.write(at, subject, trailers=(KIND_TRAILER,))
@@ -152,8 +167,7 @@ class SessionStore:
         def at(tip: str | None) -> Mapping[str, bytes | None]:
             files: dict[str, bytes | None] = {}
             for key, change in patches.items():
-                path = f"{MANIFESTS}/{key}.json"
-                data = self.branch.read(path, tip=tip) if tip else None
+                data = self.branch.read_in(MANIFESTS, f"{key}.json", tip=tip) if tip else None
                 if data is None:
                     continue
                 manifest = self._parse(f"{key}.json", data)
@@ -161,7 +175,7 @@ class SessionStore:
                 manifest.refresh_status()
                 new = encode_manifest(manifest)
                 if new != data:
-                    files[path] = new
+                    files.update(self.branch.placed(MANIFESTS, f"{key}.json", new, tip=tip))
             return files
 
         if not patches:

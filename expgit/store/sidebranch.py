@@ -5,6 +5,13 @@ by compare-and-swap, retried when another writer moved it meanwhile.
 The branch is an orphan history (its first commit has no parent), so it never shares a
 commit with ``main``; its history is the audit trail of the records it holds.
 
+Fan-out: a folder that grows with every record (trajectories, session manifests) keeps
+each file at ``folder/<first two characters of its name>/<name>`` (:func:`fanned`), as
+git fans out ``objects/``: a commit then rewrites the folder's tree (at most 256
+sub-folders) and one sub-folder's tree, never one tree of every file. Files of the flat
+layout (``folder/<name>``) that older versions wrote are still read, and a file
+rewritten moves to its fanned place (:meth:`SideBranch.placed`).
+
 Group commit: writers of one branch in one process queue up while one of them writes;
 that one commits every queued write, each as its own commit in order, and moves the
 branch once (one compare-and-swap for the chain). Each writer still gets its own commit
@@ -26,9 +33,22 @@ from expgit.store import trailers as tr
 from expgit.store.repository import ExperienceRepository
 
 ATTEMPTS = 10
+FAN_OUT = 2  # characters of a file's name that name its sub-folder
+
+Entries = list[TreeEntry]  # (``list`` names a method in SideBranch)
 
 Changes = Mapping[str, bytes | None]
 """Path -> new content (None: remove the file)."""
+
+
+def fanned(folder: str, name: str) -> str:
+    """Where the file ``name`` of a fanned-out ``folder`` is written: ``folder/ab/name``
+    for a name starting ``ab``. The one path function of each store calls this."""
+    return f"{folder}/{name[:FAN_OUT]}/{name}"
+
+
+def _is_fan(entry: TreeEntry) -> bool:
+    return entry.is_tree and len(entry.name) == FAN_OUT
 
 
 @dataclass
@@ -100,6 +120,58 @@ class SideBranch:
               ) -> dict[str, bytes]:
         """``{name: content}`` of :meth:`entries`, read in one batch, by name."""
         found = self.entries(folder, suffix=suffix, tip=tip)
+        blobs = self.repo.git.read_blobs(e.sha for e in found)
+        return {e.name: blobs[e.sha] for e in found}
+
+    # ------------------------------------------------------- fanned-out folders
+    def locate(self, folder: str, name: str, *, tip: str | None = None) -> str | None:
+        """The path of file ``name`` of the fanned-out ``folder`` (its fanned place, else
+        the flat one of older repositories), None if it is in neither."""
+        tree = self.tree(tip)
+        if tree is None:
+            return None
+        for path in (fanned(folder, name), f"{folder}/{name}"):
+            entry = self.repo.git.path_entry(tree, path)
+            if entry is not None and not entry.is_tree:
+                return path
+        return None
+
+    def read_in(self, folder: str, name: str, *, tip: str | None = None) -> bytes | None:
+        """The content of file ``name`` of the fanned-out ``folder``, None if absent."""
+        path = self.locate(folder, name, tip=tip)
+        return None if path is None else self.read(path, tip=tip)
+
+    def placed(self, folder: str, name: str, data: bytes, *, tip: str | None
+               ) -> dict[str, bytes | None]:
+        """The changes that write ``data`` as file ``name`` of the fanned-out ``folder``
+        onto ``tip``: at its fanned place, removing a flat copy an older version left."""
+        changes: dict[str, bytes | None] = {fanned(folder, name): data}
+        if tip is not None and self.locate(folder, name, tip=tip) == f"{folder}/{name}":
+            changes[f"{folder}/{name}"] = None
+        return changes
+
+    def fanned_entries(self, folder: str, *, suffix: str = "", tip: str | None = None
+                       ) -> Entries:
+        """The files of the fanned-out ``folder`` ending with ``suffix``, both layouts
+        (a name in both: the fanned one), by name."""
+        tree = self.tree(tip)
+        git = self.repo.git
+        entry = git.path_entry(tree, folder) if tree is not None else None
+        if entry is None or not entry.is_tree:
+            return []
+        found: dict[str, TreeEntry] = {}
+        for item in git.read_tree(entry.sha):
+            if _is_fan(item):
+                found.update((e.name, e) for e in git.read_tree(item.sha)
+                             if not e.is_tree and e.name.endswith(suffix))
+            elif not item.is_tree and item.name.endswith(suffix):
+                found.setdefault(item.name, item)
+        return [found[name] for name in sorted(found)]
+
+    def fanned_files(self, folder: str, *, suffix: str = "", tip: str | None = None
+                     ) -> dict[str, bytes]:
+        """``{name: content}`` of :meth:`fanned_entries`, read in one batch."""
+        found = self.fanned_entries(folder, suffix=suffix, tip=tip)
         blobs = self.repo.git.read_blobs(e.sha for e in found)
         return {e.name: blobs[e.sha] for e in found}
 

@@ -1,12 +1,16 @@
 """Trajectories on their own branch (``[train] trajectories_branch``), never on ``main``.
 
-A trajectory is a markdown file ``trajectories/<id>.md`` where ``<id>`` is the first 16
-hex digits of the SHA-256 of the rollout's canonical JSON: the same rollout is stored
-once, and storing it again writes nothing. Its URI is ``<branch>:trajectories/<id>.md``.
-Beside it, in the same commit, ``trajectories/<id>.transcript.json`` keeps the rollout's
-messages and tool calls with their results, redacted and bounded as the prompts show
-them (:mod:`expgit.train.transcript`); a trajectory stored before transcripts were kept
-has none until its rollout is analysed again (:meth:`TrajectoryStore.add_transcript`).
+A trajectory is a markdown file ``trajectories/<ab>/<id>.md`` where ``<id>`` is the first
+16 hex digits of the SHA-256 of the rollout's canonical JSON and ``<ab>`` its first two
+(a fanned-out folder: no tree holds every trajectory); the same rollout is stored once,
+and storing it again writes nothing. Its URI is ``<branch>:trajectories/<ab>/<id>.md``.
+Trajectories an older version stored flat (``trajectories/<id>.md``, and URIs naming
+that path) are still found. Beside the document, in the same commit,
+``<id>.transcript.json`` keeps the rollout's messages and tool calls with their results,
+redacted and bounded as the prompts show them (:mod:`expgit.train.transcript`); a
+trajectory stored before transcripts were kept has none until its rollout is analysed
+again (:meth:`TrajectoryStore.add_transcript`), which puts it beside the document
+wherever that is.
 
 The branch is a :class:`~expgit.store.sidebranch.SideBranch`: an orphan history of its own that
 never shares a commit with ``main``, written by building blob, tree and commit in the
@@ -21,12 +25,14 @@ import hashlib
 import json
 
 from expgit.errors import InvalidInputError, NotFoundError
+from expgit.git.repo import GitRepo, TreeEntry
 from expgit.store import trailers as tr
 from expgit.store.repository import ExperienceRepository
-from expgit.store.sidebranch import ATTEMPTS, SideBranch
+from expgit.store.sidebranch import ATTEMPTS, FAN_OUT, SideBranch, fanned
 from expgit.train.domain import Rollout
 
 __all__ = ["ATTEMPTS", "FOLDER", "ID_LEN", "TRANSCRIPT_SUFFIX", "TrajectoryStore",
+           "added_files", "folder_files",
            "rollout_id"]
 
 FOLDER = "trajectories"
@@ -41,6 +47,49 @@ def rollout_id(rollout: Rollout) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:ID_LEN]
 
 
+def beside_of(path: str) -> str:
+    """The transcript's path beside the trajectory document at ``path``."""
+    return path.removesuffix(".md") + TRANSCRIPT_SUFFIX
+
+
+def _is_trajectory(entry: TreeEntry | None) -> bool:
+    return entry is not None and not entry.is_tree and entry.name.endswith(".md")
+
+
+def folder_files(git: GitRepo, folder: str | None) -> list[TreeEntry]:
+    """The trajectory files of the folder tree ``folder``, flat and fanned out."""
+    found: list[TreeEntry] = []
+    for entry in git.read_tree(folder) if folder else []:
+        if entry.is_tree and len(entry.name) == FAN_OUT:
+            found += [e for e in git.read_tree(entry.sha) if _is_trajectory(e)]
+        elif _is_trajectory(entry):
+            found.append(entry)
+    return found
+
+
+def added_files(git: GitRepo, old: str, new: str) -> list[TreeEntry] | None:
+    """The trajectory files folder tree ``new`` adds to ``old`` (a few tree diffs), None
+    when it also changed or removed one (then read :func:`folder_files` whole)."""
+    added: list[TreeEntry] = []
+    for before, after in git.diff_trees(old, new):
+        if after is None or (before is not None and before.is_tree != after.is_tree):
+            return None
+        if after.is_tree and len(after.name) == FAN_OUT:
+            if before is None:
+                added += [e for e in git.read_tree(after.sha) if _is_trajectory(e)]
+                continue
+            for sub_before, sub_after in git.diff_trees(before.sha, after.sha):
+                if sub_before is not None or sub_after is None:
+                    return None
+                if _is_trajectory(sub_after):
+                    added.append(sub_after)
+        elif before is not None:
+            return None
+        elif _is_trajectory(after):
+            added.append(after)
+    return added
+
+
 class TrajectoryStore:
     """Reads and writes trajectory documents on the trajectories branch."""
 
@@ -53,16 +102,24 @@ class TrajectoryStore:
 
     # ------------------------------------------------------------------ names
     @staticmethod
-    def path_of(tid: str) -> str:  # the transcript's path follows from it
-        return f"{FOLDER}/{tid}.md"
+    def path_of(tid: str) -> str:
+        """Where trajectory ``tid`` is written (the one path function of this store; its
+        transcript's path follows from it)."""
+        return fanned(FOLDER, f"{tid}.md")
 
     @classmethod
     def transcript_path_of(cls, tid: str) -> str:
         """The transcript beside trajectory ``tid``'s document (named from its path)."""
-        return cls.path_of(tid).removesuffix(".md") + TRANSCRIPT_SUFFIX
+        return beside_of(cls.path_of(tid))
 
     def uri_of(self, tid: str) -> str:
         return f"{self.branch}:{self.path_of(tid)}"
+
+    def stored_uri(self, tid: str) -> str | None:
+        """The URI of trajectory ``tid`` where it is stored (fanned, or flat in an older
+        repository), None if it is not stored."""
+        path = self.side.locate(FOLDER, f"{tid}.md")
+        return None if path is None else f"{self.branch}:{path}"
 
     def _split(self, uri: str) -> tuple[str, str]:
         branch, sep, path = uri.partition(":")
@@ -79,33 +136,53 @@ class TrajectoryStore:
         return None if data is None else data.decode("utf-8", "replace")
 
     def find_transcript(self, tid: str) -> bytes | None:
-        """The stored transcript of trajectory ``tid``, None if there is none (a
-        trajectory stored before transcripts were kept)."""
-        return self.side.read(self.transcript_path_of(tid))
+        """The stored transcript of trajectory ``tid`` (beside its document, in either
+        layout), None if there is none (a trajectory stored before transcripts were
+        kept)."""
+        path = self.side.locate(FOLDER, f"{tid}.md")
+        return None if path is None else self.side.read(beside_of(path))
 
     def find(self, tid: str) -> str | None:
         """The stored document of trajectory ``tid``, None if it is not stored."""
-        data = self.side.read(self.path_of(tid))
+        data = self.side.read_in(FOLDER, f"{tid}.md")
         return None if data is None else data.decode("utf-8", "replace")
+
+    @staticmethod
+    def _layouts(path: str) -> list[str]:
+        """``path`` and, for a trajectory file, the same file in the other layout (flat in
+        an older repository, fanned in a newer one)."""
+        folder, _, name = path.rpartition("/")
+        if folder == FOLDER:
+            return [path, fanned(FOLDER, name)]
+        if folder == fanned(FOLDER, name).rpartition("/")[0]:
+            return [path, f"{FOLDER}/{name}"]
+        return [path]
 
     def read(self, uri: str) -> str:
         """The document a trajectory URI names; NotFoundError if there is none."""
         ref, path = self._split(uri)
-        text = self._read_at(ref, path)
-        if text is None:
-            raise NotFoundError(f"no trajectory {uri!r}")
-        return text
+        for where in self._layouts(path):
+            text = self._read_at(ref, where)
+            if text is not None:
+                return text
+        raise NotFoundError(f"no trajectory {uri!r}")
 
     def transcript_of(self, uri: str) -> bytes | None:
-        """The transcript beside the trajectory a URI names, None if there is none."""
+        """The transcript beside the trajectory a URI names (a flat URI of an older
+        repository included), None if there is none."""
         ref, path = self._split(uri)
         tip = self.repo.git.ref(ref)
-        return None if tip is None else self.side.read(
-            path.removesuffix(".md") + TRANSCRIPT_SUFFIX, tip=tip)
+        if tip is None:
+            return None
+        for where in self._layouts(path):
+            data = self.side.read(beside_of(where), tip=tip)
+            if data is not None:
+                return data
+        return None
 
     def ids(self) -> list[str]:
         """The ids of every stored trajectory, sorted."""
-        return [name[:-3] for name in self.side.list(FOLDER, suffix=".md")]
+        return [e.name[:-3] for e in self.side.fanned_entries(FOLDER, suffix=".md")]
 
     # ----------------------------------------------------------------- writes
     def store(self, tid: str, content: str, subject: str, transcript: bytes | None = None
@@ -119,31 +196,33 @@ class TrajectoryStore:
         :data:`ATTEMPTS` rounds."""
         path = self.path_of(tid)
         data = content.encode("utf-8")
-        git = self.repo.git
         files: dict[str, bytes | None] = {path: data}
         if transcript is not None:
             files[self.transcript_path_of(tid)] = transcript
 
         def unless_stored(tip: str | None) -> dict[str, bytes | None]:
-            stored = tip is not None and git.path_entry(git.read_commit(tip).tree,
-                                                        path) is not None
+            stored = tip is not None and self.side.locate(FOLDER, f"{tid}.md",
+                                                          tip=tip) is not None
             return {} if stored else files
 
         title = " ".join(subject.split())[:200] or f"trajectory {tid}"
         commit = self.side.write(unless_stored, title, trailers=((tr.KIND, "trajectory"),))
-        return self.uri_of(tid), commit is not None
+        if commit is None:  # stored already, maybe flat by an older version
+            return self.stored_uri(tid) or self.uri_of(tid), False
+        return self.uri_of(tid), True
 
     def add_transcript(self, tid: str, transcript: bytes) -> bool:
         """Store ``transcript`` beside trajectory ``tid`` when the trajectory is stored
         without one (written before transcripts were kept); True if a commit was made.
         Nothing is written when there is no such trajectory or it has a transcript."""
-        path, beside = self.path_of(tid), self.transcript_path_of(tid)
         git = self.repo.git
 
         def missing(tip: str | None) -> dict[str, bytes | None]:
-            tree = git.read_commit(tip).tree if tip is not None else None
-            if tree is None or git.path_entry(tree, path) is None \
-                    or git.path_entry(tree, beside) is not None:
+            path = self.side.locate(FOLDER, f"{tid}.md", tip=tip) if tip is not None else None
+            if tip is None or path is None:
+                return {}
+            beside = beside_of(path)
+            if git.path_entry(git.read_commit(tip).tree, beside) is not None:
                 return {}
             return {beside: transcript}
 

@@ -91,8 +91,9 @@ def test_a_short_session_is_one_segment_without_the_llm(seeded_repo: ExperienceR
     assert fingerprint(store.segment_messages(segment.fingerprint)) == segment.fingerprint
     # state lives on its own branch; main is untouched
     assert git(tmp_path / "repo", "ls-tree", "-r", "--name-only", "expgit/sessions").split() \
-        == [f"segments/{segment.fingerprint}.json", f"sessions/{manifest.session_key}.json",
-            f"transcripts/{manifest.session_key}.json"]
+        == [f"segments/{segment.fingerprint[:2]}/{segment.fingerprint}.json",
+            f"sessions/{manifest.session_key[:2]}/{manifest.session_key}.json",
+            f"transcripts/{manifest.session_key[:2]}/{manifest.session_key}.json"]
 
 
 def test_without_an_llm_a_long_session_stays_pending_and_reingest_changes_nothing(

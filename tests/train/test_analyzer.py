@@ -127,7 +127,7 @@ def test_rollout_evaluation_wins_and_the_trajectory_lands_on_its_branch(
 
     trajectory = result.trajectory
     tid = rollout_id(rollout)
-    assert trajectory.uri == f"expgit/trajectories:trajectories/{tid}.md"
+    assert trajectory.uri == f"expgit/trajectories:trajectories/{tid[:2]}/{tid}.md"
     assert trajectory.outcome == "failure"
     assert trajectory.retrieval_anchor == REPLY["retrieval_anchor"]
     assert trajectory.content == TrajectoryStore(seeded_repo).read(trajectory.uri)
@@ -139,7 +139,7 @@ def test_rollout_evaluation_wins_and_the_trajectory_lands_on_its_branch(
     assert seeded_repo.main_commit() == main
     path = seeded_repo.git.work_tree
     assert path is not None
-    assert git(path, "show", f"{BRANCH}:trajectories/{tid}.md") == trajectory.content
+    assert git(path, "show", f"{BRANCH}:trajectories/{tid[:2]}/{tid}.md") == trajectory.content
     fsck(path)
 
 

@@ -44,7 +44,7 @@ def test_same_content_is_stored_once_and_read_back_by_uri(
     main = seeded_repo.main_commit()
     tid = rollout_id(rollout())
     uri, created = store.store(tid, "# first\n", "trajectory: first")
-    assert created and uri == f"expgit/trajectories:trajectories/{tid}.md"
+    assert created and uri == f"expgit/trajectories:trajectories/{tid[:2]}/{tid}.md"
     tip = seeded_repo.git.ref(BRANCH)
     assert store.read(uri) == "# first\n" and store.find(tid) == "# first\n"
 
