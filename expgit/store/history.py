@@ -125,6 +125,33 @@ def policy_log(repo: ExperienceRepository, name: str | None = None, *, rev: str 
     return updates
 
 
+def _version_commit(repo: ExperienceRepository, name: str, path: str, tip: str,
+                    version: int) -> str:
+    """The commit that made version ``version`` of ``path`` in ``tip``'s history.
+
+    The versions of ``tip`` (the version cache: no walk when it holds them) give the
+    count and the last commit; a walk back from that commit (``git log -n``, cheap with
+    the commit-graph's changed-path Bloom filters) is needed only for an older version,
+    and stops at it."""
+    info = repo.snapshots.versions(tip).get(path)
+    if info is None or not 1 <= version <= info.version:
+        count = info.version if info is not None else 0
+        raise NotFoundError(f"{name} has versions 1 to {count}, not {version}")
+    count = info.version
+    if version == count:
+        return info.last_commit
+    back = count - version + 1
+    history = repo.git.out("log", "--format=%H", "--no-renames", "-n", str(back),
+                           info.last_commit, "--", path).split()
+    if len(history) != back:  # history simplified differently (merges): count it all
+        history = repo.git.out("log", "--format=%H", "--no-renames", "--reverse", tip, "--",
+                               path).split()
+        if not 1 <= version <= len(history):
+            raise NotFoundError(f"{name} has versions 1 to {len(history)}, not {version}")
+        return history[version - 1]
+    return history[-1]
+
+
 @dataclass
 class ShownExperience:
     name: str
@@ -139,11 +166,7 @@ def show_experience(repo: ExperienceRepository, name: str, *, rev: str | None = 
     path = repo.path_of(name)
     tip = repo.commit(rev) if rev else repo.main_commit()
     if version is not None:
-        history = repo.git.out("log", "--format=%H", "--no-renames", "--reverse", tip, "--",
-                               path).split()
-        if not 1 <= version <= len(history):
-            raise NotFoundError(f"{name} has versions 1 to {len(history)}, not {version}")
-        tip = history[version - 1]
+        tip = _version_commit(repo, name, path, tip, version)
     snapshot = repo.snapshots.load(tip)
     entry = snapshot.get(name)
     if entry is None:
