@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from expgit.errors import InvalidInputError, NotFoundError
 from expgit.git.repo import GitRepo
 from expgit.store import trailers as tr
+from expgit.store.experience import decode_experience
 from expgit.store.gradients import Gradient, load_gradient
 from expgit.store.proposals import kept_gradient_sets
 from expgit.store.repository import ExperienceRepository
@@ -166,9 +167,15 @@ def show_experience(repo: ExperienceRepository, name: str, *, rev: str | None = 
     path = repo.path_of(name)
     tip = repo.commit(rev) if rev else repo.main_commit()
     if version is not None:
+        # the version is known: only the one file is read (a snapshot of that old commit
+        # would count its whole history again)
         tip = _version_commit(repo, name, path, tip, version)
-    snapshot = repo.snapshots.load(tip)
-    entry = snapshot.get(name)
+        found = repo.git.path_entry(repo.git.read_commit(tip).tree, path)
+        if found is not None and not found.is_tree and found.mode != "120000":
+            text = decode_experience(repo.git.read_blob(found.sha), path)
+            return ShownExperience(name, tip, version, found.sha, text)
+    snapshot = repo.snapshots.load(tip) if version is None else None
+    entry = snapshot.get(name) if snapshot is not None else None
     if entry is None:
         where = f"version {version}" if version else f"{rev or repo.settings.main_branch}"
         raise NotFoundError(f"no experience {name!r} at {where}"
