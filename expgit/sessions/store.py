@@ -90,17 +90,18 @@ class SessionStore:
 
     def manifest_entries(self) -> list[tuple[SessionManifest, bytes]]:
         """Every manifest with the bytes it was read from (the base of a later save)."""
-        return [(self._parse(name, data), data)
+        return [(self.parse(name, data), data)
                 for name, data in self._folder(MANIFESTS).items() if name.endswith(".json")]
 
     def manifest(self, session_key: str) -> SessionManifest | None:
         data = self.manifest_bytes(session_key)
-        return None if data is None else self._parse(f"{session_key}.json", data)
+        return None if data is None else self.parse(f"{session_key}.json", data)
 
     def manifest_bytes(self, session_key: str) -> bytes | None:
         return self.branch.read_in(MANIFESTS, f"{session_key}.json")
 
-    def _parse(self, name: str, data: bytes) -> SessionManifest:
+    def parse(self, name: str, data: bytes) -> SessionManifest:
+        """The manifest file ``name`` holding ``data``; InvalidInputError if it is not one."""
         try:
             return SessionManifest.model_validate_json(data)
         except ValidationError as exc:
@@ -170,7 +171,7 @@ class SessionStore:
                 data = self.branch.read_in(MANIFESTS, f"{key}.json", tip=tip) if tip else None
                 if data is None:
                     continue
-                manifest = self._parse(f"{key}.json", data)
+                manifest = self.parse(f"{key}.json", data)
                 change(manifest)
                 manifest.refresh_status()
                 new = encode_manifest(manifest)
