@@ -15,7 +15,7 @@ from expgit.outcomes.targets import resolve_target
 from expgit.sessions.store import MANIFESTS, SessionStore
 from expgit.store.repository import ExperienceRepository
 from expgit.store.sidebranch import SideBranch, fanned
-from expgit.train.trajectory_store import FOLDER, TrajectoryStore
+from expgit.train.trajectory_store import FOLDER, TrajectoryStore, added_files, folder_files
 
 BRANCH = "refs/heads/expgit/trajectories"
 
@@ -123,3 +123,25 @@ def test_session_records_flat_from_an_older_version_are_read_and_move_when_rewri
     assert fanned("transcripts", f"{key}.json") in files
     [again] = SessionStore(seeded_repo).manifests()
     assert again.session_key == key and len(again.segments) >= 1
+
+
+def test_added_trajectory_files_are_found_by_a_few_tree_diffs(
+        seeded_repo: ExperienceRepository) -> None:
+    g = seeded_repo.git
+    blob = g.write_blob(b"# t\n")
+    flat, old_fan, new_fan, later_flat = ("a" * 16, "ab" + "1" * 14, "cd" + "2" * 14,
+                                          "e" * 16)
+    old = g.edit_tree(None, {f"{flat}.md": blob, fanned("", f"{old_fan}.md")[1:]: blob})
+    grown = g.edit_tree(old, {fanned("", f"{'ab' + '3' * 14}.md")[1:]: blob,
+                              fanned("", f"{new_fan}.md")[1:]: blob, f"{later_flat}.md": blob})
+    added = added_files(g, old, grown)
+    assert added is not None
+    assert sorted(e.name for e in added) == sorted(
+        [f"{'ab' + '3' * 14}.md", f"{new_fan}.md", f"{later_flat}.md"])
+    assert sorted(e.name for e in folder_files(g, grown)) == sorted(
+        [f"{flat}.md", f"{old_fan}.md", f"{'ab' + '3' * 14}.md", f"{new_fan}.md",
+         f"{later_flat}.md"])
+    shrunk = g.edit_tree(grown, {fanned("", f"{old_fan}.md")[1:]: None})
+    assert added_files(g, grown, shrunk) is None  # a removal: read the folder whole
+    changed = g.edit_tree(grown, {f"{flat}.md": g.write_blob(b"# other\n")})
+    assert added_files(g, grown, changed) is None
