@@ -42,13 +42,17 @@ def test_status_reads_manifests_once_and_follows_changes(seeded_repo: Experience
     assert set(stored["entries"]) == {e.sha for e in entries}
     # the cache is what is read for a blob it holds (planted: 7 messages)
     planted = next(iter(stored["entries"]))
-    stored["entries"][planted]["line"]["messages"] = 7
+    stored["entries"][planted][0]["messages"] = 7
     cache.write_text(json.dumps(stored))
     assert 7 in [d["messages"] for d in status(run_cli, path)["details"]]  # type: ignore[index, union-attr]
+    # a row of another shape: ignored, that manifest is read again
+    stored["entries"][planted][0]["messages"] = "seven"
+    cache.write_text(json.dumps(stored))
+    assert status(run_cli, path) == first
     # a corrupt cache file: ignored and written anew
     cache.write_text("{not json")
     assert status(run_cli, path) == first
-    assert json.loads(cache.read_text())["format"] == "session-status-1"
+    assert json.loads(cache.read_text())["format"] == "session-status-2"
     # a new session: its manifest is a new blob, summarised; the others come from the cache
     more = run_cli("-C", path, "sessions", "ingest", SESSIONS / "fourth-bag-thumbs-down.jsonl",
                    "--agent", "bot")
