@@ -6,9 +6,13 @@ repository fed by expgit keeps every object loose for ever. The rule is git's:
 
 * **when**: after a command that wrote objects, once the loose objects pass ``gc.auto``
   (default 6700), estimated as git does from ``objects/17`` (more than
-  ``ceil(gc.auto / 256)`` objects there); ``gc.auto=0`` or ``maintenance.auto=false``
-  turn it off;
-* **what**: ``git maintenance run --auto`` (its tasks, its ``maintenance.*`` settings,
+  ``ceil(gc.auto / 256)`` objects there), or reach ``maintenance.loose-objects.auto``
+  (default 100, estimated from ``objects/00`` to ``0f``) for git's loose-objects task:
+  a loose object takes a whole disk block, so 6,700 of them would outweigh the packed
+  repository many times over. ``gc.auto=0`` or ``maintenance.auto=false`` turn it off;
+* **what**: git's loose-objects task (``git maintenance run --auto
+  --task=loose-objects``: packs loose objects, deletes those already packed, never
+  prunes), ``git maintenance run --auto`` (its tasks, its ``maintenance.*`` settings,
   ``gc --auto`` with git's prune grace period, never ``--prune=now``), then the
   commit-graph with changed-path Bloom filters (``git commit-graph write --reachable
   --changed-paths``) unless ``core.commitGraph`` or ``gc.writeCommitGraph`` is false,
@@ -39,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GC_AUTO_DEFAULT = 6700
+LOOSE_AUTO_DEFAULT = 100  # git's maintenance.loose-objects.auto
+LOOSE_SAMPLE = 16  # fan-out folders (00..0f) counted to estimate all loose objects
 PERIOD = 60.0  # seconds between checks of a long-running process that keeps writing
 STATE_DIR = "expgit"
 LOCK_FILE = "maintenance.lock"
@@ -48,7 +54,7 @@ _HEX = frozenset("0123456789abcdef")
 _TRUE = ("true", "yes", "on", "1", "")
 _FALSE = ("false", "no", "off", "0")
 _CONFIG_KEYS = ("gc.auto", "gc.autodetach", "maintenance.auto", "core.commitgraph",
-                "gc.writecommitgraph")
+                "gc.writecommitgraph", "maintenance.loose-objects.auto")
 
 Runner = Callable[..., "subprocess.CompletedProcess[bytes]"]
 
@@ -61,6 +67,7 @@ class Settings:
     enabled: bool = True  # maintenance.auto
     detach: bool = True  # gc.autoDetach
     commit_graph: bool = True  # core.commitGraph and gc.writeCommitGraph
+    loose_auto: int = LOOSE_AUTO_DEFAULT  # maintenance.loose-objects.auto (0: never)
 
     @property
     def threshold(self) -> int:
@@ -94,7 +101,9 @@ def parse_settings(config: str) -> Settings:
         enabled=_bool(values.get("maintenance.auto", "true"), True),
         detach=_bool(values.get("gc.autodetach", "true"), True),
         commit_graph=(_bool(values.get("core.commitgraph", "true"), True)
-                      and _bool(values.get("gc.writecommitgraph", "true"), True)))
+                      and _bool(values.get("gc.writecommitgraph", "true"), True)),
+        loose_auto=max(0, _int(values.get("maintenance.loose-objects.auto", ""),
+                               LOOSE_AUTO_DEFAULT)))
 
 
 def read_settings(run: Runner) -> Settings:
@@ -126,12 +135,37 @@ def left_behind(common_dir: Path) -> int:
         return 0
 
 
-def is_due(common_dir: Path, objects_dir: Path, settings: Settings) -> bool:
+def loose_sample(objects_dir: Path) -> int:
+    """Loose objects in the first :data:`LOOSE_SAMPLE` fan-out folders (``00`` to
+    ``0f``): a finer estimate than ``objects/17`` alone, for the small threshold of git's
+    loose-objects task."""
+    total = 0
+    for i in range(LOOSE_SAMPLE):
+        try:
+            total += sum(1 for n in os.listdir(objects_dir / f"{i:02x}")
+                         if len(n) == 38 and _HEX.issuperset(n))
+        except OSError:
+            continue
+    return total
+
+
+def is_overdue(common_dir: Path, objects_dir: Path, settings: Settings) -> bool:
     """Whether git's ``gc --auto`` would pack now (and the user lets it), not counting
-    what the last maintenance had to leave."""
+    what the last maintenance had to leave: loose objects past ``gc.auto``."""
     count = sample_count(objects_dir)
     return (settings.enabled and settings.gc_auto > 0 and count > settings.threshold
             and count - left_behind(common_dir) > settings.threshold)
+
+
+def is_due(common_dir: Path, objects_dir: Path, settings: Settings) -> bool:
+    """Whether to start git's maintenance now: ``gc --auto`` would pack
+    (:func:`is_overdue`), or there are ``maintenance.loose-objects.auto`` loose objects
+    (about) for git's loose-objects task. ``gc.auto=0`` and ``maintenance.auto=false``
+    turn both off."""
+    if is_overdue(common_dir, objects_dir, settings):
+        return True
+    return (settings.enabled and settings.gc_auto > 0 and settings.loose_auto > 0
+            and loose_sample(objects_dir) * (256 // LOOSE_SAMPLE) >= settings.loose_auto)
 
 
 def failure_file(common_dir: Path) -> Path:
@@ -157,6 +191,11 @@ def run_tasks(run: Runner, settings: Settings) -> str | None:
     """Git's maintenance in this process (git's own locks keep two from packing at
     once); None when it succeeded, else what failed, in one line."""
     try:
+        if settings.loose_auto > 0:  # git's own threshold decides (--auto)
+            proc = run("maintenance", "run", "--auto", "--quiet", "--task=loose-objects",
+                       check=False)
+            if proc.returncode != 0:
+                return _failure_line(proc, "git maintenance")
         proc = run("-c", "gc.autoDetach=false", "maintenance", "run", "--auto", "--quiet",
                    check=False)
         if proc.returncode != 0:
@@ -252,8 +291,8 @@ def _spawn(target: Target) -> str | None:
 def check(target: Target, *, foreground: bool | None = None) -> list[str]:
     """Maintain the repository if it is due (detached unless ``gc.autoDetach=false`` or
     ``foreground``); the warning lines to print (none when all went well)."""
-    if sample_count(target.objects_dir) <= 1:  # below any threshold: no process at all
-        return []
+    if sample_count(target.objects_dir) <= 1 and loose_sample(target.objects_dir) == 0:
+        return []  # below any threshold: no process at all
     if "GIT_QUARANTINE_PATH" in os.environ:  # a push in progress: git forbids it there
         return []
     settings = read_settings(target.run)
@@ -287,7 +326,7 @@ class Status:
 
 def status(target: Target) -> Status:
     settings = read_settings(target.run)
-    return Status(is_due(target.common_dir, target.objects_dir, settings),
+    return Status(is_overdue(target.common_dir, target.objects_dir, settings),
                   loose_estimate(target.objects_dir),
                   settings.gc_auto if settings.enabled else 0,
                   last_failure(target.common_dir))

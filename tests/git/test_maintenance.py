@@ -73,10 +73,10 @@ def test_past_gc_auto_a_writing_command_packs_and_writes_bloom_filters(tmp_path:
     assert result.err == ""
     assert len(packs(path)) == 1
     assert has_bloom_filters(path)
-    # the command's own (reachable) objects are packed; young unreachable ones stay
-    # loose for git's grace period (never --prune=now)
-    assert maintenance.sample_count(common_dir(path) / "objects") >= 3
-    # what was left does not make every later command run it again
+    # young unreachable objects are kept (git's grace period, never --prune=now)
+    planted = git(path, "hash-object", "--stdin", input="planted 1\n").strip()
+    assert git(path, "cat-file", "-t", planted).strip() == "blob"
+    # what is left does not make every later command run it again
     assert not maintenance.is_due(common_dir(path), common_dir(path) / "objects",
                                   maintenance.Settings(gc_auto=1))
 
@@ -100,11 +100,29 @@ def test_the_users_settings_turn_it_off(tmp_path: Path, run_cli,
     assert not has_bloom_filters(path)
 
 
-def test_below_the_threshold_nothing_runs(tmp_path: Path, run_cli) -> None:
+def test_below_the_thresholds_nothing_runs(tmp_path: Path, run_cli) -> None:
     path = new_repo(tmp_path, **{"gc_autoDetach": "false"})  # gc.auto: git's 6700
+    git(path, "config", "maintenance.loose-objects.auto", "100000")
     plant_loose(path)
     assert ingest(run_cli, path).code == 0
     assert packs(path) == []
+
+
+def test_a_hundred_loose_objects_are_packed_by_gits_loose_objects_task(
+        tmp_path: Path, run_cli) -> None:
+    path = new_repo(tmp_path, **{"gc_autoDetach": "false"})  # gc.auto: git's 6700
+    plant_loose(path)  # about 900 loose objects: past 100, far below 6700
+    objects = common_dir(path) / "objects"
+    assert ingest(run_cli, path).code == 0
+    assert len(packs(path)) == 1  # all of them packed, unreachable ones too (no prune)
+    assert has_bloom_filters(path)
+    # the next run deletes the loose copies git packed (prune-packed): nothing is lost
+    other = EXAMPLE / "sessions" / "bags-then-cancel.jsonl"
+    assert ingest(run_cli, path, other).code == 0
+    assert maintenance.loose_sample(objects) * 16 < 100
+    planted = git(path, "hash-object", "--stdin", input="planted 1\n").strip()
+    assert git(path, "cat-file", "-t", planted).strip() == "blob"  # packed, not lost
+    git(path, "fsck", "--no-progress", "--no-dangling")
 
 
 def test_commit_graph_off_is_honoured(tmp_path: Path, run_cli) -> None:
@@ -241,6 +259,7 @@ def test_settings_are_read_as_git_reads_them() -> None:
                                           commit_graph=False)
     assert parsed.threshold == 8  # git's DIV_ROUND_UP(2048, 256)
     assert maintenance.parse_settings("") == maintenance.Settings()
+    assert maintenance.parse_settings("maintenance.loose-objects.auto\n0\0").loose_auto == 0
     assert maintenance.Settings(gc_auto=6700).threshold == 27
 
 
