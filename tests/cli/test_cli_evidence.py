@@ -112,7 +112,7 @@ def test_the_evidence_of_a_proposal_reaches_the_tool_calls_of_the_run(
 
     # the stored objects: the transcript blob beside the document, on the side branch
     tid = trajectory["id"]
-    stored = git(path, "show", f"expgit/trajectories:trajectories/{tid}.transcript.json")
+    stored = git(path, "show", f"expgit/trajectories:trajectories/{tid[:2]}/{tid}.transcript.json")
     assert json.loads(stored) == transcript
     # redacted as the prompts are: the tool result's e-mail address is not kept
     assert "[REDACTED:email]" in tool["output"] and "mia.li@example.com" not in stored

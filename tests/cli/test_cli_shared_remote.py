@@ -97,13 +97,13 @@ def test_two_trainers_push_to_one_bare_repository_at_the_same_time(
         model.chat.assert_done()
     reports = [json.loads(out)["remote"] for out, _ in outputs]
 
-    trajectories = {name for name in git(server, "ls-tree", "--name-only",
+    trajectories = {name for name in git(server, "ls-tree", "-r", "--name-only",
                                          "expgit/trajectories:trajectories").split()
                     if name.endswith(".md")}  # each with its transcript beside it
     assert len(trajectories) == 2 * ROLLOUTS
     on_server = {**names(server, "refs/heads/expgit/"), **names(server, "refs/expgit/")}
     for path, report in zip(clones, reports, strict=True):
-        mine = {name for name in git(path, "ls-tree", "--name-only",
+        mine = {name for name in git(path, "ls-tree", "-r", "--name-only",
                                      "expgit/trajectories:trajectories").split()
                 if name.endswith(".md")}
         assert len(mine) >= ROLLOUTS and mine <= trajectories

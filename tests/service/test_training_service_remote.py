@@ -28,7 +28,8 @@ def test_the_service_pushes_what_it_trains_to_the_remote(tmp_path: Path) -> None
         assert health["metadata"]["remote"]["remote"] == "origin"
     # the shutdown flushed the batch: one update, pushed, then the side branches
     chat.assert_done()
-    trajectories = git(server, "ls-tree", "--name-only", "expgit/trajectories:trajectories")
+    trajectories = git(server, "ls-tree", "-r", "--name-only",
+                       "expgit/trajectories:trajectories")
     assert len([n for n in trajectories.split() if n.endswith(".md")]) == 2
     gradients = git(path, "for-each-ref", "refs/heads/expgit/gradients/")
     proposals = git(path, "for-each-ref", "refs/heads/expgit/proposals/")

@@ -87,6 +87,26 @@ def test_trajectories_stored_flat_by_an_older_version_are_still_read(
     assert resolve_target(seeded_repo, "trajectory", uri) == uri
 
 
+def test_a_flat_trajectory_gets_its_transcript_beside_it(
+        seeded_repo: ExperienceRepository) -> None:
+    # a trajectory an older version stored flat, before transcripts were kept: the
+    # transcript added later lands beside the document, and every read finds it there
+    store = TrajectoryStore(seeded_repo)
+    [old] = ids(1)
+    store.store(old, "# old\n", "old trajectory")
+    flatten(seeded_repo, BRANCH, (FOLDER,))
+    assert store.find_transcript(old) is None
+    assert store.add_transcript(old, b'{"messages": []}\n')
+    names = seeded_repo.git.out("ls-tree", "-r", "--name-only", BRANCH).split()
+    assert names == [f"{FOLDER}/{old}.md", f"{FOLDER}/{old}.transcript.json"]
+    assert store.find_transcript(old) == b'{"messages": []}\n'
+    flat_uri = f"{store.branch}:{FOLDER}/{old}.md"
+    assert store.transcript_of(flat_uri) == b'{"messages": []}\n'
+    assert store.transcript_of(store.uri_of(old)) == b'{"messages": []}\n'
+    assert not store.add_transcript(old, b"{}")  # it has one now: nothing written
+    assert store.ids() == [old]  # a transcript is not a trajectory
+
+
 def ingest(run_cli, repo: Path, session: Path) -> dict[str, object]:  # type: ignore[no-untyped-def]
     result = run_cli("-C", repo, "sessions", "ingest", session, "--agent", "bot", "--json")
     assert result.code == 0, result.err

@@ -311,7 +311,7 @@ def test_the_transcript_is_stored_beside_the_trajectory_bounded_and_redacted(
     assert path is not None and result.trajectory is not None
     # one commit holds both files
     assert git(path, "show", "--name-only", "--format=", BRANCH).split() == [
-        f"trajectories/{tid}.md", f"trajectories/{tid}.transcript.json"]
+        f"trajectories/{tid[:2]}/{tid}.md", f"trajectories/{tid[:2]}/{tid}.transcript.json"]
     stored = TrajectoryStore(seeded_repo).find_transcript(tid)
     assert stored is not None
     transcript = read_transcript(stored, "test")

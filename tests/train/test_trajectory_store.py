@@ -181,14 +181,14 @@ def test_the_transcript_is_stored_beside_the_document_in_one_commit_and_once(
         seeded_repo: ExperienceRepository) -> None:
     store = TrajectoryStore(seeded_repo)
     tid = rollout_id(rollout())
-    assert store.transcript_path_of(tid) == f"trajectories/{tid}.transcript.json"
+    assert store.transcript_path_of(tid) == f"trajectories/{tid[:2]}/{tid}.transcript.json"
     uri, created = store.store(tid, "# doc\n", "trajectory: doc", b'{"messages": []}\n')
     tip = seeded_repo.git.ref(BRANCH)
     assert created and store.find_transcript(tid) == b'{"messages": []}\n'
     assert store.transcript_of(uri) == b'{"messages": []}\n'
     path = repo_path(seeded_repo)
     assert git(path, "show", "--name-only", "--format=", BRANCH).split() == [
-        f"trajectories/{tid}.md", f"trajectories/{tid}.transcript.json"]
+        f"trajectories/{tid[:2]}/{tid}.md", f"trajectories/{tid[:2]}/{tid}.transcript.json"]
     # again: same content, same blobs, no commit; ids() lists documents only
     assert store.store(tid, "# doc\n", "trajectory: doc", b'{"messages": []}\n') == (
         uri, False)
