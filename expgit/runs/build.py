@@ -139,7 +139,11 @@ def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
     (``environment:``, limits from ``[train] tool_max_steps`` / ``tool_max_user_turns``);
     rubric-evaluated. Each prompt's experiences by
     :func:`expgit.train.retrieval.select_context` within the repository's ``[context]``
-    settings, ``top_k`` and ``token_budget`` overriding them."""
+    settings (for the embedded model at most ``embedded_token_budget``), ``top_k`` and
+    ``token_budget`` overriding them."""
+    if token_budget is None:
+        embedded = bool(getattr(runtime, "is_local", False))
+        token_budget = repo.settings.context.budget_for(embedded)
     evaluator = RubricRolloutEvaluator(runtime.structured, repo=repo)
     single = SingleTurnLLMRolloutExecutor(runtime.structured, evaluator, top_k=top_k,
                                           token_budget=token_budget,

@@ -162,12 +162,21 @@ class LearnSettings(BaseModel):
 class ContextSettings(BaseModel):
     """``[context]``: what a rollout's system prompt shows of the experiences: the
     always-on ones, then the most relevant to the request (BM25) while they fit in
-    ``token_budget`` estimated tokens, at most ``top_k`` of them (None: no count limit)."""
+    ``token_budget`` estimated tokens, at most ``top_k`` of them (None: no count limit).
+    The embedded model gets at most ``embedded_token_budget`` of them: a 135M model on a
+    CPU reads about 150 prompt tokens a second, and a long context does not help it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     token_budget: int = Field(default=4000, gt=0)
     top_k: int | None = Field(default=None, ge=0)
+    embedded_token_budget: int = Field(default=800, gt=0)
+
+    def budget_for(self, embedded: bool) -> int:
+        """The token budget of a rollout's experiences: ``token_budget``, capped at
+        ``embedded_token_budget`` for the embedded model."""
+        return min(self.token_budget, self.embedded_token_budget) if embedded \
+            else self.token_budget
 
 
 class ServeSettings(BaseModel):
