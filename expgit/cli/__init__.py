@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from expgit import __version__
+from expgit.cli._invocation import command_args
 from expgit.cli._json import json_printed
 from expgit.cli.commands import LazyGroup
 from expgit.errors import EXIT_UNEXPECTED, EXIT_USAGE, ExpgitError, UsageError, exit_codes
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = _wants_json(args)
     json_printed.set(False)
+    command_args.set(tuple(args))
     if (threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
         signal.signal(signal.SIGTERM, _terminate)

@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeVar
 import click
 
 from expgit.cli._common import emit
+from expgit.cli._invocation import command_args
 from expgit.cli._run_options import RUN_CONCURRENCY as RUN_CONCURRENCY
 from expgit.cli._run_options import llm_options as llm_options
 from expgit.errors import ExpgitError, GateError, RunErrorsError, UsageError
@@ -22,6 +23,7 @@ from expgit.runs.build import NO_LLM, CaseSource, LLMOptions
 from expgit.store.repository import ExperienceRepository
 from expgit.train.candidate import gate_failures
 from expgit.train.report import RunReport, render_text, write_report
+from expgit.train.verdict import verdict_lines
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -133,7 +135,8 @@ def output(report: RunReport, as_json: bool, report_file: Path | None = None, *,
 
         write_html(report.model_dump(mode="json"), report_html, repo)
     emit(as_json, report.model_dump(mode="json"),
-         lambda: click.echo(render_text(report), nl=False))
+         lambda: click.echo(render_text(report, verdict_lines(report, command_args.get())),
+                            nl=False))
     if report.problems:
         where = ("the environment service's model (its --llm, --base-url)"
                  if report.llm == NO_LLM else

@@ -44,6 +44,8 @@ LOCAL_PROMPT_MARGIN = 256  # tokens kept free: chat template, estimate error
 # The embedded model samples greedily (temperature 0) with a fixed seed, per request and
 # for the server: the same snapshot gives the same replies, so the same score, each run.
 LOCAL_SEED = 0
+# how the embedded model's runtime describes itself (a run report's ``llm``)
+LOCAL_DESCRIPTION_PREFIX = "local "
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ class LLMRuntime:
         self._structured: StructuredLLM | None = None
         self._embeddings: EmbeddingModel | None = None
         self._in_process = False
-        self._description = (f"local {resolved.model} (not started)"
+        self._description = (f"{LOCAL_DESCRIPTION_PREFIX}{resolved.model} (not started)"
                              if resolved.choice == "local" else
                              f"{resolved.model} at {resolved.base_url or 'api.openai.com'}")
 
@@ -214,7 +216,7 @@ class LLMRuntime:
                 await server.__aexit__(None, None, None)
                 raise
             self._server = server
-            self._description = f"local {resolved.model} at {server.base_url}"
+            self._description = f"{LOCAL_DESCRIPTION_PREFIX}{resolved.model} at {server.base_url}"
         else:
             client = OpenAIChatModel(
                 base_url=resolved.base_url, api_key=resolved.api_key, model=resolved.model,

@@ -13,6 +13,7 @@ baseline and a final eval), then the LLM cost table.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field, computed_field
@@ -252,8 +253,9 @@ def remote_lines(remote: RemoteReport | None) -> list[str]:
             + [f"not pushed to {remote.remote}: {error}" for error in remote.errors])
 
 
-def render_text(report: RunReport) -> str:
-    """The human output of a run: phase lines, accuracy delta, proposals, cost table."""
+def render_text(report: RunReport, verdict: Sequence[str] = ()) -> str:
+    """The human output of a run: phase lines, accuracy delta, proposals, the
+    ``verdict`` lines (what the run learned: :mod:`expgit.train.verdict`), cost table."""
     lines = [phase_line(p) for p in report.phases]
     baseline, final = report.phase("baseline_eval"), report.phase("final_eval")
     if baseline is not None and final is not None:
@@ -279,6 +281,8 @@ def render_text(report: RunReport) -> str:
         lines += ["", "failed LLM calls:", *(f"  {line}" for line in report.errors())]
     if report.stopped:
         lines.append(f"stopped early: {report.stopped}")
+    if verdict:
+        lines += ["", *verdict]
     return "\n".join([*lines, "", *cost_table(report.usage)]) + "\n"
 
 
