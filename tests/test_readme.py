@@ -55,17 +55,18 @@ SKIPPED = [  # the first line of each skipped block
     "python3 -m pip install -e '.[dev]'",
 ]
 # The LLM calls the snippets make, by stage. The cases: 10 in train.yaml (one with an
-# llm_judge criterion), 7 in eval.yaml. Every rollout fails, so each is reflected on in
-# one call (analysed and estimated); a rollout already stored as a trajectory is only
-# estimated. Each run merges once.
-#   run_example.sh train: 7 + 10 + 7 + 7 rollouts (baseline, train, candidate, final),
-#   1 judge, 10 reflect, 1 merge
-#   eval: 7 rollouts; train: as run_example.sh; train-rollouts: 2 reflect, 1 merge
-#   env serve train: as run_example.sh (the rollouts run in the service); eval: 7 rollouts
+# llm_judge criterion), 7 in eval.yaml, 2 each in demo_train.yaml and demo_eval.yaml.
+# Every rollout fails, so each is reflected on in one call (analysed and estimated); a
+# rollout already stored as a trajectory is only estimated. Each run merges once.
+#   run_example.sh train (the demo cases): 2 + 2 + 2 + 2 rollouts (baseline, train,
+#   candidate, final), 2 reflect, 1 merge
+#   eval: 7 rollouts; train: 7 + 10 + 7 + 7 rollouts, 1 judge, 10 reflect, 1 merge;
+#   train-rollouts: 2 reflect, 1 merge
+#   env serve train: as train (the rollouts run in the service); eval: 7 rollouts
 #   serve: the recorded rollout again (stored: no reflect), 1 estimate, 1 merge
 #   sessions run: 1 segment (the 6-message session), 2 score (the thumbs-down session is
 #   labelled by its feedback), 3 reflect, 1 merge
-CALLS = {"rollout": 107, "judge": 3, "reflect": 37, "estimate": 1, "merge": 7,
+CALLS = {"rollout": 84, "judge": 2, "reflect": 29, "estimate": 1, "merge": 7,
          "segment": 1, "score": 2}
 
 

@@ -1,20 +1,26 @@
-"""scripts/run_example.sh, the README's main job, where the embedded model is not
-installed: one line says what to install (the README's command), the script exits 2,
-and nothing but the freshly initialised repository is left. (The script's run on a
-scripted model is tests/test_readme.py's.)"""
+"""scripts/run_example.sh, the README's main job: every section works on the state the
+repository is in (training made a proposal the gate refused, or none at all), and where
+the embedded model is not installed, one line says what to install (the README's
+command), the script exits 2, and nothing but the freshly initialised repository is
+left. (The script's run where the gate passes the proposal is tests/test_readme.py's.)
+The model is a local OpenAI-compatible server answering from a strict script."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from conftest import ROOT, git
+from scripted_pipeline import analyze
 
 from expgit.errors import EXIT_USAGE
 from expgit.llm.local import INSTALL_COMMAND, MODEL_PACKAGE
+from expgit.llm.scripted import Step
 
 # Hides the embedded model's packages from every Python the script starts: the import
 # system finds neither (as after a plain `pip install -e .`), whatever this venv holds.
@@ -48,6 +54,77 @@ def script_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 def run_script(work: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", str(ROOT / "scripts" / "run_example.sh"), str(work)],
                           env=env, capture_output=True, text=True, timeout=600)
+
+
+LESSON_TITLE = "Answer from the written rules"
+LESSON = {"name": "answer-from-the-rules", "action": "create",
+          "rationale": "The agent answered cancellation and baggage questions without "
+                       "reading the rules that decide them.",
+          "summary": "Quote the rule that decides a cancellation or a bag fee.",
+          "tags": ["policy"], "confidence": 0.6,
+          "body": f"# {LESSON_TITLE}\n\nWhen a user asks about cancelling or about bags, "
+                  "find the rule that decides it and quote it before you answer.\n"}
+RIGHT = ("You can cancel it: a booking made within the last 24 hours is eligible. With one "
+         "free bag, the two other bags cost $100 in total.")
+
+
+def agent(messages: list[dict[str, str]]) -> str:
+    """Right on main; wrong wherever the trained lesson is in the prompt (a regression
+    the gate refuses)."""
+    return "Sorry, I do not know." if LESSON_TITLE in messages[0]["content"] else RIGHT
+
+
+def reflect(*edits: dict[str, object]) -> Any:
+    def reply(messages: list[dict[str, str]]) -> str:
+        return json.dumps({**json.loads(analyze(messages)), "edits": list(edits)})
+    return reply
+
+
+def hand_made_update_reverted(work: Path, out: str) -> None:
+    """Section 4 ran to its end: its proposal applied to main, then reverted."""
+    repo = work / "experiences"
+    assert "Done. The experience repository is" in out
+    subjects = git(repo, "log", "--format=%s", "-2", "main").splitlines()
+    assert subjects[0].startswith("Revert") and "3 experiences" in subjects[1], subjects
+    assert git(repo, "diff", "main~2", "main", "--", "experiences").strip() == ""
+
+
+def test_a_proposal_the_gate_refuses_is_rejected_and_the_rest_goes_on(
+        tmp_path: Path, serve: Any) -> None:
+    rollouts = [Step("rollout", agent)] * 8  # baseline, training, candidate, final: 2 each
+    server = serve([*rollouts, Step("reflect", reflect(LESSON)),
+                    Step("reflect", reflect(LESSON)),
+                    Step("merge", json.dumps({"items": [
+                        {**LESSON, "action": "upsert", "gradient_ids": []}]}))])
+    work = tmp_path / "work"
+    proc = run_script(work, script_env(tmp_path, OPENAI_BASE_URL=server.url,
+                                       OPENAI_API_KEY="scripted"))
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    assert server.unexpected == []
+    server.chat.assert_done()
+    assert "(the gate refused a proposal: section 3 shows it; going on)" in proc.stdout
+    repo = work / "experiences"
+    rejected = git(repo, "for-each-ref", "--format=%(refname)",
+                   "refs/expgit/rejected/proposals/")
+    assert len(rejected.split()) == 1
+    assert "answer-from-the-rules" not in git(repo, "ls-tree", "-r", "--name-only", "main")
+    hand_made_update_reverted(work, proc.stdout)
+
+
+def test_without_a_proposal_the_review_section_says_so_and_the_rest_goes_on(
+        tmp_path: Path, serve: Any) -> None:
+    refused = {**LESSON, "name": "no-such-lesson", "action": "delete", "body": ""}
+    server = serve([*[Step("rollout", agent)] * 6, Step("reflect", reflect(refused)),
+                    Step("reflect", reflect(refused))])
+    work = tmp_path / "work"
+    proc = run_script(work, script_env(tmp_path, OPENAI_BASE_URL=server.url,
+                                       OPENAI_API_KEY="scripted"))
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    assert server.unexpected == []
+    server.chat.assert_done()
+    assert "learned: nothing. The run made no proposal" in proc.stdout
+    assert "training made no proposal this time" in proc.stdout
+    hand_made_update_reverted(work, proc.stdout)
 
 
 def test_main_job_without_the_embedded_model_says_what_to_install(tmp_path: Path) -> None:
