@@ -17,7 +17,8 @@ whose runs all got the same evaluation makes no call, which the estimate cannot 
 beforehand: it counts every group's call, so it is an upper bound there (and says so).
 
 The tokens are rough: a prompt is its case's input, the experiences the context shows
-(the snapshot's, at most ``[context] token_budget``) and :data:`PROMPT_OVERHEAD_TOKENS`
+(the snapshot's, at most ``[context] token_budget``, for the embedded model at most
+``embedded_token_budget``) and :data:`PROMPT_OVERHEAD_TOKENS`
 of instructions; a training prompt adds the reply it learns from, a merge prompt
 :data:`GRADIENT_TOKENS` per gradient; every reply is :data:`COMPLETION_TOKENS` (at most
 ``[llm] max_tokens``). The cost is those tokens at the model's ``[llm.prices]``.
@@ -104,8 +105,9 @@ class RunPlan:
         self.rollouts_here = rollouts_here  # False: an environment service runs them
         self.per_chunk = repo.settings.train.gradients_per_chunk
         self.train_settings = repo.settings.train
-        shown = sum(tokens_of_bytes(len(e.data)) for e in repo.snapshot().entries.values())
-        self.context = min(shown, repo.settings.context.token_budget)
+        # every call's prompt shows the experiences: at most this many tokens of them
+        self.shown = sum(tokens_of_bytes(len(e.data)) for e in repo.snapshot().entries.values())
+        self.context_settings = repo.settings.context
         self.total = Tally()  # every call but the training calls of trained rollouts
         self.trained = Tally()  # one "call" per trained rollout: its training prompt
         # the calls until the first merge: (total, trained) then
@@ -113,7 +115,8 @@ class RunPlan:
         self.group_size = 1  # the largest a training batch had
 
     def _prompt(self, case: Case) -> int:
-        return self.context + estimate_tokens(json.dumps(case.input)) + PROMPT_OVERHEAD_TOKENS
+        """A prompt's tokens but its experiences (:meth:`calls` adds those)."""
+        return estimate_tokens(json.dumps(case.input)) + PROMPT_OVERHEAD_TOKENS
 
     def eval(self, cases: Sequence[Case]) -> None:
         """One eval phase (or a batch's rollouts): a rollout per case, its judge calls."""
@@ -142,18 +145,22 @@ class RunPlan:
             self.trained.add(1, self._prompt(case) + shown)
         for start in range(0, len(cases), self.per_chunk):
             chunk = min(self.per_chunk, len(cases) - start)
-            self.total.add(1, self.context + chunk * GRADIENT_TOKENS + PROMPT_OVERHEAD_TOKENS)
+            self.total.add(1, chunk * GRADIENT_TOKENS + PROMPT_OVERHEAD_TOKENS)
             if self.first_merge is None:
                 self.first_merge = (Tally(self.total.calls, self.total.prompt_tokens),
                                     Tally(self.trained.calls, self.trained.prompt_tokens))
         return self
 
-    def calls(self, per_rollout: int, upto: tuple[Tally, Tally] | None = None) -> Tally:
-        """The calls (and prompt tokens) with ``per_rollout`` training calls per trained
-        rollout: of the whole run, or of the part ``upto`` records."""
+    def calls(self, per_rollout: int, upto: tuple[Tally, Tally] | None = None, *,
+              embedded: bool = False) -> Tally:
+        """The calls (and prompt tokens, each prompt with the experiences the context of
+        the embedded model or an endpoint shows) with ``per_rollout`` training calls per
+        trained rollout: of the whole run, or of the part ``upto`` records."""
         total, trained = upto or (self.total, self.trained)
-        return Tally(total.calls + per_rollout * trained.calls,
-                     total.prompt_tokens + per_rollout * trained.prompt_tokens)
+        calls = total.calls + per_rollout * trained.calls
+        context = min(self.shown, self.context_settings.budget_for(embedded))
+        return Tally(calls, total.prompt_tokens + per_rollout * trained.prompt_tokens
+                     + calls * context)
 
 
 def train_plan(repo: ExperienceRepository, train_set: list[Case], eval_set: list[Case] | None,
@@ -185,10 +192,11 @@ def estimate(plan: RunPlan, runtime: LLMRuntime, budget: Budget | None) -> RunEs
     def cost(tally: Tally) -> float | None:
         return None if price is None else price.cost(tally.prompt_tokens, tally.calls * reply)
 
-    per_rollout = plan.train_settings.calls_for(embedded=runtime.is_local,
-                                                group_size=plan.group_size)
-    whole = plan.calls(per_rollout)
-    first = plan.calls(per_rollout, plan.first_merge) if plan.first_merge else None
+    embedded = runtime.is_local
+    per_rollout = plan.train_settings.calls_for(embedded=embedded, group_size=plan.group_size)
+    whole = plan.calls(per_rollout, embedded=embedded)
+    first = (plan.calls(per_rollout, plan.first_merge, embedded=embedded)
+             if plan.first_merge else None)
     result = RunEstimate(calls=whole.calls, prompt_tokens=whole.prompt_tokens,
                          completion_tokens=whole.calls * reply, cost=cost(whole),
                          currency=settings.currency if price is not None else None,

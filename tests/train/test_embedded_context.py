@@ -1,19 +1,24 @@
 """The embedded model's rollouts see at most ``[context] embedded_token_budget`` tokens
-of experiences; an endpoint's see ``[context] token_budget``."""
+of experiences; an endpoint's see ``[context] token_budget``. The run's estimate counts
+the same."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 
 from conftest import EXAMPLE
 
+from expgit.llm.factory import LLMRuntime, ResolvedLLM
 from expgit.llm.port import EmbeddingModel, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
+from expgit.runs.budget import COMPLETION_TOKENS, PROMPT_OVERHEAD_TOKENS, estimate, train_plan
 from expgit.runs.build import rollout_executor
+from expgit.store.experience import estimate_tokens, tokens_of_bytes
 from expgit.store.repository import ExperienceRepository
-from expgit.store.settings import ContextSettings, parse_settings
+from expgit.store.settings import ContextSettings, LLMSettings, parse_settings
 from expgit.train.cases import load_cases
 from expgit.train.context import ExecutionContext
 
@@ -53,3 +58,29 @@ def test_the_budgets_come_from_the_settings() -> None:
                                                                                      600)
     wide = parse_settings("[context]\nembedded_token_budget = 3000\n").context
     assert (wide.budget_for(embedded=True), wide.budget_for(embedded=False)) == (3000, 4000)
+
+
+def test_the_estimate_counts_the_context_the_model_gets(
+        seeded_repo: ExperienceRepository) -> None:
+    cases = load_cases(EXAMPLE / "cases" / "eval.yaml")
+
+    def estimated(choice: str) -> tuple[int, int]:
+        runtime = LLMRuntime(LLMSettings(), ResolvedLLM(
+            "local" if choice == "local" else "openai", "m", None, None, "json_object"),
+            UsageMeter())
+        plan = train_plan(seeded_repo, cases[:2], cases[2:4], epochs=1, batch_size=None,
+                          measure=True, rollouts_here=True)
+        result = estimate(plan, runtime, None)
+        return result.calls, result.prompt_tokens
+
+    (local_calls, local_tokens), (calls, tokens) = estimated("local"), estimated("openai")
+    # 2 baseline + 2 train + 2 candidate + 2 final rollouts, 1 merge; the embedded model
+    # trains in 2 calls per rollout, an endpoint in 1
+    assert (local_calls, calls) == (13, 11)
+    shown = sum(tokens_of_bytes(len(e.data)) for e in seeded_repo.snapshot().entries.values())
+    assert shown > 800  # the example's experiences do not fit the embedded budget
+    # without the experiences, the embedded model's prompts are the endpoint's plus one
+    # more training prompt per trained rollout
+    trained = sum(estimate_tokens(json.dumps(case.input)) + PROMPT_OVERHEAD_TOKENS
+                  + COMPLETION_TOKENS for case in cases[:2])
+    assert (local_tokens - 800 * local_calls) - (tokens - shown * calls) == trained
