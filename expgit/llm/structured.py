@@ -29,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 from expgit.llm.port import (
     ChatMessages,
     ChatModel,
+    Completion,
     LLMError,
     LLMOutputError,
     Sampling,
@@ -151,15 +152,20 @@ class StructuredLLM:
         if self.meter.guard is not None:
             self.meter.guard.succeeded()
 
-    async def _call(self, messages: ChatMessages, stage: str, fmt: dict[str, Any] | None,
-                    sampling: Sampling | None = None) -> str:
+    async def _complete(self, messages: ChatMessages, stage: str, fmt: dict[str, Any] | None,
+                        max_tokens: int, sampling: Sampling | None = None) -> Completion:
         if self.meter.guard is not None:
             self.meter.guard.check(stage)
         self.meter.started(stage)
         completion = await self.model.complete(
-            messages, stage=stage, response_format=fmt, max_tokens=self.max_tokens,
+            messages, stage=stage, response_format=fmt, max_tokens=max_tokens,
             **self._sampling(sampling))
         self.meter.record(stage, completion)
+        return completion
+
+    async def _call(self, messages: ChatMessages, stage: str, fmt: dict[str, Any] | None,
+                    sampling: Sampling | None = None) -> str:
+        completion = await self._complete(messages, stage, fmt, self.max_tokens, sampling)
         if completion.finish_reason == "length":
             cut = f"reply cut off at {self.max_tokens} tokens (finish_reason=length)"
             raise LLMOutputError(f"{stage}: the {cut}", cause=cut)
@@ -179,6 +185,16 @@ class StructuredLLM:
         ``sampling``: this call's own temperature and seed (a group's run)."""
         with self._counted(stage):
             return await self._call(messages, stage, None, sampling)
+
+    async def capped_text(self, stage: str, messages: ChatMessages, cap: int,
+                          sampling: Sampling | None = None) -> tuple[str, bool]:
+        """A free-text reply of at most ``cap`` tokens (one call), and whether it reached
+        the cap: such a reply is kept as written, not a failure (the embedded model's
+        rollouts: a 135M model rambles on past any answer it gives)."""
+        with self._counted(stage):
+            completion = await self._complete(messages, stage, None,
+                                              min(cap, self.max_tokens), sampling)
+            return completion.text, completion.finish_reason == "length"
 
     async def tools(self, stage: str, messages: ToolMessages, tools: list[dict[str, Any]],
                     sampling: Sampling | None = None) -> ToolTurn:

@@ -34,7 +34,7 @@ from expgit.train.candidate import compare as compare_runs
 from expgit.train.candidate_stage import CandidateStage
 from expgit.train.cases import ListCaseLoader, load_cases
 from expgit.train.components.evaluator import RubricRolloutEvaluator
-from expgit.train.components.executor import SingleTurnLLMRolloutExecutor
+from expgit.train.components.executor import LOCAL_ROLLOUT_TOKENS, SingleTurnLLMRolloutExecutor
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
 from expgit.train.components.group_reflector import GroupReflector
 from expgit.train.components.group_trainer import GroupPolicyTrainer
@@ -141,13 +141,14 @@ def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
     :func:`expgit.train.retrieval.select_context` within the repository's ``[context]``
     settings (for the embedded model at most ``embedded_token_budget``), ``top_k`` and
     ``token_budget`` overriding them."""
+    embedded = bool(getattr(runtime, "is_local", False))
     if token_budget is None:
-        embedded = bool(getattr(runtime, "is_local", False))
         token_budget = repo.settings.context.budget_for(embedded)
     evaluator = RubricRolloutEvaluator(runtime.structured, repo=repo)
-    single = SingleTurnLLMRolloutExecutor(runtime.structured, evaluator, top_k=top_k,
-                                          token_budget=token_budget,
-                                          concurrency=concurrency, repo=repo)
+    single = SingleTurnLLMRolloutExecutor(
+        runtime.structured, evaluator, top_k=top_k, token_budget=token_budget,
+        concurrency=concurrency, repo=repo,
+        reply_tokens=LOCAL_ROLLOUT_TOKENS if embedded else None)
     train = repo.settings.train
     tools = ToolCallingRolloutExecutor(
         runtime.structured, evaluator, single.experiences_for,

@@ -1,6 +1,7 @@
 """The embedded model's rollouts see at most ``[context] embedded_token_budget`` tokens
 of experiences; an endpoint's see ``[context] token_budget``. The run's estimate counts
-the same."""
+the same. The embedded model's rollout replies stop at LOCAL_ROLLOUT_TOKENS and are
+graded as written."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from conftest import EXAMPLE
 
 from expgit.llm.factory import LLMRuntime, ResolvedLLM
-from expgit.llm.port import EmbeddingModel, UsageMeter
+from expgit.llm.port import ChatMessages, Completion, EmbeddingModel, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
 from expgit.runs.budget import COMPLETION_TOKENS, PROMPT_OVERHEAD_TOKENS, estimate, train_plan
@@ -20,6 +21,7 @@ from expgit.store.experience import estimate_tokens, tokens_of_bytes
 from expgit.store.repository import ExperienceRepository
 from expgit.store.settings import ContextSettings, LLMSettings, parse_settings
 from expgit.train.cases import load_cases
+from expgit.train.components.executor import LOCAL_ROLLOUT_TOKENS
 from expgit.train.context import ExecutionContext
 
 
@@ -84,3 +86,41 @@ def test_the_estimate_counts_the_context_the_model_gets(
     trained = sum(estimate_tokens(json.dumps(case.input)) + PROMPT_OVERHEAD_TOKENS
                   + COMPLETION_TOKENS for case in cases[:2])
     assert (local_tokens - 800 * local_calls) - (tokens - shown * calls) == trained
+
+
+@dataclass
+class Rambling:
+    """A model that always talks until the reply cap; records the caps it was given."""
+
+    model: str = "rambling"
+    caps: list[int] | None = None
+
+    async def complete(self, messages: ChatMessages, *, stage: str,
+                       response_format: dict[str, object] | None, max_tokens: int,
+                       temperature: float) -> Completion:
+        assert stage == "rollout" and response_format is None
+        self.caps = [*(self.caps or []), max_tokens]
+        return Completion(text="You can cancel it within 24 hours, and then you can",
+                          finish_reason="length", model=self.model, prompt_tokens=900,
+                          completion_tokens=max_tokens)
+
+
+def test_an_embedded_rollout_at_the_reply_cap_is_graded_as_written(
+        seeded_repo: ExperienceRepository) -> None:
+    case = load_cases(EXAMPLE / "cases" / "eval.yaml")[0]  # eligible, cites 24 hours
+    rollouts = {}
+    for embedded in (True, False):
+        model = Rambling()
+        meter = UsageMeter()
+        executor = rollout_executor(seeded_repo, Handles(StructuredLLM(model, meter),
+                                                         embedded), concurrency=1)
+        [rollouts[embedded]] = asyncio.run(executor.execute(
+            [case], seeded_repo.snapshot(), ExecutionContext(policy_snapshot_id="p")))
+        assert model.caps == ([LOCAL_ROLLOUT_TOKENS] if embedded else [2048])
+        assert meter.total().calls == 1
+        assert (meter.failures() == []) is embedded  # a failed call only on the endpoint
+    local, endpoint = rollouts[True], rollouts[False]
+    assert local.error is None and local.metadata["reply_cut_at"] == LOCAL_ROLLOUT_TOKENS
+    assert local.evaluation is not None and local.evaluation.passed
+    assert endpoint.error is not None and "cut off at 2048 tokens" in endpoint.error
+    assert "reply_cut_at" not in endpoint.metadata

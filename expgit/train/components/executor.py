@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Sequence
 
 from expgit.errors import ExpgitError, UsageError
+from expgit.llm.port import ChatMessages
 from expgit.llm.structured import StructuredLLM
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
@@ -18,6 +19,11 @@ from expgit.train.experience_usage import usage_records
 from expgit.train.groups import sampling_of
 from expgit.train.interfaces import RolloutEvaluator
 from expgit.train.retrieval import ContextItem, ContextSelection, check_limits, select_context
+
+# The embedded model's rollout replies stop here and are graded as written: its answers
+# take about 150 tokens, and when it rambles on past them (measured on the demo cases:
+# to the 2048-token reply cap) the rest is not an answer, only minutes of CPU.
+LOCAL_ROLLOUT_TOKENS = 512
 
 
 class SingleTurnLLMRolloutExecutor:
@@ -33,13 +39,17 @@ class SingleTurnLLMRolloutExecutor:
     blob pins the version), ``context_tokens`` (their estimated tokens), ``snapshot_id``
     and ``snapshot_commit`` of the policy set. Always-on experiences over the budget are
     refused before any case runs (UsageError). At most ``concurrency`` cases run at once.
+    ``reply_tokens``: each reply stops there and is graded as written, ``reply_cut_at``
+    in its metadata (the embedded model's rollouts); None: the model's reply cap, where a
+    reply cut off is a failed rollout.
     A case whose call or evaluation fails (ExpgitError, e.g. LLMError; or a timeout)
     becomes a Rollout with ``error`` and a failed evaluation. Reads only; never writes.
     """
 
     def __init__(self, llm: StructuredLLM, evaluator: RolloutEvaluator, *,
                  top_k: int | None = None, token_budget: int | None = None,
-                 concurrency: int = 4, repo: ExperienceRepository | None = None) -> None:
+                 concurrency: int = 4, repo: ExperienceRepository | None = None,
+                 reply_tokens: int | None = None) -> None:
         if concurrency < 1:
             raise UsageError(f"concurrency must be at least 1, not {concurrency}")
         settings = repo.settings.context if repo is not None else None
@@ -52,6 +62,7 @@ class SingleTurnLLMRolloutExecutor:
         self.evaluator = evaluator
         self.concurrency = concurrency
         self.repo = repo
+        self.reply_tokens = reply_tokens
 
     async def execute(self, cases: Sequence[Case], policy_set: Snapshot,
                       context: ExecutionContext) -> list[Rollout]:
@@ -90,9 +101,16 @@ class SingleTurnLLMRolloutExecutor:
             system, user = render_prompt("rollout", self.repo, experiences=selection.items,
                                          user_input=query, case=case)
             messages.append(Message.text("user", user))
-            answer = await self.llm.text("rollout", [{"role": "system", "content": system},
-                                                     {"role": "user", "content": user}],
-                                         sampling_of(case))  # a group's run: its own
+            prompt: ChatMessages = [{"role": "system", "content": system},
+                                    {"role": "user", "content": user}]
+            sampling = sampling_of(case)  # a group's run: its own
+            if self.reply_tokens is None:
+                answer = await self.llm.text("rollout", prompt, sampling)
+            else:
+                answer, cut = await self.llm.capped_text("rollout", prompt, self.reply_tokens,
+                                                         sampling)
+                if cut:
+                    metadata["reply_cut_at"] = self.reply_tokens
             messages.append(Message.text("assistant", answer))
             rollout = Rollout(case=case, messages=messages, metadata=metadata,
                               policy_snapshot_id=context.policy_snapshot_id)
