@@ -5,8 +5,9 @@
 #   2. train it in propose mode on example_repo/cases/demo_train.yaml: a baseline eval
 #      on example_repo/cases/demo_eval.yaml, one training epoch (rollouts -> trajectories
 #      -> gradients -> a proposal; main untouched), the proposal's measured effect (its
-#      snapshot on the same held-out cases: the candidate eval, checked by the gate), and
-#      a final eval; then what the run learned, said plainly;
+#      snapshot on the same held-out cases: the candidate eval, checked by the gate, which
+#      passes only a proposal that does better than main), and a final eval; then what
+#      the run learned, said plainly;
 #   3. each proposal of the run: review it, then apply it if the gate passed it, or show
 #      the gate's refusal and reject it;
 #   4. the same workflow by hand, on whatever main is now: propose three edits, merge
@@ -41,13 +42,14 @@ expgit init "$repo" --from "$here/example_repo"
 cd "$repo"
 expgit list
 
-step "2. expgit train --mode propose --gate (baseline, one epoch, candidate eval, final eval)"
+step "2. expgit train --mode propose --gate --min-delta 1 (baseline, one epoch, candidate eval, final eval)"
 # exit 7: the run finished, but some LLM calls failed (a 135M model's replies often do);
-# exit 6: the gate refused a proposal. What the run made is kept either way, and the
+# exit 6: the gate refused a proposal (--min-delta 1: one that does not raise the
+# held-out accuracy by at least a point). What the run made is kept either way, and the
 # sections below go on with it.
 status=0
 expgit train --cases "$train_cases" --eval-cases "$eval_cases" --epochs 1 \
-  --mode propose --gate --pr-body "$work/train-pr-body.md" \
+  --mode propose --gate --min-delta 1 --pr-body "$work/train-pr-body.md" \
   --report "$work/train-report.json" --report-html "$work/train-report.html" || status=$?
 case "$status" in
   0) ;;

@@ -1,8 +1,8 @@
 """scripts/run_example.sh, the README's main job: every section works on the state the
-repository is in (training made a proposal the gate refused, or none at all), and where
+repository is in (training made a proposal the gate passed, or none at all), and where
 the embedded model is not installed, one line says what to install (the README's
 command), the script exits 2, and nothing but the freshly initialised repository is
-left. (The script's run where the gate passes the proposal is tests/test_readme.py's.)
+left. (The script's run where the gate refuses the proposal is tests/test_readme.py's.)
 The model is a local OpenAI-compatible server answering from a strict script."""
 
 from __future__ import annotations
@@ -69,15 +69,25 @@ RIGHT = ("You can cancel it: a booking made within the last 24 hours is eligible
 
 
 def agent(messages: list[dict[str, str]]) -> str:
-    """Right on main; wrong wherever the trained lesson is in the prompt (a regression
-    the gate refuses)."""
-    return "Sorry, I do not know." if LESSON_TITLE in messages[0]["content"] else RIGHT
+    """Wrong on main; right wherever the trained lesson is in the prompt."""
+    return RIGHT if LESSON_TITLE in messages[0]["content"] else "Sorry, I do not know."
 
 
 def reflect(*edits: dict[str, object]) -> Any:
     def reply(messages: list[dict[str, str]]) -> str:
         return json.dumps({**json.loads(analyze(messages)), "edits": list(edits)})
     return reply
+
+
+def run_scripted(work: Path, server: Any) -> subprocess.CompletedProcess[str]:
+    """The script on the scripted endpoint ``server``: it succeeds, and makes exactly
+    the scripted calls."""
+    proc = run_script(work, script_env(work.parent, OPENAI_BASE_URL=server.url,
+                                       OPENAI_API_KEY="scripted"))
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    assert server.unexpected == []
+    server.chat.assert_done()
+    return proc
 
 
 def hand_made_update_reverted(work: Path, out: str) -> None:
@@ -89,7 +99,7 @@ def hand_made_update_reverted(work: Path, out: str) -> None:
     assert git(repo, "diff", "main~2", "main", "--", "experiences").strip() == ""
 
 
-def test_a_proposal_the_gate_refuses_is_rejected_and_the_rest_goes_on(
+def test_a_proposal_the_gate_passes_is_applied_and_the_rest_goes_on(
         tmp_path: Path, serve: Any) -> None:
     rollouts = [Step("rollout", agent)] * 8  # baseline, training, candidate, final: 2 each
     server = serve([*rollouts, Step("reflect", reflect(LESSON)),
@@ -97,18 +107,15 @@ def test_a_proposal_the_gate_refuses_is_rejected_and_the_rest_goes_on(
                     Step("merge", json.dumps({"items": [
                         {**LESSON, "action": "upsert", "gradient_ids": []}]}))])
     work = tmp_path / "work"
-    proc = run_script(work, script_env(tmp_path, OPENAI_BASE_URL=server.url,
-                                       OPENAI_API_KEY="scripted"))
-    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
-    assert server.unexpected == []
-    server.chat.assert_done()
-    assert "(the gate refused a proposal: section 3 shows it; going on)" in proc.stdout
+    proc = run_scripted(work, server)
+    assert "learned: proposal " in proc.stdout and "(+100.00pp)" in proc.stdout
+    assert "(the gate passed it)" in proc.stdout
     repo = work / "experiences"
-    rejected = git(repo, "for-each-ref", "--format=%(refname)",
-                   "refs/expgit/rejected/proposals/")
-    assert len(rejected.split()) == 1
-    assert "answer-from-the-rules" not in git(repo, "ls-tree", "-r", "--name-only", "main")
+    applied = git(repo, "log", "--format=%s", "main").splitlines()
+    assert "expgit: update 1 experience: answer-from-the-rules" in applied
     hand_made_update_reverted(work, proc.stdout)
+    # the revert undid the hand-made update only: the trained lesson stays on main
+    assert "answer-from-the-rules.md" in git(repo, "show", "main:experiences/").split()
 
 
 def test_without_a_proposal_the_review_section_says_so_and_the_rest_goes_on(
@@ -117,11 +124,7 @@ def test_without_a_proposal_the_review_section_says_so_and_the_rest_goes_on(
     server = serve([*[Step("rollout", agent)] * 6, Step("reflect", reflect(refused)),
                     Step("reflect", reflect(refused))])
     work = tmp_path / "work"
-    proc = run_script(work, script_env(tmp_path, OPENAI_BASE_URL=server.url,
-                                       OPENAI_API_KEY="scripted"))
-    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
-    assert server.unexpected == []
-    server.chat.assert_done()
+    proc = run_scripted(work, server)
     assert "learned: nothing. The run made no proposal" in proc.stdout
     assert "training made no proposal this time" in proc.stdout
     hand_made_update_reverted(work, proc.stdout)
