@@ -108,7 +108,7 @@ def test_a_proposal_the_gate_passes_is_applied_and_the_rest_goes_on(
                         {**LESSON, "action": "upsert", "gradient_ids": []}]}))])
     work = tmp_path / "work"
     proc = run_scripted(work, server)
-    assert "learned: proposal " in proc.stdout and "(+100.00pp)" in proc.stdout
+    assert "learned: proposal " in proc.stdout and "(+100.00pp, 95% interval" in proc.stdout
     assert "(the gate passed it)" in proc.stdout
     repo = work / "experiences"
     applied = git(repo, "log", "--format=%s", "main").splitlines()

@@ -1,14 +1,17 @@
 """What a training run learned, said plainly after its summary.
 
 A run learned something when a proposal's candidate eval beat its baseline on the
-held-out cases (a positive accuracy delta). It learned nothing when it made no
-proposal, or when no proposal's snapshot did better than ``main``. Without a candidate
-eval (no ``--eval-cases``, ``--no-candidate-eval``) the effect is not known, and the
-lines say that instead of guessing.
+held-out cases beyond chance: the lower end of the delta's 95% interval is above 0. A
+positive delta whose interval still holds 0 (two held-out cases: one flip) is said to be
+too few cases to tell. It learned nothing when it made no proposal, or when no
+proposal's snapshot did better than ``main``. Without a candidate eval (no
+``--eval-cases``, ``--no-candidate-eval``) the effect is not known, and the lines say
+that instead of guessing.
 
-When the embedded model learned nothing, the lines also say what a capable model
-changes, and give the one command that runs the same training on an OpenAI-compatible
-endpoint (``--base-url``; its key in ``OPENAI_API_KEY``, as ``[llm] api_key_env``).
+When the embedded model learned nothing (or nothing shown), the lines also say what a
+capable model changes, and give the one command that runs the same training on an
+OpenAI-compatible endpoint (``--base-url``; its key in ``OPENAI_API_KEY``, as ``[llm]
+api_key_env``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import shlex
 from collections.abc import Sequence
 
 from expgit.llm.factory import LOCAL_DESCRIPTION_PREFIX
+from expgit.train.candidate import CandidateReport
 from expgit.train.report import RunReport
 
 # the command-line options that choose the model, each followed by its value
@@ -33,13 +37,22 @@ CAPABLE_MODEL = (
 
 
 def learned(report: RunReport) -> bool | None:
-    """True: a proposal raised the held-out accuracy; False: no proposal, or none did
-    better than ``main``; None: proposals whose effect was not measured."""
+    """True: a proposal raised the held-out accuracy beyond chance (its delta's interval
+    above 0); False: no proposal, or none shown to do better than ``main``; None:
+    proposals whose effect was not measured."""
     if not report.proposals:
         return False
     if not report.candidates:
         return None
-    return any(c.delta > 0 for c in report.candidates)
+    return any(c.delta_ci[0] > 0 for c in report.candidates)
+
+
+def _figures(c: CandidateReport) -> str:
+    b, k = c.baseline, c.candidate
+    low, high = c.delta_ci
+    return (f"proposal {c.proposal} passes {k.passed}/{k.cases * k.trials} held-out "
+            f"cases where main passes {b.passed}/{b.cases * b.trials} "
+            f"({c.delta * 100:+.2f}pp, 95% interval {low * 100:+.2f} to {high * 100:+.2f})")
 
 
 def learned_line(report: RunReport) -> str:
@@ -48,15 +61,15 @@ def learned_line(report: RunReport) -> str:
     if verdict is None:
         return ("learned: not measured (no held-out cases measured the proposals: "
                 "`train --eval-cases FILE`, or `apply ID --gate --eval-cases FILE`)")
-    if verdict:
-        best = max(report.candidates, key=lambda c: c.delta)
-        b, k = best.baseline, best.candidate
-        return (f"learned: proposal {best.proposal} passes {k.passed}/{k.cases * k.trials} "
-                f"held-out cases where main passes {b.passed}/{b.cases * b.trials} "
-                f"({best.delta * 100:+.2f}pp)")
     if not report.proposals:
         return ("learned: nothing. The run made no proposal: no edit the model wrote "
                 "survived (the rejected edits and failed calls above say why)")
+    best = max(report.candidates, key=lambda c: (c.delta_ci[0], c.delta))
+    if verdict:
+        return f"learned: {_figures(best)}"
+    if best.delta > 0:
+        return (f"learned: nothing shown. The {_figures(best)}: the interval holds no "
+                "change, too few cases to tell a lesson from chance")
     delta = max(c.delta for c in report.candidates)
     which = "No proposal did better than" if delta == 0 else "Every proposal did worse than"
     return (f"learned: nothing. {which} main on the held-out cases (best delta "

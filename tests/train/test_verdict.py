@@ -26,14 +26,14 @@ LOCAL = "local SmolLM2-135M-Instruct at http://127.0.0.1:4242/v1"
 ARGS = ("-C", "my repo", "train", "--cases", "t.yaml", "--llm", "local", "--model=x.gguf")
 
 
-def run(llm: str = LOCAL, proposals: tuple[str, ...] = (), *deltas: tuple[int, int]
-        ) -> RunReport:
-    """A train report; each delta (baseline passed, candidate passed) of 4 cases, for the
-    first proposals."""
+def run(llm: str = LOCAL, proposals: tuple[str, ...] = (),
+        *deltas: tuple[int, int, float]) -> RunReport:
+    """A train report; each delta (baseline passed, candidate passed, the lower end of
+    the delta's interval) of 4 cases, for the first proposals."""
     candidates = [CandidateReport(proposal=pid, baseline=EvalSummary(cases=4, passed=b),
                                   candidate=EvalSummary(cases=4, passed=c),
-                                  delta=(c - b) / 4)
-                  for pid, (b, c) in zip(proposals, deltas, strict=False)]
+                                  delta=(c - b) / 4, delta_ci=[low, 1.0])
+                  for pid, (b, c, low) in zip(proposals, deltas, strict=False)]
     return RunReport(command="train", repository="r", llm=llm, proposals=list(proposals),
                      candidates=candidates)
 
@@ -48,22 +48,36 @@ def test_no_proposal_from_the_embedded_model_says_so_and_how_to_use_an_endpoint(
 
 
 def test_a_proposal_that_does_not_beat_main_learned_nothing() -> None:
-    report = run(LOCAL, ("p1", "p2"), (1, 1), (2, 1))
+    report = run(LOCAL, ("p1", "p2"), (1, 1, -0.1), (2, 1, -0.6))
     assert learned(report) is False
     lines = verdict_lines(report, ARGS)
     assert lines[0] == ("learned: nothing. No proposal did better than main on the "
                         "held-out cases (best delta +0.00pp)")
     assert "--base-url" in lines[-1]
-    assert learned_line(run(LOCAL, ("p1",), (2, 1))) == (
+    assert learned_line(run(LOCAL, ("p1",), (2, 1, -0.7))) == (
         "learned: nothing. Every proposal did worse than main on the held-out cases "
         "(best delta -25.00pp)")
 
 
 def test_a_proposal_that_beats_main_is_named_with_its_figures() -> None:
-    report = run(LOCAL, ("p1", "p2"), (1, 1), (1, 3))
+    report = run(LOCAL, ("p1", "p2"), (1, 1, 0.0), (1, 3, 0.1))
     assert learned(report) is True
     assert verdict_lines(report, ARGS) == [
-        "learned: proposal p2 passes 3/4 held-out cases where main passes 1/4 (+50.00pp)"]
+        "learned: proposal p2 passes 3/4 held-out cases where main passes 1/4 (+50.00pp, "
+        "95% interval +10.00 to +100.00)"]
+
+
+def test_a_gain_within_chance_is_not_called_learned() -> None:
+    """One flip out of two cases (measured: a 135M model's junk edit did this) is a
+    positive delta whose interval holds 0."""
+    report = run(LOCAL, ("p1",), (0, 2, -0.2))
+    assert learned(report) is False
+    lines = verdict_lines(report, ARGS)
+    assert lines[0] == (
+        "learned: nothing shown. The proposal p1 passes 2/4 held-out cases where main "
+        "passes 0/4 (+50.00pp, 95% interval -20.00 to +100.00): the interval holds no "
+        "change, too few cases to tell a lesson from chance")
+    assert "capable model" in lines[1] and "--base-url" in lines[-1]
 
 
 def test_unmeasured_proposals_are_not_called_a_success_or_a_failure() -> None:
