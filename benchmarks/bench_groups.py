@@ -38,7 +38,7 @@ from bench_train import EXAMPLE, FakeChat, _delta, _digest, lesson  # noqa: E402
 from expgit.init import init_repository  # noqa: E402
 from expgit.llm.factory import LLMRuntime  # noqa: E402
 from expgit.llm.port import ChatMessages, Completion, UsageMeter  # noqa: E402
-from expgit.runs.build import build_pipeline  # noqa: E402
+from expgit.runs.wiring import build_pipeline  # noqa: E402
 from expgit.store.repository import ExperienceRepository  # noqa: E402
 from expgit.train.cases import ListCaseLoader, load_cases  # noqa: E402
 from expgit.train.context import PipelineContext  # noqa: E402

@@ -66,7 +66,7 @@ from expgit.git.repo import GitRepo  # noqa: E402
 from expgit.init import init_repository  # noqa: E402
 from expgit.llm.factory import LLMRuntime  # noqa: E402
 from expgit.llm.port import ChatMessages, Completion, StageUsage, UsageMeter  # noqa: E402
-from expgit.runs.build import build_pipeline  # noqa: E402
+from expgit.runs.wiring import build_pipeline  # noqa: E402
 from expgit.store.proposals import list_proposals  # noqa: E402
 from expgit.store.repository import ExperienceRepository  # noqa: E402
 from expgit.train.candidate_stage import CandidateStage  # noqa: E402

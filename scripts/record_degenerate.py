@@ -28,7 +28,7 @@ from typing import Any
 from expgit.init import init_repository
 from expgit.llm.factory import open_llm
 from expgit.llm.port import ChatMessages, ChatModel, Completion, UsageMeter
-from expgit.runs.build import build_pipeline
+from expgit.runs.wiring import build_pipeline
 from expgit.store.repository import ExperienceRepository
 from expgit.train.cases import ListCaseLoader, load_cases
 from expgit.train.context import PipelineContext

@@ -33,7 +33,7 @@ from expgit.train.domain import (
     RolloutTrainingResult,
 )
 from expgit.train.interfaces import ExperienceSet
-from expgit.train.pipeline import combined_apply_result
+from expgit.train.phase_metrics import combined_apply_result
 
 RETRY_STATUSES = (429, 503)
 

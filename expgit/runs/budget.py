@@ -5,7 +5,7 @@ The calls are counted from the run's cases, phase by phase, as the default chain
 them: each rollout made here is one ``rollout`` call plus one ``judge`` call per
 ``llm_judge`` criterion (a tool-calling rollout takes one call per turn: more); each
 trained rollout ``[train] calls_per_rollout`` more (1, or 2 for the embedded model, as
-:func:`~expgit.runs.build.build_pipeline` wires it); each batch one ``merge`` per
+:func:`~expgit.runs.wiring.build_pipeline` wires it); each batch one ``merge`` per
 chunk of at most ``[train] gradients_per_chunk`` gradients (one gradient per trained
 rollout, by estimate); an eval phase one rollout per case (and trial). A training run's
 candidate eval is counted once per batch (a batch makes at most one proposal). Rollouts

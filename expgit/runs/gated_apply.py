@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from expgit.errors import GateError
-from expgit.runs.build import LLMOptions, RunOptions, build_pipeline, open_llm_for
+from expgit.runs.build import LLMOptions, RunOptions, open_llm_for
 from expgit.runs.provenance import agent_warnings
+from expgit.runs.wiring import build_pipeline
 from expgit.store.apply import ApplyResult, apply_proposal, build_on, ensure_open
 from expgit.store.proposals import find_proposal
 from expgit.store.repository import ExperienceRepository

@@ -12,7 +12,7 @@ against the case's ``name``, ``task_signature`` or ``metadata[key]``.
 A rollout opens the repository at ``policy_set.root_uri`` (a local path; read-only),
 takes the snapshot of ``policy_set.metadata.commit`` (default: the tip of ``main``) and
 runs the case through the in-process executor of ``expgit train``
-(:func:`expgit.runs.build.rollout_executor`: one ``rollout`` call, the rubric's checks,
+(:func:`expgit.runs.wiring.rollout_executor`: one ``rollout`` call, the rubric's checks,
 an ``judge`` call per ``llm_judge`` criterion; a case of a cases file that names a tool
 environment, such as ``cases/airline_eval.yaml``, runs as a tool-calling conversation
 in that environment). A request whose case names a tool environment or database this
@@ -34,7 +34,7 @@ from expgit import __version__
 from expgit.errors import InvalidInputError, NotFoundError
 from expgit.llm.port import UsageMeter
 from expgit.remote.protocol import CaseQuery, Health, RolloutRequest
-from expgit.runs.build import LLMHandles, rollout_executor
+from expgit.runs.wiring import LLMHandles, rollout_executor
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
 from expgit.train.cases import load_cases

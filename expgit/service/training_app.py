@@ -38,7 +38,7 @@ from expgit.asgi.guards import describe_validation_errors, error_response, insta
 from expgit.errors import InvalidInputError, NotFoundError, UsageError
 from expgit.remote.protocol import Health
 from expgit.remote.training_protocol import TrainingJob
-from expgit.runs.build import LLMHandles
+from expgit.runs.wiring import LLMHandles
 from expgit.service.job_view import job_status, job_view
 from expgit.service.jobs import JobRegistry, QueueFullError
 from expgit.service.stage_gate import StageGate

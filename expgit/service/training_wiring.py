@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from expgit.errors import UsageError
-from expgit.runs.build import LLMHandles, build_pipeline
 from expgit.runs.provenance import of_handles
+from expgit.runs.wiring import LLMHandles, build_pipeline
 from expgit.service.stage_gate import (
     GatedAnalyzer,
     GatedEstimator,

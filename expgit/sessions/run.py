@@ -25,7 +25,8 @@ from typing import Literal
 from expgit.errors import ExpgitError, UsageError
 from expgit.llm.port import LLMError
 from expgit.outcomes.signals import SessionSignals
-from expgit.runs.build import LLMHandles, LLMOptions
+from expgit.runs.build import LLMOptions
+from expgit.runs.wiring import LLMHandles
 from expgit.sessions.feedback import FeedbackLabel, label_segment, segment_signals
 from expgit.sessions.ingest import segment_session
 from expgit.sessions.manifest import SessionManifest

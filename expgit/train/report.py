@@ -24,7 +24,7 @@ from expgit.llm.port import NOT_CALLED, Failure, StageUsage, UsageMeter
 from expgit.store.predictions import PredictionRecords, TrackRecord
 from expgit.store.provenance import Provenance
 from expgit.train.candidate import CandidateReport, summary_line
-from expgit.train.pipeline import PhaseMetrics
+from expgit.train.phase_metrics import PhaseMetrics
 from expgit.train.remote_push import RemoteReport
 
 STAGE_ORDER = ("rollout", "judge", "reflect", "analyze", "estimate", "merge", "compress")

@@ -19,7 +19,7 @@ from expgit.llm.structured import StructuredLLM
 from expgit.outcomes.records import OutcomeRequest
 from expgit.outcomes.stats import experience_stats, trajectory_row
 from expgit.outcomes.store import OutcomeStore
-from expgit.runs.build import build_pipeline
+from expgit.runs.wiring import build_pipeline
 from expgit.store.repository import ExperienceRepository
 from expgit.train.cases import ListCaseLoader
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator

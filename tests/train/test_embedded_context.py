@@ -16,7 +16,7 @@ from expgit.llm.port import ChatMessages, Completion, EmbeddingModel, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
 from expgit.runs.budget import COMPLETION_TOKENS, PROMPT_OVERHEAD_TOKENS, estimate, train_plan
-from expgit.runs.build import rollout_executor
+from expgit.runs.wiring import rollout_executor
 from expgit.store.experience import estimate_tokens, tokens_of_bytes
 from expgit.store.repository import ExperienceRepository
 from expgit.store.settings import ContextSettings, LLMSettings, parse_settings

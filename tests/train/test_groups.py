@@ -23,7 +23,7 @@ from expgit.errors import UsageError
 from expgit.llm.port import LLMError, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.runs.build import build_pipeline
+from expgit.runs.wiring import build_pipeline
 from expgit.store.repository import ExperienceRepository
 from expgit.train.cases import ListCaseLoader
 from expgit.train.components.trajectory_analyzer import read_front_matter

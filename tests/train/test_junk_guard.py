@@ -25,7 +25,7 @@ from scripted_pipeline import (
 from expgit.llm.port import Failure, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.runs.build import build_pipeline
+from expgit.runs.wiring import build_pipeline
 from expgit.store.gradients import list_gradients
 from expgit.store.repository import ExperienceRepository
 from expgit.train.cases import ListCaseLoader
@@ -35,7 +35,8 @@ from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyze
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Message, Rollout, RubricEvaluation
 from expgit.train.lesson_guard import DEGENERATE_REPLY
-from expgit.train.pipeline import OfflinePolicyOptimizationPipeline, PipelineResult
+from expgit.train.phase_metrics import PipelineResult
+from expgit.train.pipeline import OfflinePolicyOptimizationPipeline
 
 Reply = Callable[[list[dict[str, str]]], str]
 LOOPING = "Mia Li, Mia Li, Mia Li, Mia Li, Mia Li, Mia Li, …"

@@ -24,7 +24,7 @@ from expgit.errors import ExpgitError, InvalidInputError
 from expgit.llm.port import UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.runs.build import build_pipeline
+from expgit.runs.wiring import build_pipeline
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
 from expgit.train.cases import ListCaseLoader

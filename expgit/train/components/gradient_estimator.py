@@ -121,7 +121,7 @@ class ExperienceGradientEstimator:
     ``prompt_tokens``: drop the least relevant experiences until the prompt fits.
 
     With ``usage_stats`` (a source such as :func:`expgit.outcomes.stats.experience_stats`,
-    which :func:`expgit.runs.build.build_pipeline` passes), each shown experience carries
+    which :func:`expgit.runs.wiring.build_pipeline` passes), each shown experience carries
     its track record (:func:`expgit.train.track_record.track_record`, one bounded line:
     runs that used it, passed/failed, mean score, helpful/harmful outcome reports), read
     from git with no LLM call; unreadable statistics are left out and noted in

@@ -46,7 +46,7 @@ from expgit.train.interfaces import (
     RolloutAnalyzer,
     RolloutReflector,
 )
-from expgit.train.pipeline import combined_apply_result
+from expgit.train.phase_metrics import combined_apply_result
 
 
 @dataclass

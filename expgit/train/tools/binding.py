@@ -3,7 +3,7 @@
 ``{environment: NAME, database: FILE, cases: [...]}`` (``database`` relative to the
 cases file) binds every case to a tool environment: each case's
 ``metadata.environment`` becomes ``{"name": NAME, "database": <absolute path>}``, which
-the executor of :mod:`expgit.runs.build` routes on. Refused here, before anything runs
+the executor of :mod:`expgit.runs.wiring` routes on. Refused here, before anything runs
 (InvalidInputError): an unknown environment, a fixture that does not parse, a case
 without a user (:func:`~expgit.train.tools.users.check_user_input`), a ``tool_called``
 / ``tool_not_called`` check of a tool the environment lacks, a ``db_state`` path whose

@@ -1,0 +1,139 @@
+"""The real training components wired from a repository and an LLM runtime: the rollout
+executor (single-turn, tool-calling, or routed by case) and the RFC's default pipeline.
+The runs of :mod:`expgit.runs.build` and the services build on these."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from expgit.llm.port import EmbeddingModel
+from expgit.llm.structured import StructuredLLM
+from expgit.outcomes.stats import experience_stats
+from expgit.store.provenance import Provenance
+from expgit.store.repository import ExperienceRepository
+from expgit.train.candidate_stage import CandidateStage
+from expgit.train.components.evaluator import RubricRolloutEvaluator
+from expgit.train.components.executor import LOCAL_ROLLOUT_TOKENS, SingleTurnLLMRolloutExecutor
+from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
+from expgit.train.components.group_reflector import GroupReflector
+from expgit.train.components.group_trainer import GroupPolicyTrainer
+from expgit.train.components.llm_fields import (
+    LOCAL_ANALYSIS_LIMITS,
+    LOCAL_EDIT_LIMITS,
+    LOCAL_RELEVANT_EXPERIENCES,
+    LOCAL_SIMILAR_EXPERIENCES,
+)
+from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer
+from expgit.train.components.policy_trainer import BatchPolicyTrainer
+from expgit.train.components.policy_updater import GitPolicyUpdater
+from expgit.train.components.rollout_reflector import OneCallRolloutReflector
+from expgit.train.components.snapshotter import ContentHashPolicySnapshotter
+from expgit.train.components.tool_executor import (
+    RoutingRolloutExecutor,
+    ToolCallingRolloutExecutor,
+)
+from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
+from expgit.train.engine import PolicyTrainingEngine
+from expgit.train.interfaces import PolicyTrainer, RolloutExecutor
+from expgit.train.pipeline import (
+    OfflinePolicyOptimizationPipeline,
+    PipelineObserver,
+)
+from expgit.train.redaction import Redactor
+from expgit.train.relevance import EmbeddingRanker, ExperienceRanker
+from expgit.train.remote_push import RemotePublisher
+
+
+class LLMHandles(Protocol):
+    """What the components need of an LLM runtime (an ``LLMRuntime``, or a test's own)."""
+
+    @property
+    def structured(self) -> StructuredLLM: ...
+
+    @property
+    def embeddings(self) -> EmbeddingModel | None: ...
+
+
+
+def _ranker(runtime: LLMHandles) -> ExperienceRanker | None:
+    return EmbeddingRanker(runtime.embeddings) if runtime.embeddings is not None else None
+
+
+def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
+                     concurrency: int = 4, top_k: int | None = None,
+                     token_budget: int | None = None) -> RoutingRolloutExecutor:
+    """The in-process executor of the default chain (also the example environment's):
+    single-turn, or tool-calling for the cases a cases file binds to a tool environment
+    (``environment:``, limits from ``[train] tool_max_steps`` / ``tool_max_user_turns``);
+    rubric-evaluated. Each prompt's experiences by
+    :func:`expgit.train.retrieval.select_context` within the repository's ``[context]``
+    settings (for the embedded model at most ``embedded_token_budget``), ``top_k`` and
+    ``token_budget`` overriding them."""
+    embedded = bool(getattr(runtime, "is_local", False))
+    if token_budget is None:
+        token_budget = repo.settings.context.budget_for(embedded)
+    evaluator = RubricRolloutEvaluator(runtime.structured, repo=repo)
+    single = SingleTurnLLMRolloutExecutor(
+        runtime.structured, evaluator, top_k=top_k, token_budget=token_budget,
+        concurrency=concurrency, repo=repo,
+        reply_tokens=LOCAL_ROLLOUT_TOKENS if embedded else None)
+    train = repo.settings.train
+    tools = ToolCallingRolloutExecutor(
+        runtime.structured, evaluator, single.experiences_for,
+        max_steps=train.tool_max_steps, max_user_turns=train.tool_max_user_turns,
+        concurrency=concurrency, repo=repo)
+    return RoutingRolloutExecutor(single, tools)
+
+
+def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurrency: int = 4,
+                   top_k: int | None = None, observer: PipelineObserver | None = None,
+                   executor: RolloutExecutor | None = None,
+                   publisher: RemotePublisher | None = None,
+                   candidates: CandidateStage | None = None, group_size: int = 1,
+                   provenance: Provenance | None = None
+                   ) -> OfflinePolicyOptimizationPipeline:
+    """The RFC's default chain on ``repo``: single-turn executor with the rubric
+    evaluator (unless another ``executor`` is given, e.g. a remote one), trajectory
+    analyzer and gradient estimator (in one reflect call per rollout unless
+    ``[train] calls_per_rollout`` is 2, or the model is the embedded one), patch-merge
+    optimizer, git updater, batch trainer;
+    relevance by embeddings when the runtime has them. With a ``publisher``, each
+    update is pushed to its remote, and applied there in apply mode. ``group_size`` > 1:
+    each training case runs that many times and a group trainer reflects on each group
+    in one call (:mod:`expgit.train.components.group_trainer`). ``provenance``: the
+    models, in the trailers of every gradient and proposal commit."""
+    llm = runtime.structured
+    ranker = _ranker(runtime)
+    redactor = Redactor(repo.settings.limits.max_message_chars)
+    evaluator = RubricRolloutEvaluator(llm, repo=repo)
+    if executor is None:
+        executor = rollout_executor(repo, runtime, concurrency=concurrency, top_k=top_k)
+    # The embedded model gets tighter output bounds and smaller prompts (its context is
+    # 8k tokens and it is slow); API endpoints keep the components' defaults.
+    local = bool(getattr(runtime, "is_local", False))
+    budget = getattr(runtime, "prompt_tokens", None)
+    optimizer = PatchMergePolicyOptimizer(
+        repo, llm, ranker, limits=LOCAL_EDIT_LIMITS if local else None,
+        similar_experiences=LOCAL_SIMILAR_EXPERIENCES if local else 5, prompt_tokens=budget,
+        redactor=redactor)
+    updater = GitPolicyUpdater(repo, remote=publisher.remote if publisher else None,
+                               provenance=provenance)
+    engine = PolicyTrainingEngine(repo, optimizer, updater, publisher=publisher)
+    analyzer = TrajectoryRolloutAnalyzer(
+        repo, llm, evaluator, limits=LOCAL_ANALYSIS_LIMITS if local else None,
+        prompt_tokens=budget, redactor=redactor)
+    estimator = ExperienceGradientEstimator(
+        repo, llm, ranker, relevant_experiences=LOCAL_RELEVANT_EXPERIENCES if local else None,
+        limits=LOCAL_EDIT_LIMITS if local else None, prompt_tokens=budget,
+        usage_stats=experience_stats, redactor=redactor, provenance=provenance)
+    one_call = repo.settings.train.calls_for(embedded=local) == 1
+    reflector = OneCallRolloutReflector(analyzer, estimator, llm) if one_call else None
+    trainer: PolicyTrainer = BatchPolicyTrainer(analyzer, estimator, engine,
+                                                concurrency=concurrency, reflector=reflector)
+    if group_size > 1:
+        trainer = GroupPolicyTrainer(GroupReflector(analyzer, estimator, llm), engine,
+                                     group_size=group_size, concurrency=concurrency)
+    return OfflinePolicyOptimizationPipeline(repo, ContentHashPolicySnapshotter(), executor,
+                                             trainer, observer=observer,
+                                             candidates=candidates, redactor=redactor,
+                                             group_size=group_size)
