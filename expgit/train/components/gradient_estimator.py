@@ -148,10 +148,11 @@ class ExperienceGradientEstimator:
 
     async def estimate(self, analysis: RolloutAnalysis, experience_set: Snapshot,
                        context: PipelineContext) -> list[SemanticGradient]:
-        analysis.metadata["rejected_edits"] = []
         trajectory = analysis.trajectory
-        if trajectory is None:
+        if trajectory is None:  # e.g. a junk analysis: the analyzer said why, keep it
+            analysis.metadata.setdefault("rejected_edits", [])
             return []
+        analysis.metadata["rejected_edits"] = []
         # ranked by the document's text, not its front matter (which lists every
         # experience the run had in context, and would pull them all up alike)
         query = (f"{trajectory.retrieval_anchor}\n{analysis.rollout.case.task_signature}\n"
