@@ -131,17 +131,21 @@ def _print_status(status: SessionsStatus) -> None:
 
 
 @sessions_group.command("status")
+@click.option("--all", "all_details", is_flag=True,
+              help="List every session in the JSON `details` (default: the first 100 "
+              "by key, `details_truncated` true when there are more).")
 @json_option
 @click.pass_context
-def status_cmd(ctx: click.Context, as_json: bool) -> None:
+def status_cmd(ctx: click.Context, all_details: bool, as_json: bool) -> None:
     """Sessions, segments, labelled, memory-eligible, SFT-eligible and trained counts.
 
     \b
     Example:
       expgit sessions status
       expgit sessions status --json
+      expgit sessions status --json --all
     """
-    status = sessions_status(open_repo(ctx))
+    status = sessions_status(open_repo(ctx), all_details=all_details)
     emit(as_json, status.model_dump(mode="json"), lambda: _print_status(status))
 
 

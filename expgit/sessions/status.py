@@ -1,5 +1,10 @@
 """``expgit sessions status``: counts of sessions and segments from the manifests (each
-manifest's part kept by blob id in the derived-data cache)."""
+manifest's part kept by blob id in the derived-data cache, the whole status by the
+manifests folder's tree id).
+
+``details`` holds the first :data:`DETAILS_LIMIT` sessions by key (``details_truncated``
+says when there are more); ``all_details`` (``--all``) lists every one, which at 100,000
+sessions is a 24 MB answer."""
 
 from __future__ import annotations
 
@@ -39,6 +44,11 @@ class SessionsStatus(BaseModel):
     invalidation_proposals: list[str] = Field(default_factory=list)
     pending: list[SessionLine] = Field(default_factory=list)
     details: list[SessionLine] = Field(default_factory=list)
+    details_truncated: bool = False  # more sessions than details (see ``all_details``)
+
+
+DETAILS_LIMIT = 100  # sessions listed in ``details`` unless all are asked for
+_TOTALS_FORMAT = "session-totals-1"
 
 
 _CACHE_FORMAT = "session-status-2"
@@ -118,8 +128,7 @@ def _summaries(repo: ExperienceRepository, store: SessionStore) -> list[_Summary
     return [known[e.sha] for e in entries]
 
 
-def sessions_status(repo: ExperienceRepository) -> SessionsStatus:
-    store = SessionStore(repo)
+def _compute(repo: ExperienceRepository, store: SessionStore) -> SessionsStatus:
     summaries = _summaries(repo, store)
     lines = [s.line for s in summaries]
     by_status = Counter(line.status for line in lines)
@@ -134,4 +143,46 @@ def sessions_status(repo: ExperienceRepository) -> SessionsStatus:
         trained=sum(line.trained for line in lines),
         invalidation_proposals=list(dict.fromkeys(
             i for s in summaries for i in s.invalidations)),
-        pending=[line for line in lines if line.status == "pending"], details=lines)
+        pending=[line for line in lines if line.status == "pending"], details=lines,
+        details_truncated=False)
+
+
+def _folder_tree(repo: ExperienceRepository, store: SessionStore) -> str | None:
+    """The manifests folder's tree id at the branch tip: the whole status is a function
+    of it (None: no sessions yet)."""
+    tree = store.branch.tree()
+    entry = repo.git.path_entry(tree, MANIFESTS) if tree is not None else None
+    return entry.sha if entry is not None and entry.is_tree else None
+
+
+def _bounded(status: SessionsStatus) -> SessionsStatus:
+    if len(status.details) <= DETAILS_LIMIT:
+        return status
+    return status.model_copy(update={"details": status.details[:DETAILS_LIMIT],
+                                     "details_truncated": True})
+
+
+def sessions_status(repo: ExperienceRepository, *, all_details: bool = False
+                    ) -> SessionsStatus:
+    """The counts, pending sessions and (the first :data:`DETAILS_LIMIT`, or with
+    ``all_details`` every) session's line. Unless every line is asked for, a status of
+    a manifests folder seen before (same tree id) is read from the derived-data cache
+    whole: no manifest, no per-session row."""
+    store = SessionStore(repo)
+    tree = None if all_details else _folder_tree(repo, store)
+    cache = keyed_cache_file(repo.git.common_dir, "session-totals-", store.branch.ref)
+    if tree is not None:
+        stored = read_cache(cache, _TOTALS_FORMAT)
+        if stored is not None and stored.get("tree") == tree:
+            try:
+                return SessionsStatus.model_validate(stored.get("status"))
+            except ValueError:
+                pass  # another shape: computed again
+    status = _compute(repo, store)
+    if all_details:
+        return status
+    status = _bounded(status)
+    if tree is not None:
+        write_cache(cache, _TOTALS_FORMAT, {"tree": tree,
+                                            "status": status.model_dump(mode="json")})
+    return status

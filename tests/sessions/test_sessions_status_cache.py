@@ -16,8 +16,8 @@ from expgit.store.repository import ExperienceRepository
 SESSIONS = EXAMPLE / "sessions"
 
 
-def status(run_cli, path: Path) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    result = run_cli("-C", path, "sessions", "status", "--json")
+def status(run_cli, path: Path, *more: str) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    result = run_cli("-C", path, "sessions", "status", "--json", *more)
     assert result.code == 0, result.err
     data: dict[str, object] = json.loads(result.out)
     return data
@@ -34,7 +34,9 @@ def test_status_reads_manifests_once_and_follows_changes(seeded_repo: Experience
     for name in ("pet-question.jsonl", "bags-then-cancel.jsonl"):
         ingest = run_cli("-C", path, "sessions", "ingest", SESSIONS / name, "--agent", "bot")
         assert ingest.code == 0, ingest.err
-    first = status(run_cli, path)
+    # --all: every row, counted from the per-manifest rows (the whole status kept by
+    # folder tree is another cache, tested below)
+    first = status(run_cli, path, "--all")
     assert first["sessions"] == 2
     [cache] = cache_files(seeded_repo)
     stored = json.loads(cache.read_text())
@@ -44,19 +46,67 @@ def test_status_reads_manifests_once_and_follows_changes(seeded_repo: Experience
     planted = next(iter(stored["entries"]))
     stored["entries"][planted][0]["messages"] = 7
     cache.write_text(json.dumps(stored))
-    assert 7 in [d["messages"] for d in status(run_cli, path)["details"]]  # type: ignore[index, union-attr]
+    assert 7 in [d["messages"] for d in status(run_cli, path, "--all")["details"]]  # type: ignore[index, union-attr]
     # a row of another shape: ignored, that manifest is read again
     stored["entries"][planted][0]["messages"] = "seven"
     cache.write_text(json.dumps(stored))
-    assert status(run_cli, path) == first
+    assert status(run_cli, path, "--all") == first
     # a corrupt cache file: ignored and written anew
     cache.write_text("{not json")
-    assert status(run_cli, path) == first
+    assert status(run_cli, path, "--all") == first
     assert json.loads(cache.read_text())["format"] == "session-status-2"
     # a new session: its manifest is a new blob, summarised; the others come from the cache
     more = run_cli("-C", path, "sessions", "ingest", SESSIONS / "fourth-bag-thumbs-down.jsonl",
                    "--agent", "bot")
     assert more.code == 0, more.err
-    after = status(run_cli, path)
+    after = status(run_cli, path, "--all")
     assert after["sessions"] == 3
     assert len(json.loads(cache.read_text())["entries"]) == 3
+
+
+def test_status_bounds_details_and_keeps_totals_by_folder_tree(  # type: ignore[no-untyped-def]
+        seeded_repo: ExperienceRepository, run_cli, monkeypatch, tmp_path: Path) -> None:
+    from expgit.sessions import status as status_module
+
+    path = seeded_repo.git.work_tree
+    assert path is not None
+    for name in ("pet-question.jsonl", "bags-then-cancel.jsonl",
+                 "fourth-bag-thumbs-down.jsonl"):
+        ingest = run_cli("-C", path, "sessions", "ingest", SESSIONS / name, "--agent", "bot")
+        assert ingest.code == 0, ingest.err
+    monkeypatch.setattr(status_module, "DETAILS_LIMIT", 2)
+    every = run_cli("-C", path, "sessions", "status", "--json", "--all")
+    assert every.code == 0, every.err
+    full = json.loads(every.out)
+    assert len(full["details"]) == 3 and full["details_truncated"] is False
+    bounded = status(run_cli, path)
+    assert bounded["details"] == full["details"][:2] and bounded["details_truncated"] is True
+    assert {k: v for k, v in bounded.items() if not k.startswith("details")} == \
+        {k: v for k, v in full.items() if not k.startswith("details")}
+    [totals] = sorted((seeded_repo.git.common_dir / CACHE_DIR).glob("session-totals-*.json"))
+    stored = json.loads(totals.read_text())
+    branch_tree = SessionStore(seeded_repo).branch.tree()
+    assert branch_tree is not None
+    folder = seeded_repo.git.path_entry(branch_tree, MANIFESTS)
+    assert folder is not None and stored["entries"]["tree"] == folder.sha
+    # the kept status is what is read while the folder's tree is the same (planted count)
+    stored["entries"]["status"]["trained"] = 41
+    totals.write_text(json.dumps(stored))
+    assert status(run_cli, path)["trained"] == 41
+    # --all never reads it: counted from the manifests
+    assert json.loads(run_cli("-C", path, "sessions", "status", "--json", "--all").out
+                      )["trained"] == full["trained"]
+    # a kept status of another shape: ignored, computed again
+    stored["entries"]["status"]["trained"] = "many"
+    totals.write_text(json.dumps(stored))
+    assert status(run_cli, path) == bounded
+    # a new session changes the folder's tree: the kept status is not used
+    stored["entries"]["status"]["trained"] = 41
+    totals.write_text(json.dumps(stored))
+    new = tmp_path / "new.jsonl"
+    new.write_text('{"role": "user", "content": "May I change my seat?"}\n'
+                   '{"role": "assistant", "content": "Yes."}\n')
+    more = run_cli("-C", path, "sessions", "ingest", new, "--agent", "bot")
+    assert more.code == 0, more.err
+    after = status(run_cli, path)
+    assert after["sessions"] == 4 and after["trained"] == full["trained"]
