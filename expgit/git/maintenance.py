@@ -12,11 +12,17 @@ repository fed by expgit keeps every object loose for ever. The rule is git's:
   repository many times over. ``gc.auto=0`` or ``maintenance.auto=false`` turn it off;
 * **what**: git's loose-objects task (``git maintenance run --auto
   --task=loose-objects``: packs loose objects, deletes those already packed, never
-  prunes), ``git maintenance run --auto`` (its tasks, its ``maintenance.*`` settings,
-  ``gc --auto`` with git's prune grace period, never ``--prune=now``), then the
-  commit-graph with changed-path Bloom filters (``git commit-graph write --reachable
-  --changed-paths``) unless ``core.commitGraph`` or ``gc.writeCommitGraph`` is false,
-  so that history walks (``git log -- PATH``) stay cheap as history grows;
+  prunes), git's geometric repacking (``git repack --geometric=2 -d``, what ``git
+  maintenance``'s incremental strategy uses: the small packs each run leaves are rolled
+  up so that every pack holds at least twice the objects of the next smaller one, a few
+  packs instead of ``gc.autoPackLimit`` (50) tiny ones with no delta between them; it
+  keeps every object it finds, reachable or not, and deletes the loose copies of packed
+  ones; off with ``gc.autoPackLimit=0``), ``git maintenance run --auto`` (its tasks,
+  its ``maintenance.*`` settings, ``gc --auto`` with git's prune grace period, never
+  ``--prune=now``), then the commit-graph with changed-path Bloom filters (``git
+  commit-graph write --reachable --changed-paths``) unless ``core.commitGraph`` or
+  ``gc.writeCommitGraph`` is false, so that history walks (``git log -- PATH``) stay
+  cheap as history grows;
 * **how**: in a detached process (``gc.autoDetach``, default true) started after the
   command's output, so it never delays the result or the exit code, and never holds the
   expgit lock; with ``gc.autoDetach=false`` in the foreground, after the output. One at a
@@ -42,8 +48,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-GC_AUTO_DEFAULT = 6700
-LOOSE_AUTO_DEFAULT = 100  # git's maintenance.loose-objects.auto
+from expgit.git.maintenance_settings import Runner, Settings, read_settings
+
 LOOSE_SAMPLE = 16  # fan-out folders (00..0f) counted to estimate all loose objects
 PERIOD = 60.0  # seconds between checks of a long-running process that keeps writing
 STATE_DIR = "expgit"
@@ -51,65 +57,6 @@ LOCK_FILE = "maintenance.lock"
 FAILED_FILE = "maintenance-failed"
 LEFT_FILE = "maintenance-left"  # objects/17 count a successful run left (unreachable, young)
 _HEX = frozenset("0123456789abcdef")
-_TRUE = ("true", "yes", "on", "1", "")
-_FALSE = ("false", "no", "off", "0")
-_CONFIG_KEYS = ("gc.auto", "gc.autodetach", "maintenance.auto", "core.commitgraph",
-                "gc.writecommitgraph", "maintenance.loose-objects.auto")
-
-Runner = Callable[..., "subprocess.CompletedProcess[bytes]"]
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The user's settings that decide git's automatic maintenance."""
-
-    gc_auto: int = GC_AUTO_DEFAULT
-    enabled: bool = True  # maintenance.auto
-    detach: bool = True  # gc.autoDetach
-    commit_graph: bool = True  # core.commitGraph and gc.writeCommitGraph
-    loose_auto: int = LOOSE_AUTO_DEFAULT  # maintenance.loose-objects.auto (0: never)
-
-    @property
-    def threshold(self) -> int:
-        """How many loose objects in ``objects/17`` git lets pass before it packs."""
-        return (self.gc_auto + 255) // 256
-
-
-def _bool(value: str, default: bool) -> bool:
-    low = value.strip().lower()
-    return True if low in _TRUE else False if low in _FALSE else default
-
-
-def _int(value: str, default: int) -> int:
-    text = value.strip().lower()
-    scale = {"k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}.get(text[-1:], 1)
-    try:
-        return int(text[:-1] if scale > 1 else text) * scale
-    except ValueError:
-        return default
-
-
-def parse_settings(config: str) -> Settings:
-    """:class:`Settings` from ``git config -z --get-regexp`` output (last value wins)."""
-    values: dict[str, str] = {}
-    for item in config.split("\0"):
-        key, _, value = item.partition("\n")
-        if key:
-            values[key.lower()] = value
-    return Settings(
-        gc_auto=max(0, _int(values.get("gc.auto", ""), GC_AUTO_DEFAULT)),
-        enabled=_bool(values.get("maintenance.auto", "true"), True),
-        detach=_bool(values.get("gc.autodetach", "true"), True),
-        commit_graph=(_bool(values.get("core.commitgraph", "true"), True)
-                      and _bool(values.get("gc.writecommitgraph", "true"), True)),
-        loose_auto=max(0, _int(values.get("maintenance.loose-objects.auto", ""),
-                               LOOSE_AUTO_DEFAULT)))
-
-
-def read_settings(run: Runner) -> Settings:
-    pattern = "^(" + "|".join(k.replace(".", r"\.") for k in _CONFIG_KEYS) + ")$"
-    proc = run("config", "-z", "--get-regexp", pattern, check=False)
-    return parse_settings(proc.stdout.decode(errors="replace") if proc.returncode == 0 else "")
 
 
 def sample_count(objects_dir: Path) -> int:
@@ -196,6 +143,10 @@ def run_tasks(run: Runner, settings: Settings) -> str | None:
                        check=False)
             if proc.returncode != 0:
                 return _failure_line(proc, "git maintenance")
+        if settings.pack_limit > 0:  # gc.autoPackLimit=0: the user keeps packs apart
+            proc = run("repack", "--geometric=2", "-d", "--quiet", check=False)
+            if proc.returncode != 0:
+                return _failure_line(proc, "git repack --geometric")
         proc = run("-c", "gc.autoDetach=false", "maintenance", "run", "--auto", "--quiet",
                    check=False)
         if proc.returncode != 0:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLE, git
 
-from expgit.git import maintenance
+from expgit.git import maintenance, maintenance_settings
 from expgit.git.repo import GitRepo
 from expgit.init import init_repository
 
@@ -123,6 +123,29 @@ def test_a_hundred_loose_objects_are_packed_by_gits_loose_objects_task(
     planted = git(path, "hash-object", "--stdin", input="planted 1\n").strip()
     assert git(path, "cat-file", "-t", planted).strip() == "blob"  # packed, not lost
     git(path, "fsck", "--no-progress", "--no-dangling")
+
+
+def test_the_small_packs_each_run_leaves_are_rolled_up_geometrically(
+        tmp_path: Path, run_cli) -> None:
+    path = new_repo(tmp_path, **{"gc_autoDetach": "false"})
+    sessions = sorted((EXAMPLE / "sessions").glob("*.jsonl"))
+    for round_ in range(3):  # three maintained runs, each packing its loose objects
+        plant_loose(path, in_17=3 * (round_ + 1))
+        assert ingest(run_cli, path, sessions[round_]).code == 0
+    assert len(packs(path)) < 3  # rolled up, not one small pack per run
+    for i in (1, 3 * 3):  # unreachable planted objects of every run: all kept
+        planted = git(path, "hash-object", "--stdin", input=f"planted {i}\n").strip()
+        assert git(path, "cat-file", "-t", planted).strip() == "blob"
+    git(path, "fsck", "--no-progress", "--no-dangling")
+
+
+def test_gc_auto_pack_limit_zero_keeps_the_packs_apart(tmp_path: Path, run_cli) -> None:
+    path = new_repo(tmp_path, **{"gc_autoDetach": "false", "gc_autoPackLimit": "0"})
+    sessions = sorted((EXAMPLE / "sessions").glob("*.jsonl"))
+    for round_ in range(3):
+        plant_loose(path, in_17=3 * (round_ + 1))
+        assert ingest(run_cli, path, sessions[round_]).code == 0
+    assert len(packs(path)) == 3
 
 
 def test_commit_graph_off_is_honoured(tmp_path: Path, run_cli) -> None:
@@ -253,13 +276,15 @@ def test_a_long_running_writer_checks_periodically(tmp_path: Path,
 
 
 def test_settings_are_read_as_git_reads_them() -> None:
-    parsed = maintenance.parse_settings(
+    parsed = maintenance_settings.parse_settings(
         "gc.auto\n2k\0gc.autodetach\nno\0maintenance.auto\n\0core.commitgraph\noff\0")
     assert parsed == maintenance.Settings(gc_auto=2048, enabled=True, detach=False,
                                           commit_graph=False)
     assert parsed.threshold == 8  # git's DIV_ROUND_UP(2048, 256)
-    assert maintenance.parse_settings("") == maintenance.Settings()
-    assert maintenance.parse_settings("maintenance.loose-objects.auto\n0\0").loose_auto == 0
+    assert maintenance_settings.parse_settings("") == maintenance.Settings()
+    parse = maintenance_settings.parse_settings
+    assert parse("maintenance.loose-objects.auto\n0\0").loose_auto == 0
+    assert parse("").pack_limit == 50 and parse("gc.autopacklimit\n0\0").pack_limit == 0
     assert maintenance.Settings(gc_auto=6700).threshold == 27
 
 
