@@ -30,6 +30,7 @@ from expgit.store.proposals import Proposal, find_proposal
 from expgit.store.publish import publish
 from expgit.store.refnames import GRADIENT_STATES, ID_LEN, PROPOSAL_STATES
 from expgit.store.repository import ExperienceRepository
+from expgit.store.versions_refresh import refresh_checkpoint
 
 ATTEMPTS = 5  # moves of the local main by plain git that one apply rides out
 # Pushes to a remote main that one apply rides out. Each refused lease means another
@@ -139,6 +140,7 @@ def _apply_local(repo: ExperienceRepository, proposal: Proposal) -> ApplyResult:
             if attempt == ATTEMPTS or repo.git.ref(repo.main_ref) == old:
                 raise
             continue
+        refresh_checkpoint(repo, new)  # cheap unless EVERY commits since the last one
         return ApplyResult(proposal.id, new, old, rebased, attempts=attempt,
                            warnings=warnings)
     raise AssertionError("unreachable")  # pragma: no cover

@@ -31,6 +31,7 @@ from expgit.store.gradients import list_gradients
 from expgit.store.proposals import list_proposals
 from expgit.store.refnames import GRADIENT_STATES, PROPOSAL_STATES
 from expgit.store.repository import ExperienceRepository
+from expgit.store.versions_refresh import refresh_checkpoint
 
 ALL_STATES = ("open", "applied", "rejected")
 
@@ -122,6 +123,7 @@ def fix(repo: ExperienceRepository) -> Diagnosis:
         updates = unsettled_updates(repo)
         if updates:
             repo.git.update_refs(updates, "expgit doctor: keep refs where history puts them")
+        refresh_checkpoint(repo)  # the versions checkpoint a clone starts from, when due
     target = repo.git.maintenance.target
     due = maintenance.status(target).due  # run outside the lock, as after any command
     warning = maintenance.maintain(target) if due else None

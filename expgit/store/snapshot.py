@@ -23,6 +23,7 @@ from typing import ClassVar
 
 from expgit.errors import GitError
 from expgit.git.repo import EMPTY_TREE, GitRepo, TreeEntry
+from expgit.store import version_checkpoint
 from expgit.store.experience import Experience, check_experience, decode_experience
 from expgit.store.version_cache import load_versions, save_versions
 
@@ -195,6 +196,9 @@ class SnapshotLoader:
         if not self._stored_loaded:
             self._stored_loaded = True
             stored = load_versions(self.git.common_dir, self.root)
+            if stored is None:  # none kept here (a fresh clone): the one it fetched
+                found = version_checkpoint.usable(self.git, self.root, commit)
+                stored = (found.commit, found.versions) if found is not None else None
             if stored is not None and stored[0] not in self._versions:
                 self._versions[stored[0]] = {p: VersionInfo(*v) for p, v in stored[1].items()}
                 self._versions.move_to_end(stored[0], last=False)
@@ -205,6 +209,12 @@ class SnapshotLoader:
             return _Versions(cached, commit, frozenset())
         chain = self._new_chain(commit) if self._versions else None
         base_commit = chain[-1][1] if chain else None
+        if (chain is None and self._stored_commit is not None
+                and self._stored_commit in self._versions
+                and version_checkpoint.linear_since(self.git, self._stored_commit, commit)):
+            # what another process kept (or the checkpoint a clone fetched) is further
+            # back than the ancestor walk goes: one `git log` of the commits since then
+            base_commit = self._stored_commit
         if chain and len(chain) <= _CHAIN_DIFF:
             # what `git log COMMIT ^BASE --name-only -- ROOT/` reports for single-parent
             # commits: each one that changed something under the root, with those paths
