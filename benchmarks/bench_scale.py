@@ -17,10 +17,15 @@ or two, not hours:
    and after maintenance; after expgit's maintenance (``git maintenance run --auto`` and
    the commit-graph with changed-path Bloom filters, :mod:`expgit.git.maintenance`):
    ``list --json`` (cache warm), ``propose``, ``log NAME -n 10``, ``show NAME --version
-   1``, ``show NAME --version`` (the last).
+   1``, ``show NAME --version`` (the last); git's own walk alone, for the share of
+   the first ``list`` that is git's; and the first ``list`` of a fresh ``git clone``
+   that fetched a versions checkpoint (:mod:`expgit.store.version_checkpoint`) half
+   its interval behind ``main``.
 2. **sessions**: a sessions branch holding SIZE sessions and a trajectories branch holding
    SIZE trajectories, both in the fanned-out layout: ``sessions ingest`` of 100 more,
-   ``sessions status --json``, storing one more trajectory.
+   ``sessions status --json`` the first time after a change, again (its counts kept
+   by the manifests folder's tree id) and with ``--all`` (every row), storing one more
+   trajectory.
 3. **disk**: ``sessions ingest`` of SIZE real sessions, 100 per process (the
    ``--ingest-sizes``), once with automatic maintenance off (``gc.auto=0``) and once as
    shipped; the git directory's size after each, and after a full ``git gc``.
@@ -46,6 +51,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from expgit.git import maintenance
+from expgit.store import version_checkpoint
 from expgit.store.repository import ExperienceRepository
 from expgit.train.trajectory_store import TrajectoryStore
 
@@ -231,6 +237,10 @@ def history_figures(work: Path, size: int, repeat: int) -> Figures:
         sys.exit(failures[0])
     got["list, first (no cache) once maintained"] = median_s(
         repeat, lambda: expgit(repo, "list", "--json"), lambda: drop_cache(repo))
+    got["  of which git's walk alone (git log --name-only)"] = median_s(
+        repeat, lambda: subprocess.run(
+            ["git", "log", "-z", "--format=%x01%H", "--name-only", "--no-renames", "main",
+             "--", f"{ROOT}/"], cwd=repo, check=True, capture_output=True, env=ENV))
     got["list (cache warm)"] = median_s(repeat, lambda: expgit(repo, "list", "--json"))
     got["propose"] = median_s(repeat, lambda: expgit(
         repo, "propose", name, "--content-file", new, "--rationale", "bench", "--json"))
@@ -241,6 +251,22 @@ def history_figures(work: Path, size: int, repeat: int) -> Figures:
     versions = json.loads(expgit(repo, "show", name, "--json").stdout)["version"]
     got["show NAME --version LAST"] = median_s(repeat, lambda: expgit(
         repo, "show", name, "--version", str(versions)))
+    # the checkpoint `expgit apply` writes every EVERY commits, here as it stands half
+    # way to the next one; then a clone's first list (no derived cache) starts from it
+    opened = ExperienceRepository.open(repo)
+    back = opened.git.out("rev-parse", f"main~{version_checkpoint.EVERY // 2}").strip()
+    version_checkpoint.write(opened.git, ROOT, back, {
+        p: (v.version, v.last_commit) for p, v in opened.snapshots.versions(back).items()})
+    clone = work / "clone.git"
+
+    def fresh_clone() -> None:
+        shutil.rmtree(clone, ignore_errors=True)
+        subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(clone)], check=True,
+                       env=ENV)
+
+    got[f"list, first after a clone (checkpoint {version_checkpoint.EVERY // 2} back)"] = \
+        median_s(repeat, lambda: expgit(clone, "list", "--json"), fresh_clone)
+    shutil.rmtree(clone, ignore_errors=True)
     shutil.rmtree(repo)
     return got
 
@@ -258,8 +284,14 @@ def session_figures(work: Path, size: int, repeat: int) -> Figures:
             f.unlink()
 
     got["sessions ingest of 100 more"] = median_s(repeat, ingest)
-    got["sessions status --json"] = median_s(
+    totals = repo / "expgit" / "cache"
+    got["sessions status --json, first after a change"] = median_s(
+        repeat, lambda: expgit(repo, "sessions", "status", "--json"),
+        lambda: [f.unlink() for f in totals.glob("session-totals-*.json")])
+    got["sessions status --json (folder unchanged)"] = median_s(
         repeat, lambda: expgit(repo, "sessions", "status", "--json"))
+    got["sessions status --json --all"] = median_s(
+        repeat, lambda: expgit(repo, "sessions", "status", "--json", "--all"))
     store = TrajectoryStore(ExperienceRepository.open(repo))
     counter = iter(range(10 ** 6))
 
