@@ -256,7 +256,8 @@ def history_figures(work: Path, size: int, repeat: int) -> Figures:
     opened = ExperienceRepository.open(repo)
     back = opened.git.out("rev-parse", f"main~{version_checkpoint.EVERY // 2}").strip()
     version_checkpoint.write(opened.git, ROOT, back, {
-        p: (v.version, v.last_commit) for p, v in opened.snapshots.versions(back).items()})
+        p: (v.version, v.last_commit, v.first_commit)
+        for p, v in opened.snapshots.versions(back).items()})
     clone = work / "clone.git"
 
     def fresh_clone() -> None:

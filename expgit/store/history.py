@@ -131,7 +131,7 @@ def _version_commit(repo: ExperienceRepository, name: str, path: str, tip: str,
     """The commit that made version ``version`` of ``path`` in ``tip``'s history.
 
     The versions of ``tip`` (the version cache: no walk when it holds them) give the
-    count and the last commit; a walk back from that commit (``git log -n``, cheap with
+    count, the last commit and the first; a walk back from that commit (``git log -n``, cheap with
     the commit-graph's changed-path Bloom filters) is needed only for an older version,
     and stops at it."""
     info = repo.snapshots.versions(tip).get(path)
@@ -141,6 +141,8 @@ def _version_commit(repo: ExperienceRepository, name: str, path: str, tip: str,
     count = info.version
     if version == count:
         return info.last_commit
+    if version == 1:
+        return info.first_commit
     back = count - version + 1
     history = repo.git.out("log", "--format=%H", "--no-renames", "-n", str(back),
                            info.last_commit, "--", path).split()

@@ -32,6 +32,7 @@ from expgit.store.version_cache import load_versions, save_versions
 class VersionInfo:
     version: int
     last_commit: str
+    first_commit: str  # the commit that made version 1 (``show --version 1``: no walk)
 
 
 @dataclass
@@ -229,14 +230,16 @@ class SnapshotLoader:
         for sha, paths in reversed(changes):  # oldest first
             for path in paths:
                 old = versions.get(path)
-                versions[path] = VersionInfo((old.version if old else 0) + 1, sha)
+                versions[path] = (VersionInfo(old.version + 1, sha, old.first_commit) if old
+                                  else VersionInfo(1, sha, sha))
         self._versions[commit] = versions
         # kept for the next process after a `git log` pass, and once when this process
         # started from what another one kept (a long-lived one then goes on in memory)
         if not chain or len(chain) > _CHAIN_DIFF or base_commit == self._stored_commit:
             self._stored_commit = None
             save_versions(self.git.common_dir, self.root, commit,
-                          {p: (v.version, v.last_commit) for p, v in versions.items()})
+                          {p: (v.version, v.last_commit, v.first_commit)
+                           for p, v in versions.items()})
         while len(self._versions) > 8:
             self._versions.popitem(last=False)
         return _Versions(versions, base_commit,

@@ -15,15 +15,18 @@ from pathlib import Path
 
 from expgit.store.derived import keyed_cache_file, read_cache, write_cache
 
-FORMAT = "versions-1"
+FORMAT = "versions-2"  # 2: the first commit too
 
 
 def _file(common_dir: Path, root: str) -> Path:
     return keyed_cache_file(common_dir, "versions-", root)
 
 
-def load_versions(common_dir: Path, root: str) -> tuple[str, dict[str, tuple[int, str]]] | None:
-    """``(commit, {path: (version, last commit)})`` as stored, or None."""
+Versions = dict[str, tuple[int, str, str]]  # path: (version, last commit, first commit)
+
+
+def load_versions(common_dir: Path, root: str) -> tuple[str, Versions] | None:
+    """``(commit, {path: (version, last commit, first commit)})`` as stored, or None."""
     entries = read_cache(_file(common_dir, root), FORMAT)
     if entries is None or entries.get("root") != root:
         return None
@@ -31,12 +34,12 @@ def load_versions(common_dir: Path, root: str) -> tuple[str, dict[str, tuple[int
     if not isinstance(commit, str) or not isinstance(versions, dict):
         return None
     try:
-        return commit, {str(p): (int(v), str(c)) for p, (v, c) in versions.items()}
+        return commit, {str(p): (int(v), str(c), str(f)) for p, (v, c, f) in versions.items()}
     except (TypeError, ValueError):
         return None
 
 
 def save_versions(common_dir: Path, root: str, commit: str,
-                  versions: Mapping[str, tuple[int, str]]) -> None:
+                  versions: Mapping[str, tuple[int, str, str]]) -> None:
     write_cache(_file(common_dir, root), FORMAT,
                 {"root": root, "commit": commit, "versions": dict(versions)})

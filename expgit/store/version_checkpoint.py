@@ -4,8 +4,8 @@ a clone walks only the commits after it instead of the whole history.
 
 It is a cache, never the truth. The branch holds one file per experiences root
 (``<digest of the root>.json``: the root, the commit it describes and ``{path: [version,
-last commit]}``); a checkpoint is used only when its commit is an ancestor of the commit
-asked about with no merge commit in between (across a merge, ``git log``'s history
+last commit, first commit]}``); a checkpoint is used only when its commit is an ancestor
+of the commit asked about with no merge commit in between (across a merge, ``git log``'s history
 simplification can count differently), and it is checked for shape and bounded in size
 before use (what another clone pushed is untrusted). Anything else is ignored and the
 versions are counted from history, as without it.
@@ -32,7 +32,7 @@ from expgit.git.repo import GitRepo, RefUpdate
 
 BRANCH = "expgit/versions"
 REF = f"refs/heads/{BRANCH}"
-FORMAT = "versions-checkpoint-1"
+FORMAT = "versions-checkpoint-1"  # versions: path -> [version, last, first commit]
 EVERY = 1000  # commits of main past the checkpoint before a new one is written
 MAX_BYTES = 64 * 2 ** 20  # a checkpoint blob larger than this is ignored
 
@@ -43,7 +43,7 @@ class Checkpoint(BaseModel):
     format: str
     root: str
     commit: str
-    versions: dict[str, tuple[int, str]]
+    versions: dict[str, tuple[int, str, str]]
 
 
 def file_name(root: str) -> str:
@@ -72,8 +72,8 @@ def _read(git: GitRepo, tip: str, root: str) -> Checkpoint | None:
         return None
     prefix = root + "/"
     if (found.format != FORMAT or found.root != root or not _is_sha(found.commit)
-            or not all(p.startswith(prefix) and v >= 1 and _is_sha(c)
-                       for p, (v, c) in found.versions.items())):
+            or not all(p.startswith(prefix) and v >= 1 and _is_sha(c) and _is_sha(f)
+                       for p, (v, c, f) in found.versions.items())):
         return None
     return found
 
@@ -111,7 +111,7 @@ def is_due(git: GitRepo, root: str, main: str) -> bool:
 
 
 def write(git: GitRepo, root: str, commit: str,
-          versions: Mapping[str, tuple[int, str]]) -> str | None:
+          versions: Mapping[str, tuple[int, str, str]]) -> str | None:
     """Commit the checkpoint of ``root`` at ``commit`` on the branch; the new tip, or None
     when another writer moved the branch meanwhile (it is a cache: left to the next)."""
     tip = git.ref(REF)
@@ -129,7 +129,7 @@ def write(git: GitRepo, root: str, commit: str,
 
 
 def refresh(git: GitRepo, root: str, main: str,
-            versions_of: Callable[[str], Mapping[str, tuple[int, str]]]) -> str | None:
+            versions_of: Callable[[str], Mapping[str, tuple[int, str, str]]]) -> str | None:
     """Write a new checkpoint of ``main`` when one is due; the new tip or None. Never
     fails the caller: it is a cache."""
     try:

@@ -181,7 +181,7 @@ def test_stored_versions_of_an_unknown_commit_are_not_used(repo: ExperienceRepos
     path = next((repo.git.common_dir / "expgit" / "cache").glob("versions-*.json"))
     data = json.loads(path.read_bytes())
     data["entries"]["commit"] = "f" * 40
-    data["entries"]["versions"] = {p: [99, "f" * 40] for p in data["entries"]["versions"]}
+    data["entries"]["versions"] = {p: [99, "f" * 40, "f" * 40] for p in data["entries"]["versions"]}
     path.write_text(json.dumps(data))
     versions = fresh(repo).snapshots.versions(repo.main_commit())
     assert {v.version for v in versions.values()} <= {1, 2}

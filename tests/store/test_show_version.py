@@ -36,3 +36,32 @@ def test_every_version_is_the_one_its_history_counts(seeded_repo: ExperienceRepo
             assert data["content"] == git(work, "show", f"{commit}:{PATH}")
     missing = run_cli("-C", work, "show", NAME, "--version", "6")
     assert missing.code == 5 and "versions 1 to 5, not 6" in missing.err
+
+
+def test_the_first_version_comes_from_the_versions_without_a_walk(
+        seeded_repo: ExperienceRepository, run_cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from expgit.git.repo import GitRepo
+
+    work = seeded_repo.git.work_tree
+    assert work is not None
+    original = (work / PATH).read_text()
+    for i in range(1, 4):
+        (work / PATH).write_text(original + f"\nRevision {i}.\n")
+        git(work, "commit", "-qam", f"revision {i}")
+    first = git(work, "log", "--format=%H", "--reverse", "--", PATH).split()[0]
+    assert run_cli("-C", work, "list", "--json").code == 0  # the versions kept
+    walks: list[tuple[str, ...]] = []
+    real = GitRepo.out
+
+    def recording(self: GitRepo, *args: str, input: bytes | None = None) -> str:
+        if args[:1] == ("log",):
+            walks.append(args)
+        return real(self, *args, input=input)
+
+    monkeypatch.setattr(GitRepo, "out", recording)
+    shown = run_cli("-C", work, "show", NAME, "--version", "1", "--json")
+    assert shown.code == 0, shown.err
+    assert json.loads(shown.out)["commit"] == first
+    assert walks == []  # no `git log` of the file's history
+    second = run_cli("-C", work, "show", NAME, "--version", "2", "--json")
+    assert second.code == 0 and walks  # an older one than the last still walks back

@@ -113,7 +113,7 @@ def test_written_only_when_due_each_on_the_last(seeded_repo: ExperienceRepositor
     repo = fresh(path)
     assert data["commit"] == repo.main_commit()
     assert {p: tuple(v) for p, v in data["versions"].items()} == \
-        {p: (v.version, v.last_commit) for p, v in one_pass(repo).items()}
+        {p: (v.version, v.last_commit, v.first_commit) for p, v in one_pass(repo).items()}
 
 
 def plant(repo: ExperienceRepository, commit: str, versions: object) -> None:
@@ -137,9 +137,9 @@ def test_a_checkpoint_not_on_mains_line_or_of_junk_is_ignored(
     edit(path, 1, "side")
     side = git(path, "rev-parse", "HEAD").strip()
     git(path, "checkout", "-q", "main")
-    lies = {p: [99, side] for p in truth}
+    lies = {p: [99, side, side] for p in truth}
     for commit, versions in ((side, lies), ("f" * 40, lies), (repo.main_commit(), "junk"),
-                             (repo.main_commit(), {"../outside.md": [1, side]})):
+                             (repo.main_commit(), {"../outside.md": [1, side, side]})):
         plant(repo, commit, versions)
         walks.clear()
         assert cloned(path).snapshots.versions(repo.main_commit()) == truth
@@ -152,7 +152,8 @@ def test_a_merge_after_the_checkpoint_counts_the_whole_history(
     assert path is not None
     repo = fresh(path)
     base = repo.main_commit()
-    plant(repo, base, {p: [v.version, v.last_commit] for p, v in one_pass(repo).items()})
+    plant(repo, base, {p: [v.version, v.last_commit, v.first_commit]
+                       for p, v in one_pass(repo).items()})
     git(path, "checkout", "-q", "-b", "side")
     edit(path, 1, "side", "compensation-certificates")
     git(path, "checkout", "-q", "main")
