@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -52,8 +53,6 @@ _TOTALS_FORMAT = "session-totals-1"
 
 
 _CACHE_FORMAT = "session-status-2"
-_INTS = ("messages", "segments", "labelled", "trained")
-_STRS = ("session", "format", "status")
 
 
 _LINE_FIELDS = frozenset(SessionLine.model_fields)
@@ -65,32 +64,36 @@ class _Summary:
     in the derived-data cache (:mod:`expgit.store.derived`), so a status of 100,000
     sessions parses only the manifests that changed since the last one."""
 
-    line: SessionLine
+    line: dict[str, Any]  # the fields of its SessionLine, checked (made one only if shown)
     superseded: int
     memory_eligible: int
     sft_eligible: int
     invalidations: list[str]
 
     def row(self) -> list[object]:
-        return [self.line.model_dump(), self.superseded, self.memory_eligible,
+        return [self.line, self.superseded, self.memory_eligible,
                 self.sft_eligible, self.invalidations]
 
     @classmethod
     def from_row(cls, row: object) -> _Summary | None:
         """The summary a cache row holds, None if it is not one (checked field by field:
         cheaper than a model validation, 100,000 times)."""
-        if not (isinstance(row, list) and len(row) == 5 and isinstance(row[0], dict)
-                and all(isinstance(n, int) for n in row[1:4]) and isinstance(row[4], list)):
+        # plain type tests, no generator: 100,000 rows a status (bool is not an int here)
+        if not (type(row) is list and len(row) == 5 and type(row[0]) is dict
+                and type(row[1]) is int and type(row[2]) is int and type(row[3]) is int
+                and type(row[4]) is list):
             return None
-        line = row[0]
-        if (line.keys() != _LINE_FIELDS
-                or not all(isinstance(line[k], int) for k in _INTS)
-                or not all(isinstance(line[k], str) for k in _STRS)
-                or not all(line[k] is None or isinstance(line[k], str)
-                           for k in ("agent", "status_reason"))
-                or not all(isinstance(i, str) for i in row[4])):
+        line, invalidations = row[0], row[4]
+        if not (line.keys() == _LINE_FIELDS
+                and type(line["messages"]) is int and type(line["segments"]) is int
+                and type(line["labelled"]) is int and type(line["trained"]) is int
+                and type(line["session"]) is str and type(line["format"]) is str
+                and type(line["status"]) is str
+                and (line["agent"] is None or type(line["agent"]) is str)
+                and (line["status_reason"] is None or type(line["status_reason"]) is str)
+                and (not invalidations or all(type(i) is str for i in invalidations))):
             return None
-        return cls(SessionLine.model_construct(**line), row[1], row[2], row[3], row[4])
+        return cls(line, row[1], row[2], row[3], row[4])
 
 
 def _summary(manifest: SessionManifest) -> _Summary:
@@ -100,7 +103,7 @@ def _summary(manifest: SessionManifest) -> _Summary:
         messages=manifest.message_count, status=manifest.status,
         status_reason=manifest.status_reason, segments=len(active),
         labelled=sum(1 for s in active if s.labelled),
-        trained=sum(1 for s in active if s.trained))
+        trained=sum(1 for s in active if s.trained)).model_dump()
     return _Summary(
         line=line, superseded=sum(1 for s in manifest.segments if s.status == "superseded"),
         memory_eligible=sum(1 for s in active if s.memory_eligible),
@@ -128,23 +131,29 @@ def _summaries(repo: ExperienceRepository, store: SessionStore) -> list[_Summary
     return [known[e.sha] for e in entries]
 
 
-def _compute(repo: ExperienceRepository, store: SessionStore) -> SessionsStatus:
+def _line(fields: dict[str, Any]) -> SessionLine:
+    return SessionLine.model_construct(**fields)
+
+
+def _compute(repo: ExperienceRepository, store: SessionStore, *, all_details: bool
+             ) -> SessionsStatus:
     summaries = _summaries(repo, store)
     lines = [s.line for s in summaries]
-    by_status = Counter(line.status for line in lines)
+    by_status = Counter(line["status"] for line in lines)
+    shown = lines if all_details else lines[:DETAILS_LIMIT]
     return SessionsStatus.model_construct(
         branch=store.branch.branch, sessions=len(lines),
         by_status=dict(sorted(by_status.items())),
-        segments=sum(line.segments for line in lines),
+        segments=sum(line["segments"] for line in lines),
         superseded=sum(s.superseded for s in summaries),
-        labelled=sum(line.labelled for line in lines),
+        labelled=sum(line["labelled"] for line in lines),
         memory_eligible=sum(s.memory_eligible for s in summaries),
         sft_eligible=sum(s.sft_eligible for s in summaries),
-        trained=sum(line.trained for line in lines),
+        trained=sum(line["trained"] for line in lines),
         invalidation_proposals=list(dict.fromkeys(
             i for s in summaries for i in s.invalidations)),
-        pending=[line for line in lines if line.status == "pending"], details=lines,
-        details_truncated=False)
+        pending=[_line(line) for line in lines if line["status"] == "pending"],
+        details=[_line(line) for line in shown], details_truncated=len(shown) < len(lines))
 
 
 def _folder_tree(repo: ExperienceRepository, store: SessionStore) -> str | None:
@@ -153,13 +162,6 @@ def _folder_tree(repo: ExperienceRepository, store: SessionStore) -> str | None:
     tree = store.branch.tree()
     entry = repo.git.path_entry(tree, MANIFESTS) if tree is not None else None
     return entry.sha if entry is not None and entry.is_tree else None
-
-
-def _bounded(status: SessionsStatus) -> SessionsStatus:
-    if len(status.details) <= DETAILS_LIMIT:
-        return status
-    return status.model_copy(update={"details": status.details[:DETAILS_LIMIT],
-                                     "details_truncated": True})
 
 
 def sessions_status(repo: ExperienceRepository, *, all_details: bool = False
@@ -178,10 +180,7 @@ def sessions_status(repo: ExperienceRepository, *, all_details: bool = False
                 return SessionsStatus.model_validate(stored.get("status"))
             except ValueError:
                 pass  # another shape: computed again
-    status = _compute(repo, store)
-    if all_details:
-        return status
-    status = _bounded(status)
+    status = _compute(repo, store, all_details=all_details)
     if tree is not None:
         write_cache(cache, _TOTALS_FORMAT, {"tree": tree,
                                             "status": status.model_dump(mode="json")})
