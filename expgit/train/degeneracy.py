@@ -204,17 +204,20 @@ def cut_problem(text: str, prose: bool = True) -> str | None:
     return None
 
 
-def problem(text: str, *, echoes: frozenset[str] = frozenset(), prose: bool = True
-            ) -> str | None:
+def problem(text: str, *, echoes: frozenset[str] = frozenset(), prose: bool = True,
+            keywords: bool = False) -> str | None:
     """Why ``text`` is degenerate, in a few words, or None (also for an empty text:
     whether a field may be empty is not this guard's rule). ``prose``: a sentence or a
-    markdown body, which may not end on a comma, a colon or a dash (a title or keywords
-    may)."""
+    markdown body, which may not end on a comma, a colon or a dash (a title may).
+    ``keywords``: words for retrieval that no reviewer reads as text (a retrieval
+    anchor): a loop, no real words or an echo still make them junk, but a cut-off end
+    loses nothing."""
     if not text.strip():
         return None
     if not words(text):
         return "it has no real words"
-    return loop_problem(text) or echo_problem(text, echoes) or cut_problem(text, prose)
+    return (loop_problem(text) or echo_problem(text, echoes)
+            or (None if keywords else cut_problem(text, prose)))
 
 
 def run_account(summary: str) -> bool:

@@ -108,14 +108,14 @@ def prompt_echoes() -> frozenset[str]:
     return headings_of(path.read_text("utf-8") for path in sorted(folder.glob("*.j2")))
 
 
-def written_problem(field: str, text: str, *, prose: bool = True,
+def written_problem(field: str, text: str, *, prose: bool = True, keywords: bool = False,
                     shown: frozenset[str] = frozenset()) -> str | None:
     """``"the <field>: <why>"`` when ``text`` is degenerate (a summary: also an account of
     one run), else None. ``shown``: more headings the prompt showed (those of the
     experiences in it, :func:`headings_shown`) that the text may not only echo."""
     echoes = prompt_echoes() | shown
     found = (summary_problem(text, echoes=echoes) if field == "summary"
-             else problem(text, echoes=echoes, prose=prose))
+             else problem(text, echoes=echoes, prose=prose, keywords=keywords))
     return None if found is None else f"the {field}: {found}"
 
 

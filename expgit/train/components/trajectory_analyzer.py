@@ -141,7 +141,7 @@ def without_junk(out: AnalyzeOutput, counts: Counter[str]) -> tuple[AnalyzeOutpu
         counts[DEGENERATE] += len(items) - len(kept[field])
     out = out.model_copy(update=kept)
     found = (written_problem("title", out.title, prose=False)
-             or written_problem("retrieval anchor", out.retrieval_anchor, prose=False)
+             or written_problem("retrieval anchor", out.retrieval_anchor, keywords=True)
              or written_problem("analysis summary", out.summary))
     if found is None and not out.summary.strip() and not any(kept.values()):
         found = "nothing readable is left"
