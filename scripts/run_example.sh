@@ -11,7 +11,8 @@
 #   3. each proposal of the run: review it, then apply it if the gate passed it, or show
 #      the gate's refusal and reject it;
 #   4. the same workflow by hand, on whatever main is now: propose three edits, merge
-#      them into a proposal, review, apply, log, and revert that apply.
+#      them into a proposal, review, its measured effect (eval --compare), apply, log,
+#      and revert that apply.
 # Each section reads the state it needs from the repository, never from an earlier
 # section's output: training may make a proposal or none, the gate may pass or refuse it.
 # The LLM: [llm] in expgit.toml or OPENAI_BASE_URL/OPENAI_API_KEY if set, else the
@@ -126,7 +127,14 @@ echo "proposal: $proposal (PR description written to $work/pr-body.md)"
 step "4. expgit review $proposal"
 expgit review "$proposal"
 
-step "4. expgit apply $proposal"
+step "4. expgit eval --compare main $proposal: its measured effect on the held-out cases"
+# the same held-out cases on main and on the proposal's snapshot: delta, flipped cases
+# (exit 7: some LLM calls failed; the figures it has are still printed)
+status=0
+expgit eval --cases "$eval_cases" --compare main "$proposal" || status=$?
+if [ "$status" -ne 0 ] && [ "$status" -ne 7 ]; then exit "$status"; fi
+
+step "4. expgit apply $proposal (the reviewer's decision, whatever the figures)"
 applied=$(expgit apply "$proposal" --json | json_field commit)
 echo "applied: main is now $applied"
 

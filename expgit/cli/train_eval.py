@@ -64,7 +64,7 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
     \b
     --at REV evaluates another revision; --compare A B both, and B's effect against A
     (delta, flipped cases); with --gate, B failing the regression gate exits 6 (a pull
-    request's check: examples/ci/gate.sh). --trials K runs each case K times: pass^1,
+    request's check: examples/ci/expgit-ci.sh). --trials K runs each case K times: pass^1,
     pass^K and a 95% interval.
 
     \b

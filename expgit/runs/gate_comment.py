@@ -1,7 +1,7 @@
 """The pull request comment of a gate: ``expgit eval --compare BASE HEAD --comment FILE``
 renders the head's measured effect against its base as markdown
 (``templates/gate_comment.md.j2``), behind a hidden marker line a CI job looks for to
-update its one comment instead of adding another (examples/ci/gate.sh)."""
+update its one comment instead of adding another (examples/ci/expgit-ci.sh)."""
 
 from __future__ import annotations
 
