@@ -21,7 +21,7 @@ from expgit.llm.budget import RunEstimate
 from expgit.remote.environment import EnvironmentService
 from expgit.runs.build import NO_LLM, CaseSource, LLMOptions
 from expgit.store.repository import ExperienceRepository
-from expgit.train.candidate import gate_failures
+from expgit.train.candidate import gate_failures, gate_refusal
 from expgit.train.report import RunReport, render_text, write_report
 from expgit.train.verdict import verdict_lines
 
@@ -145,8 +145,7 @@ def output(report: RunReport, as_json: bool, report_file: Path | None = None, *,
     failed = gate_failures(report.candidates)
     if failed:
         first = failed[0]
-        what = "" if first.gate.passed is None else " lowered the eval"
-        raise GateError(f"gate: proposal {first.proposal}{what}: {first.gate.reason}"
+        raise GateError(gate_refusal(first)
                         + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""),
                         hint=f"it stays open for review: `expgit review {first.proposal}`")
     errors = report.errors()

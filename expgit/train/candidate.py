@@ -219,6 +219,15 @@ def gate_failures(reports: Sequence[CandidateReport]) -> list[CandidateReport]:
     return [r for r in reports if r.gate.checked and r.gate.passed is not True]
 
 
+def gate_refusal(report: CandidateReport) -> str:
+    """Why a checked gate did not pass ``report``'s proposal, in one line: it lowered the
+    eval, failed the gate without lowering it (a delta under the minimum, regressions),
+    or could not be decided."""
+    what = ("" if report.gate.passed is None
+            else " lowered the eval" if report.delta < 0 else " failed the gate")
+    return f"gate: proposal {report.proposal}{what}: {report.gate.reason}"
+
+
 def summary_line(report: CandidateReport) -> str:
     b, c = report.baseline, report.candidate
     low, high = report.delta_ci

@@ -117,3 +117,19 @@ def test_train_prints_the_verdict_before_the_cost_table(run_cli: Any, serve: Any
     assert lines[at - 3:at] == ["", "learned: nothing. The run made no proposal: no edit the "
                                 "model wrote survived (the rejected edits and failed calls "
                                 "above say why)", ""]
+
+
+def test_a_gate_refusal_says_lowered_only_when_the_eval_went_down() -> None:
+    # the main job's proposals usually change nothing: a 0 delta under --min-delta 1 did
+    # not lower the eval, it failed the gate; -1 case did lower it
+    from expgit.train.candidate import GateResult, gate_refusal
+
+    flat, worse = run(LOCAL, ("aaaa", "bbbb"), (0, 0, 0.0), (1, 0, -0.5)).candidates
+    for report, delta in ((flat, "+0.00"), (worse, "-25.00")):
+        report.gate = GateResult(checked=True, passed=False,
+                                 reason=f"delta {delta}pp is below the minimum +1.00pp")
+    assert gate_refusal(flat).startswith("gate: proposal aaaa failed the gate: delta +0.00pp")
+    assert gate_refusal(worse).startswith("gate: proposal bbbb lowered the eval: delta -25")
+    undecided = flat.model_copy(update={"gate": GateResult(checked=True, passed=None,
+                                                           reason="could not be decided")})
+    assert gate_refusal(undecided) == "gate: proposal aaaa: could not be decided"
