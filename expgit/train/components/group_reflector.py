@@ -32,7 +32,11 @@ from expgit.store.templates import render_prompt
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
 from expgit.train.components.group_outputs import group_reflect_output
 from expgit.train.components.llm_fields import fits
-from expgit.train.components.rollout_reflector import input_text, ranking_query
+from expgit.train.components.rollout_reflector import (
+    input_text,
+    ranking_query,
+    without_evidence,
+)
 from expgit.train.components.trajectory_analyzer import (
     TrajectoryRolloutAnalyzer,
     fallback_evaluation,
@@ -161,10 +165,7 @@ class GroupReflector:
             worst.evaluation, worst.source, policy_set.commit, stage="group_reflect",
             group=document)
         analysis.metadata.update(noted)
-        if analysis.trajectory is None:  # a junk analysis: its edits have no evidence
-            analysis.metadata["rejected_edits"] += [
-                f"{e.action} {estimator.redactor.text(e.name)!r}: dropped with the "
-                "degenerate analysis of its reply" for e in out.edits]
+        if without_evidence(analysis, out.edits, estimator.redactor):
             return GroupReflection(analysis, [], errors=errors)
         analysis.metadata["group"] = {"runs": len(runs), "finished": len(judged),
                                       "passed": sum(j.evaluation.passed for j in judged)}

@@ -16,6 +16,7 @@ the estimator's own call on the stored trajectory (one call, as before).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from expgit.git.executor import run_git
@@ -24,7 +25,7 @@ from expgit.store.snapshot import Snapshot
 from expgit.store.templates import render_prompt
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
 from expgit.train.components.llm_fields import fits
-from expgit.train.components.llm_outputs import reflect_output
+from expgit.train.components.llm_outputs import EstimatedEdit, reflect_output
 from expgit.train.components.trajectory_analyzer import (
     TrajectoryRolloutAnalyzer,
     longest_part,
@@ -32,6 +33,7 @@ from expgit.train.components.trajectory_analyzer import (
 )
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Rollout, RolloutAnalysis, RubricEvaluation, SemanticGradient
+from expgit.train.redaction import Redactor
 from expgit.train.trajectory_store import rollout_id
 
 QUERY_CHARS = 4000  # of the transcript, for ranking the experiences to show
@@ -70,6 +72,18 @@ def extra_feedback(evaluation: RubricEvaluation | None) -> list[str]:
             if not r.passed for line in r.feedback}
     return [line for line in evaluation.feedback if line not in said]
 
+
+
+def without_evidence(analysis: RolloutAnalysis, edits: Sequence[EstimatedEdit],
+                     redactor: Redactor) -> bool:
+    """True when ``analysis`` stored no trajectory (its reply's analysis was junk): then
+    the reply's ``edits`` have no evidence, and each is listed as dropped with it."""
+    if analysis.trajectory is not None:
+        return False
+    analysis.metadata["rejected_edits"] += [
+        f"{e.action} {redactor.text(e.name)!r}: dropped with the degenerate analysis of "
+        "its reply" for e in edits]
+    return True
 
 class OneCallRolloutReflector:
     """Analyses one rollout and proposes its edits with one ``reflect`` call (see the
@@ -131,10 +145,7 @@ class OneCallRolloutReflector:
                                          evaluation, source, policy_set.commit,
                                          stage="reflect")
         analysis.metadata.update(noted)
-        if analysis.trajectory is None:  # a junk analysis: its edits have no evidence
-            analysis.metadata["rejected_edits"] += [
-                f"{e.action} {estimator.redactor.text(e.name)!r}: dropped with the "
-                "degenerate analysis of its reply" for e in out.edits]
+        if without_evidence(analysis, out.edits, estimator.redactor):
             return analysis, []
         return analysis, await estimator.commit_edits(out.edits, analysis, policy_set,
                                                       relevant, stage="reflect")
