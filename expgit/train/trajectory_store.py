@@ -130,10 +130,16 @@ class TrajectoryStore:
         return ref, path
 
     # ------------------------------------------------------------------ reads
-    def _read_at(self, ref: str, path: str) -> str | None:
-        tip = self.repo.git.ref(ref)  # a URI may name another branch than this store's
-        data = self.side.read(path, tip=tip) if tip is not None else None
-        return None if data is None else data.decode("utf-8", "replace")
+    def _located(self, uri: str) -> tuple[str | None, str]:
+        """The tip of the branch a URI names (another branch than this store's, maybe)
+        and where the file it names is stored there: a trajectory path in either layout
+        (flat in an older repository, :meth:`SideBranch.locate`), else the path itself."""
+        ref, path = self._split(uri)
+        tip = self.repo.git.ref(ref)
+        name = path.rpartition("/")[2]
+        if tip is not None and path in (f"{FOLDER}/{name}", fanned(FOLDER, name)):
+            path = self.side.locate(FOLDER, name, tip=tip) or path
+        return tip, path
 
     def find_transcript(self, tid: str) -> bytes | None:
         """The stored transcript of trajectory ``tid`` (beside its document, in either
@@ -147,38 +153,19 @@ class TrajectoryStore:
         data = self.side.read_in(FOLDER, f"{tid}.md")
         return None if data is None else data.decode("utf-8", "replace")
 
-    @staticmethod
-    def _layouts(path: str) -> list[str]:
-        """``path`` and, for a trajectory file, the same file in the other layout (flat in
-        an older repository, fanned in a newer one)."""
-        folder, _, name = path.rpartition("/")
-        if folder == FOLDER:
-            return [path, fanned(FOLDER, name)]
-        if folder == fanned(FOLDER, name).rpartition("/")[0]:
-            return [path, f"{FOLDER}/{name}"]
-        return [path]
-
     def read(self, uri: str) -> str:
         """The document a trajectory URI names; NotFoundError if there is none."""
-        ref, path = self._split(uri)
-        for where in self._layouts(path):
-            text = self._read_at(ref, where)
-            if text is not None:
-                return text
-        raise NotFoundError(f"no trajectory {uri!r}")
+        tip, path = self._located(uri)
+        data = self.side.read(path, tip=tip) if tip is not None else None
+        if data is None:
+            raise NotFoundError(f"no trajectory {uri!r}")
+        return data.decode("utf-8", "replace")
 
     def transcript_of(self, uri: str) -> bytes | None:
         """The transcript beside the trajectory a URI names (a flat URI of an older
         repository included), None if there is none."""
-        ref, path = self._split(uri)
-        tip = self.repo.git.ref(ref)
-        if tip is None:
-            return None
-        for where in self._layouts(path):
-            data = self.side.read(beside_of(where), tip=tip)
-            if data is not None:
-                return data
-        return None
+        tip, path = self._located(uri)
+        return None if tip is None else self.side.read(beside_of(path), tip=tip)
 
     def ids(self) -> list[str]:
         """The ids of every stored trajectory, sorted."""
