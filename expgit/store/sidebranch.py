@@ -21,6 +21,7 @@ branch once (one compare-and-swap for the chain). Each writer still gets its own
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -41,10 +42,17 @@ Changes = Mapping[str, bytes | None]
 """Path -> new content (None: remove the file)."""
 
 
+FileChanges = list[tuple[str, str | None, str | None]]
+"""``(name, old blob, new blob)`` of each file that differs (None: not on that side)."""
+
+
 def fanned(folder: str, name: str) -> str:
     """Where the file ``name`` of a fanned-out ``folder`` is written: ``folder/ab/name``
     for a name starting ``ab``. The one path function of each store calls this."""
     return f"{folder}/{name[:FAN_OUT]}/{name}"
+
+
+_ABSENT = re.compile("0+")  # the id diff-tree gives the side a file is not on
 
 
 def _is_fan(entry: TreeEntry) -> bool:
@@ -167,6 +175,30 @@ class SideBranch:
             elif not item.is_tree and item.name.endswith(suffix):
                 found.setdefault(item.name, item)
         return [found[name] for name in sorted(found)]
+
+    def fanned_changes(self, old: str, new: str, *, suffix: str = "") -> FileChanges | None:
+        """The files ending with ``suffix`` that differ between two trees of a fanned-out
+        folder (``old`` and ``new``: the folder's tree ids), as ``(name, old blob, new
+        blob)`` in name order (None: not there): one ``git diff-tree``, whose cost follows
+        the change, not the folder. None when either side is not fanned-out alone (a flat
+        file may be shadowed by a fanned one); GitError when a tree is not there."""
+        git = self.repo.git
+        if not all(_is_fan(item) for item in git.read_tree(new)):
+            return None
+        raw = git.run("diff-tree", "-r", "-z", "--raw", "--no-renames", old, new).stdout
+        fields = raw.split(b"\0")
+        changes: FileChanges = []
+        for info, path in zip(fields[0:-1:2], fields[1::2], strict=True):
+            # ":100644 100644 <old> <new> M": a side that is not there is all zeros
+            modes_and_ids = info.decode().split()
+            fan, _, name = path.decode().partition("/")
+            if len(fan) != FAN_OUT or not name or "/" in name or len(modes_and_ids) != 5:
+                return None
+            if name.endswith(suffix):
+                before, after = (None if _ABSENT.fullmatch(sha) else sha
+                                 for sha in modes_and_ids[2:4])
+                changes.append((name, before, after))
+        return sorted(changes)
 
     def fanned_files(self, folder: str, *, suffix: str = "", tip: str | None = None
                      ) -> dict[str, bytes]:

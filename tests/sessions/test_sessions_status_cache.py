@@ -100,7 +100,8 @@ def test_status_bounds_details_and_keeps_totals_by_folder_tree(  # type: ignore[
     stored["entries"]["status"]["trained"] = "many"
     totals.write_text(json.dumps(stored))
     assert status(run_cli, path) == bounded
-    # a new session changes the folder's tree: the kept status is not used
+    # a new session changes the folder's tree: the kept status is moved forward by the
+    # one manifest that changed (the planted count is carried: only the change is read)
     stored["entries"]["status"]["trained"] = 41
     totals.write_text(json.dumps(stored))
     new = tmp_path / "new.jsonl"
@@ -109,4 +110,9 @@ def test_status_bounds_details_and_keeps_totals_by_folder_tree(  # type: ignore[
     more = run_cli("-C", path, "sessions", "ingest", new, "--agent", "bot")
     assert more.code == 0, more.err
     after = status(run_cli, path)
-    assert after["sessions"] == 4 and after["trained"] == full["trained"]
+    assert after["sessions"] == 4 and after["trained"] == 41
+    # a kept status whose tree is not an object here: counted whole again
+    stored = json.loads(totals.read_text())
+    stored["entries"]["tree"] = "0" * 40
+    totals.write_text(json.dumps(stored))
+    assert status(run_cli, path)["trained"] == full["trained"]

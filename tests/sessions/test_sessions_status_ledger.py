@@ -1,0 +1,144 @@
+"""The kept status is moved forward by the manifests a change touched: after any mix of
+added, changed and removed sessions it equals a count of every manifest, and it is
+counted whole again where moving forward cannot be trusted (an invalidation, a
+truncated listing left short, a flat layout)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from expgit.sessions import status as status_module
+from expgit.sessions.status import SessionsStatus, sessions_status
+from expgit.sessions.store import MANIFESTS, SessionStore
+from expgit.store.repository import ExperienceRepository
+from expgit.store.sidebranch import fanned
+
+LIMIT = 5
+
+
+def manifest(key: str, *, status: str = "segmented", trained: bool = False,
+             segments: int = 1, invalidation: str | None = None) -> bytes:
+    segment = {"start": 0, "end": 2, "fingerprint": f"fp{key}", "topic": "pets",
+               "status": "active", "memory_eligible": trained, "sft_eligible": False,
+               "trained": trained}
+    rows = [dict(segment, fingerprint=f"fp{key}{i}") for i in range(segments)]
+    if invalidation is not None:
+        rows.append(dict(segment, status="superseded", fingerprint=f"old{key}",
+                         invalidation={"proposal_id": invalidation}))
+    return json.dumps({"version": 1, "session_key": key, "source_hash": key, "agent": "bot",
+                       "format": "openai", "message_count": 2, "content_hash": key,
+                       "status": status, "segments": rows}).encode()
+
+
+def write(store: SessionStore, changes: dict[str, bytes | None]) -> None:
+    store.branch.write({fanned(MANIFESTS, f"{k}.json"): v for k, v in changes.items()},
+                       "sessions: test change")
+
+
+def without_details(status: SessionsStatus) -> dict[str, object]:
+    return status.model_dump(exclude={"details", "details_truncated"})
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """One entry per whole count (its ``all_details``)."""
+    monkeypatch.setattr(status_module, "DETAILS_LIMIT", LIMIT)
+    calls: list[bool] = []
+    real = status_module._compute
+
+    def spy(*args: object, all_details: bool) -> object:
+        calls.append(all_details)
+        return real(*args, all_details=all_details)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(status_module, "_compute", spy)
+    return calls
+
+
+def check(repo: ExperienceRepository) -> SessionsStatus:
+    kept = sessions_status(repo)
+    full = sessions_status(repo, all_details=True)
+    assert without_details(kept) == without_details(full)
+    assert kept.details == full.details[:LIMIT]
+    assert kept.details_truncated == (full.sessions > LIMIT)
+    return kept
+
+
+def test_moved_forward_status_equals_a_whole_count_after_random_changes(
+        seeded_repo: ExperienceRepository, counted: list[bool]) -> None:
+    store = SessionStore(seeded_repo)
+    rng = random.Random(28)
+    live: set[str] = set()
+    write(store, {f"{i:04x}": manifest(f"{i:04x}") for i in range(12)})
+    live.update(f"{i:04x}" for i in range(12))
+    check(seeded_repo)
+    assert counted == [False, True]  # the first status is a whole count
+    for round_ in range(25):
+        changes: dict[str, bytes | None] = {}
+        for _ in range(rng.randint(1, 4)):
+            key = f"{rng.randrange(0x30):04x}"
+            if key in live and rng.random() < 0.3:
+                changes[key] = None
+            else:
+                changes[key] = manifest(key, status=rng.choice(["pending", "segmented"]),
+                                        trained=rng.random() < 0.5,
+                                        segments=rng.randint(1, 3))
+        live |= {k for k, v in changes.items() if v is not None}
+        live -= {k for k, v in changes.items() if v is None}
+        write(store, changes)
+        status = check(seeded_repo)
+        assert status.sessions == len(live), round_
+    bounded = [c for c in counted if not c]
+    # the first count, plus the rounds whose removals left the listing of 5 short
+    assert 1 <= len(bounded) < 10, counted
+
+
+def test_unchanged_manifests_are_not_read_when_moving_forward(
+        seeded_repo: ExperienceRepository, counted: list[bool],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SessionStore(seeded_repo)
+    write(store, {f"{i:04x}": manifest(f"{i:04x}") for i in range(40)})
+    check(seeded_repo)
+    read: list[str] = []
+    real = seeded_repo.git.read_blobs
+
+    def spy(shas):  # type: ignore[no-untyped-def]
+        wanted = list(shas)
+        read.extend(wanted)
+        return real(wanted)
+
+    monkeypatch.setattr(seeded_repo.git, "read_blobs", spy)
+    write(store, {"0003": manifest("0003", trained=True), "ffff": manifest("ffff")})
+    status = sessions_status(seeded_repo)
+    assert status.sessions == 41 and status.trained == 1
+    assert len(read) == 3  # the old and new 0003, the new ffff: nothing else
+    assert counted == [False, True]
+
+
+def test_an_invalidation_is_counted_whole(seeded_repo: ExperienceRepository,
+                                         counted: list[bool]) -> None:
+    store = SessionStore(seeded_repo)
+    write(store, {f"{i:04x}": manifest(f"{i:04x}") for i in range(8)})
+    check(seeded_repo)
+    write(store, {"0002": manifest("0002", invalidation="p-1"),
+                  "0005": manifest("0005", invalidation="p-0")})
+    status = check(seeded_repo)
+    assert status.invalidation_proposals == ["p-1", "p-0"]  # in session order
+    assert counted.count(False) == 2
+
+
+def test_a_flat_manifest_is_counted_whole(seeded_repo: ExperienceRepository,
+                                         counted: list[bool]) -> None:
+    store = SessionStore(seeded_repo)
+    write(store, {f"{i:04x}": manifest(f"{i:04x}") for i in range(3)})
+    check(seeded_repo)
+    # an older expgit's flat file, then the same session written fanned-out (shadowing it)
+    store.branch.write({f"{MANIFESTS}/0009.json": manifest("0009", status="pending")},
+                       "sessions: flat")
+    assert check(seeded_repo).sessions == 4
+    write(store, {"0009": manifest("0009")})
+    status = check(seeded_repo)
+    assert status.sessions == 4 and status.pending == []
+    assert counted.count(False) == 3
