@@ -6,21 +6,22 @@ import asyncio
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 import click
 
 from expgit.cli._common import emit, json_option, open_repo, warn
-from expgit.cli.train_common import llm_options, make_llm_options
+from expgit.cli._run_options import llm_options
 from expgit.errors import UsageError
 from expgit.sessions.discovery import TOOLS, Tool
 from expgit.sessions.formats import FORMAT_NAMES, SessionFormat
 from expgit.sessions.ingest import ingest
 from expgit.sessions.ingest_from import ingest_from
 from expgit.sessions.ingest_report import IngestReport
-from expgit.sessions.report import SessionsRunReport
-from expgit.sessions.run import run_with_llm
 from expgit.sessions.status import SessionsStatus, sessions_status
+
+if TYPE_CHECKING:
+    from expgit.sessions.report import SessionsRunReport
 
 
 @click.group("sessions")
@@ -190,6 +191,10 @@ def run_cmd(ctx: click.Context, batch_size: int, mode: str, llm_choice: str | No
       expgit sessions run                       # propose: main is not touched
       expgit sessions run --batch-size 10 --mode apply --llm openai --model gpt-4o-mini
     """
+    # the LLM and training stacks load only here: `sessions status` and `ingest` stay light
+    from expgit.cli.train_common import make_llm_options
+    from expgit.sessions.run import run_with_llm
+
     report = asyncio.run(run_with_llm(
         open_repo(ctx), make_llm_options(llm_choice, model, base_url),
         batch_size=batch_size, mode=cast(Literal["propose", "apply"], mode),

@@ -28,7 +28,12 @@ from expgit.llm.local import (
 )
 from expgit.llm.openai_chat import OpenAIChatModel
 from expgit.llm.port import ChatModel, EmbeddingModel, UsageMeter
-from expgit.llm.provenance import EMBEDDED, endpoint_host, gguf_sha256
+from expgit.llm.provenance import (
+    EMBEDDED,
+    LOCAL_DESCRIPTION_PREFIX,
+    endpoint_host,
+    gguf_sha256,
+)
 from expgit.llm.structured import Mode, StructuredLLM
 from expgit.store.provenance import Provenance
 from expgit.store.settings import LLMSettings, Price
@@ -45,7 +50,6 @@ LOCAL_PROMPT_MARGIN = 256  # tokens kept free: chat template, estimate error
 # for the server: the same snapshot gives the same replies, so the same score, each run.
 LOCAL_SEED = 0
 # how the embedded model's runtime describes itself (a run report's ``llm``)
-LOCAL_DESCRIPTION_PREFIX = "local "
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 DEFAULT_HOST = "api.openai.com"
 EMBEDDED = "embedded"
+LOCAL_DESCRIPTION_PREFIX = "local "  # how the embedded model's runtime describes itself
 CACHE_NAME = "gguf-sha256.json"
 _CHUNK = 1 << 20
 

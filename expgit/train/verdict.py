@@ -19,7 +19,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from expgit.llm.factory import LOCAL_DESCRIPTION_PREFIX
+from expgit.llm.provenance import LOCAL_DESCRIPTION_PREFIX
 from expgit.train.candidate import CandidateReport
 from expgit.train.report import RunReport
 

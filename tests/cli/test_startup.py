@@ -108,8 +108,12 @@ def test_everyday_commands_load_no_heavy_stack(probe: Probe, repo: Path) -> None
     run("apply", "apply", proposal)
     run("log", "log")
     run("revert", "revert", "main")
+    run("status", "status")
+    run("sessions ingest", "sessions", "ingest", EXAMPLE / "sessions" / "pet-question.jsonl",
+        "--agent", "bot")
+    run("sessions status", "sessions", "status", "--json")
     assert loaded == {label: set() for label in loaded}
-    assert len(loaded) == 13
+    assert len(loaded) == 16
 
 
 def test_the_hooks_load_no_heavy_stack(probe: Probe, repo: Path) -> None:
