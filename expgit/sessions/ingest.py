@@ -61,6 +61,7 @@ from expgit.sessions.segmenter import (
     TaskSegmenter,
     topic_of,
 )
+from expgit.sessions.status import refresh_checkpoint
 from expgit.sessions.store import SessionChanges, SessionStore
 from expgit.store.repository import ExperienceRepository
 from expgit.train.domain import Message
@@ -249,4 +250,6 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
     report.redactions = dict(sorted(total.items()))
     subject = f"sessions: ingest {len(files)} file{'s' if len(files) != 1 else ''}"
     report.commit = await asyncio.to_thread(store.save, changes, subject)
+    if report.commit is not None:
+        await asyncio.to_thread(refresh_checkpoint, repo)
     return report

@@ -33,6 +33,7 @@ from expgit.sessions.manifest import SessionManifest
 from expgit.sessions.metrics import LLMTrajectoryScorer, SegmentMetrics, TrajectoryScorer
 from expgit.sessions.report import SessionsRunReport
 from expgit.sessions.segmenter import LLMTaskSegmenter, TaskSegmenter
+from expgit.sessions.status import refresh_checkpoint
 from expgit.sessions.store import SessionChanges, SessionStore
 from expgit.sessions.training import chain, train_segments
 from expgit.store.repository import ExperienceRepository
@@ -72,6 +73,7 @@ async def run(repo: ExperienceRepository, *, batch_size: int = 50,
                             + (f" ({by_feedback} segment(s) labelled by their feedback)"
                                if by_feedback else ""))
     report.main_after = await asyncio.to_thread(repo.main_commit)
+    await asyncio.to_thread(refresh_checkpoint, repo)
     return report
 
 

@@ -12,14 +12,16 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from expgit.errors import GitError
+from expgit.errors import ConflictError, GitError
+from expgit.sessions import status_checkpoint
 from expgit.sessions.manifest import SessionManifest
 from expgit.sessions.status_ledger import Ledger, SessionLine, SessionsStatus, Summary, advance
-from expgit.sessions.store import MANIFESTS, SessionStore
+from expgit.sessions.store import KIND_TRAILER, MANIFESTS, SessionStore
 from expgit.store.derived import keyed_cache_file, read_cache, write_cache
 from expgit.store.repository import ExperienceRepository
 
-__all__ = ["DETAILS_LIMIT", "SessionLine", "SessionsStatus", "sessions_status"]
+__all__ = ["DETAILS_LIMIT", "SessionLine", "SessionsStatus", "refresh_checkpoint",
+           "sessions_status"]
 
 DETAILS_LIMIT = 100  # sessions listed in ``details`` unless all are asked for
 _TOTALS_FORMAT = "session-totals-2"
@@ -127,24 +129,80 @@ def _folder_tree(repo: ExperienceRepository, store: SessionStore) -> str | None:
     return entry.sha if entry is not None and entry.is_tree else None
 
 
+def _listed(ledger: Ledger | None) -> Ledger | None:
+    """``ledger`` if it lists as many sessions as this expgit does (:data:`DETAILS_LIMIT`:
+    another version's checkpoint may list more or fewer), else None."""
+    if ledger is None or len(ledger.status.details) != min(DETAILS_LIMIT,
+                                                          ledger.status.sessions):
+        return None
+    return ledger
+
+
+def _current(repo: ExperienceRepository, store: SessionStore, tree: str) -> Ledger:
+    """The ledger of the manifests folder ``tree``: the kept one if it is of that tree,
+    else the kept one or the branch's checkpoint moved forward, else a whole count; kept
+    for the next status."""
+    cache = keyed_cache_file(repo.git.common_dir, "session-totals-", store.branch.ref)
+    kept = _listed(Ledger.from_cache(read_cache(cache, _TOTALS_FORMAT)))
+    if kept is not None and kept.tree == tree:
+        return kept
+    ledger = None
+    for start in (kept, _listed(status_checkpoint.read(store))):
+        if start is not None:
+            ledger = start if start.tree == tree else _advance(repo, store, start, tree)
+        if ledger is not None:
+            break
+    else:
+        ledger = _compute(repo, store, tree, all_details=False)
+    write_cache(cache, _TOTALS_FORMAT, ledger.model_dump(mode="json"))
+    return ledger
+
+
 def sessions_status(repo: ExperienceRepository, *, all_details: bool = False
                     ) -> SessionsStatus:
     """The counts, pending sessions and (the first :data:`DETAILS_LIMIT`, or with
     ``all_details`` every) session's line. Unless every line is asked for, the status is
     kept in the derived-data cache with the manifests folder's tree id: read whole while
     the folder is the same, and moved forward by the manifests that changed since
-    (:func:`_advance`), so its cost follows the change, not the number of sessions."""
+    (:func:`_advance`), from the kept one or from the branch's checkpoint
+    (:mod:`expgit.sessions.status_checkpoint`), so its cost follows the change, not the
+    number of sessions."""
     store = SessionStore(repo)
     tree = None if all_details else _folder_tree(repo, store)
-    cache = keyed_cache_file(repo.git.common_dir, "session-totals-", store.branch.ref)
-    ledger: Ledger | None = None
-    if tree is not None:
-        kept = Ledger.from_cache(read_cache(cache, _TOTALS_FORMAT))
-        if kept is not None and kept.tree == tree:
-            return kept.status
-        ledger = _advance(repo, store, kept, tree) if kept is not None else None
-    if ledger is None:
-        ledger = _compute(repo, store, tree, all_details=all_details)
-    if tree is not None:
-        write_cache(cache, _TOTALS_FORMAT, ledger.model_dump(mode="json"))
-    return ledger.status
+    if tree is None:
+        return _compute(repo, store, None, all_details=all_details).status
+    return _current(repo, store, tree).status
+
+
+def refresh_checkpoint(repo: ExperienceRepository) -> str | None:
+    """Write the branch's status checkpoint when it is due (see
+    :mod:`expgit.sessions.status_checkpoint`): the commit it made, or None. Never fails
+    the command that wrote the sessions: a checkpoint that loses a race is left to the
+    next writer."""
+    store = SessionStore(repo)
+    tip = store.branch.tip()
+    tree = _folder_tree(repo, store)
+    if tip is None or tree is None:
+        return None
+    last = status_checkpoint.read(store, tip=tip)
+    if last is not None and last.tree == tree:
+        return None
+    ledger = _current(repo, store, tree)
+    if ledger.status.sessions < status_checkpoint.EVERY:
+        return None
+    if last is not None:
+        try:
+            changes = store.branch.fanned_changes(last.tree, tree, suffix=".json")
+        except GitError:
+            changes = None
+        if changes is not None and len(changes) < status_checkpoint.EVERY:
+            return None
+    data = status_checkpoint.encode(ledger)
+    if data is None:
+        return None
+    try:
+        return store.branch.write({status_checkpoint.PATH: data},
+                                  f"sessions: status checkpoint of {ledger.status.sessions} "
+                                  "sessions", trailers=(KIND_TRAILER,))
+    except ConflictError:
+        return None
