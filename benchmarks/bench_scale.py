@@ -25,8 +25,8 @@ or two, not hours:
    SIZE trajectories, both in the fanned-out layout: ``sessions ingest`` of 100 more,
    ``sessions status --json`` the first time after an ingest of 100 (the kept status
    moved forward by the 100 new manifests), with no derived-data cache at all (as after
-   a clone: the branch's status checkpoint moved forward), again (the status kept by the manifests folder's
-   tree id) and with ``--all`` (every row), storing one more trajectory.
+   a clone: the branch's status checkpoint moved forward), again (the status kept by
+   the manifests folder's tree id) and with ``--all`` (every row), storing one more trajectory.
 3. **disk**: ``sessions ingest`` of SIZE real sessions, 100 per process (the
    ``--ingest-sizes``), once with automatic maintenance off (``gc.auto=0``) and once as
    shipped; the git directory's size after each, and after a full ``git gc``.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import EXAMPLE
-from test_sessions_status_ledger import manifest, write
+from test_sessions_status_ledger import blobs_read, manifest, write
 
 from expgit.sessions import status_checkpoint
 from expgit.sessions.status import refresh_checkpoint, sessions_status
@@ -36,19 +36,6 @@ def folder_tree(store: SessionStore) -> str:
 def forget_caches(repo: ExperienceRepository) -> None:
     for cache in (repo.git.common_dir / CACHE_DIR).glob("session-*.json"):
         cache.unlink()
-
-
-def blobs_read(repo: ExperienceRepository, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    read: list[str] = []
-    real = repo.git.read_blobs
-
-    def spy(shas):  # type: ignore[no-untyped-def]
-        wanted = list(shas)
-        read.extend(wanted)
-        return real(wanted)
-
-    monkeypatch.setattr(repo.git, "read_blobs", spy)
-    return read
 
 
 def test_written_when_due_and_changing_no_manifest(seeded_repo: ExperienceRepository) -> None:

@@ -38,6 +38,20 @@ def write(store: SessionStore, changes: dict[str, bytes | None]) -> None:
                        "sessions: test change")
 
 
+def blobs_read(repo: ExperienceRepository, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The blob ids read from here on (every ``read_blobs`` call's)."""
+    read: list[str] = []
+    real = repo.git.read_blobs
+
+    def spy(shas):  # type: ignore[no-untyped-def]
+        wanted = list(shas)
+        read.extend(wanted)
+        return real(wanted)
+
+    monkeypatch.setattr(repo.git, "read_blobs", spy)
+    return read
+
+
 def without_details(status: SessionsStatus) -> dict[str, object]:
     return status.model_dump(exclude={"details", "details_truncated"})
 
@@ -101,15 +115,7 @@ def test_unchanged_manifests_are_not_read_when_moving_forward(
     store = SessionStore(seeded_repo)
     write(store, {f"{i:04x}": manifest(f"{i:04x}") for i in range(40)})
     check(seeded_repo)
-    read: list[str] = []
-    real = seeded_repo.git.read_blobs
-
-    def spy(shas):  # type: ignore[no-untyped-def]
-        wanted = list(shas)
-        read.extend(wanted)
-        return real(wanted)
-
-    monkeypatch.setattr(seeded_repo.git, "read_blobs", spy)
+    read = blobs_read(seeded_repo, monkeypatch)
     write(store, {"0003": manifest("0003", trained=True), "ffff": manifest("ffff")})
     status = sessions_status(seeded_repo)
     assert status.sessions == 41 and status.trained == 1
