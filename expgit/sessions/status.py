@@ -121,10 +121,11 @@ def _advance(repo: ExperienceRepository, store: SessionStore, kept: Ledger, tree
     return advance(kept, steps, tree, limit=DETAILS_LIMIT)
 
 
-def _folder_tree(repo: ExperienceRepository, store: SessionStore) -> str | None:
-    """The manifests folder's tree id at the branch tip: the whole status is a function
-    of it (None: no sessions yet)."""
-    tree = store.branch.tree()
+def _folder_tree(repo: ExperienceRepository, store: SessionStore, tip: str | None = None
+                 ) -> str | None:
+    """The manifests folder's tree id at the branch tip (or ``tip``): the whole status is
+    a function of it (None: no sessions yet)."""
+    tree = store.branch.tree(tip)
     entry = repo.git.path_entry(tree, MANIFESTS) if tree is not None else None
     return entry.sha if entry is not None and entry.is_tree else None
 
@@ -181,7 +182,7 @@ def refresh_checkpoint(repo: ExperienceRepository) -> str | None:
     next writer."""
     store = SessionStore(repo)
     tip = store.branch.tip()
-    tree = _folder_tree(repo, store)
+    tree = _folder_tree(repo, store, tip) if tip is not None else None
     if tip is None or tree is None:
         return None
     last = status_checkpoint.read(store, tip=tip)
