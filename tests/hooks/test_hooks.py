@@ -389,6 +389,26 @@ def test_push_of_invalid_settings_is_refused(clone: Path, server: Path) -> None:
     assert "expgit.toml: token_budget: Input should be greater than 0" in proc.stderr
 
 
+def test_push_of_an_unsafe_template_override_is_refused(clone: Path, server: Path) -> None:
+    """Overrides are code every trainer renders: the server renders each once in the
+    sandbox and refuses the push that brings one escaping it, naming the file."""
+    before = head(server, "main")
+    write(clone, ".expgit/templates/prompts/judge.md.j2",
+          "{% block system %}{{ cycler.__init__.__globals__.os.system('touch PWNED') }}"
+          "{% endblock %}{% block user %}u{% endblock %}")
+    assert commit(clone).returncode == 0
+    proc = push(clone, "main")
+    assert proc.returncode != 0
+    assert "expgit: push to main refused: 1 problem in" in proc.stderr
+    assert "template .expgit/templates/prompts/judge.md.j2: unsafe" in proc.stderr
+    assert head(server, "main") == before
+    assert not (server / "PWNED").exists() and not (clone / "PWNED").exists()
+    write(clone, ".expgit/templates/prompts/judge.md.j2",
+          "{% block system %}ours {{ case.name }}{% endblock %}{% block user %}u{% endblock %}")
+    assert commit(clone).returncode == 0
+    assert push(clone, "main").returncode == 0
+
+
 def test_push_creating_main_is_checked_with_its_own_settings(repo: Path,
                                                             tmp_path: Path) -> None:
     server = tmp_path / "empty.git"
