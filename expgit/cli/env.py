@@ -71,6 +71,10 @@ def _served_paths(repos: tuple[Path, ...], current: ExperienceRepository | None
               help="A repository rollouts may read (the request's policy_set.root_uri); "
               "any other is refused with 403. Repeatable. Default: the current one.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="The address to bind.")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="Also answer requests whose Host header names NAME (loopback names "
+              "and the --host address are always answered; any other Host is 400, "
+              "which stops DNS rebinding). Repeatable.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
               help="The port (0: a free one).")
 @click.option("--token-env", metavar="VAR",
@@ -79,8 +83,8 @@ def _served_paths(repos: tuple[Path, ...], current: ExperienceRepository | None
 @llm_options
 @click.pass_context
 def env_serve_cmd(ctx: click.Context, cases: tuple[Path, ...], named: tuple[str, ...],
-                  dataset: str, domain: str, repos: tuple[Path, ...], host: str, port: int,
-                  token_env: str | None,
+                  dataset: str, domain: str, repos: tuple[Path, ...], host: str,
+                  allow_hosts: tuple[str, ...], port: int, token_env: str | None,
                   llm_choice: str | None, model: str | None, base_url: str | None,
                   concurrency: int) -> None:
     """Serve the cases of --cases / --split files and run their rollouts: a rollout
@@ -116,7 +120,7 @@ def env_serve_cmd(ctx: click.Context, cases: tuple[Path, ...], named: tuple[str,
               "rollouts that read repositories on this machine (set --token-env)"])
     service = ExampleService(cases=cases, named=_named_splits(named), dataset=dataset,
                              domain=domain, host=host, port=port, token=token,
-                             repositories=served)
+                             repositories=served, allow_hosts=allow_hosts)
 
     def ready(url: str, env: ExampleEnvironment) -> None:
         sizes = ", ".join(f"{name} ({len(split)})" for name, split in env.splits.items())

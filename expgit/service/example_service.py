@@ -58,6 +58,7 @@ class ExampleService:
     host: str = "127.0.0.1"
     port: int = 8765
     token: str | None = None
+    allow_hosts: Sequence[str] = ()
 
 
 def serve_example(service: ExampleService, settings: Settings, llm: LLMOptions,
@@ -73,5 +74,5 @@ def serve_example(service: ExampleService, settings: Settings, llm: LLMOptions,
     env = ExampleEnvironment(splits, runtime, repositories=service.repositories,
                              dataset=service.dataset, domain=service.domain)
     app = example_app(env, token=service.token, serve=settings.serve, runtime=runtime)
-    serve_forever(app, host=service.host, port=service.port,
+    serve_forever(app, host=service.host, port=service.port, allow_hosts=service.allow_hosts,
                   on_ready=None if on_ready is None else lambda url: on_ready(url, env))
