@@ -141,14 +141,16 @@ def environment(repo: ExperienceRepository | None = None, *,
     return env
 
 
-def check_overrides(repo: ExperienceRepository, commit: str) -> list[str]:
-    """Problems of the template overrides at ``commit`` ([] when each renders): every
-    file under ``.expgit/templates/`` is compiled and rendered once in the sandbox with
-    a sample context (:class:`_SampleValue`); one that does not compile, is not UTF-8,
-    fails to render, touches an unsafe attribute, or (a prompt) lacks a block is named."""
-    tree = _override_tree(repo, commit)
-    if tree is None:
+def check_overrides(repo: ExperienceRepository, root_tree: str) -> list[str]:
+    """Problems of the template overrides in the commit tree ``root_tree`` ([] when each
+    renders): every file under ``.expgit/templates/`` is compiled and rendered once in
+    the sandbox with a sample context (:class:`_SampleValue`); one that does not
+    compile, is not UTF-8, fails to render, touches an unsafe attribute, or (a prompt)
+    lacks a block is named."""
+    entry = repo.git.path_entry(root_tree, OVERRIDE_DIR)
+    if entry is None or not entry.is_tree:
         return []
+    tree = entry.sha
     overrides = _override_files(repo, tree)
     env = _sandbox(jinja2.ChoiceLoader([
         jinja2.FunctionLoader(lambda name: (overrides[name].decode("utf-8"), None,

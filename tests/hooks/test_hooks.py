@@ -218,6 +218,20 @@ def test_pre_commit_checks_the_index_not_the_work_tree(client: Path) -> None:
     assert proc.returncode != 0 and "experiences/second-rule.md" in proc.stderr
 
 
+def test_pre_commit_refuses_a_staged_template_override_that_fails(client: Path) -> None:
+    write(client, ".expgit/templates/prompts/judge.md.j2",
+          "{% block system %}{{ cycler.__init__.__globals__.os.environ }}{% endblock %}"
+          "{% block user %}u{% endblock %}")
+    before = head(client)
+    proc = commit(client)
+    assert proc.returncode != 0
+    assert "template .expgit/templates/prompts/judge.md.j2: unsafe" in proc.stderr
+    assert head(client) == before
+    write(client, ".expgit/templates/prompts/judge.md.j2",
+          "{% block system %}ours{% endblock %}{% block user %}u{% endblock %}")
+    assert commit(client).returncode == 0
+
+
 def test_seeded_repository_has_the_hook(seeded_repo, run_cli) -> None:  # type: ignore[no-untyped-def]
     work = seeded_repo.git.work_tree
     write(work, "experiences/x.md", experience("y"))

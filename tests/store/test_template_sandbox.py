@@ -55,7 +55,8 @@ def test_packaged_templates_pass_the_sample_render(bare_repo: ExperienceReposito
     copies = {f".expgit/templates/{path.relative_to(root)}": path.read_text()
               for path in root.rglob("*.j2")}
     commit = commit_on_main(bare_repo, copies)
-    assert len(copies) > 10 and check_overrides(bare_repo, commit) == []
+    tree = bare_repo.git.read_commit(commit).tree
+    assert len(copies) > 10 and check_overrides(bare_repo, tree) == []
 
 
 def test_validate_refuses_an_override_that_fails_to_render(
