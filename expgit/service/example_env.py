@@ -9,13 +9,13 @@ A query names a split (None: every split, in the order given); a ``dataset`` or
 answered with no cases. ``filters``: ``{key: value or [values]}``, each key matched
 against the case's ``name``, ``task_signature`` or ``metadata[key]``.
 
-A rollout opens the repository at ``policy_set.root_uri`` (a local path; read-only),
-if it is one of the ``repositories`` the service was started for (``--repo``, compared
-after resolving symlinks): :meth:`ExampleEnvironment.admit` refuses any other path
-before anything is opened (the SDK answers 403), since a repository's template
-overrides are rendered by the rollout;
-takes the snapshot of ``policy_set.metadata.commit`` (default: the tip of ``main``) and
-runs the case through the in-process executor of ``expgit train``
+A rollout reads only the ``repositories`` the service was started for (``--repo``,
+compared after resolving symlinks): :meth:`ExampleEnvironment.admit` refuses any other
+``policy_set.root_uri`` before anything is opened (the SDK answers 403), as a
+repository's template overrides are rendered by the rollout. It opens the repository
+at ``policy_set.root_uri`` (a local path; read-only), takes the snapshot of
+``policy_set.metadata.commit`` (default: the tip of ``main``) and runs the case
+through the in-process executor of ``expgit train``
 (:func:`expgit.runs.wiring.rollout_executor`: one ``rollout`` call, the rubric's checks,
 an ``judge`` call per ``llm_judge`` criterion; a case of a cases file that names a tool
 environment, such as ``cases/airline_eval.yaml``, runs as a tool-calling conversation
