@@ -142,6 +142,9 @@ def start_service(path: Path, llm: Handles, *, mode: str = "propose",
     return start_server(app)
 
 
+JSON = {"Content-Type": "application/json"}  # the services take JSON bodies only
+
+
 def auth(token: str = TOKEN) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 

@@ -1,11 +1,26 @@
-"""Request guards every expgit HTTP service installs: bearer token, body size limit and
-one-line JSON error bodies (``{"error": "..."}``, :class:`expgit.remote.protocol.ErrorBody`).
+"""Request guards every expgit HTTP service installs: bearer token, body size limit,
+JSON bodies only, allowed Host names, client timeouts, and one-line JSON error bodies
+(``{"error": "..."}``, :class:`expgit.remote.protocol.ErrorBody`).
+
+A web page must not be able to drive a service on this machine: a cross-site ``fetch``
+or form can send a ``text/plain``, form or untyped body without a CORS preflight, and a
+DNS rebinding page reaches ``127.0.0.1`` under its own host name. So every body must be
+``application/json`` (anything else is ``415``), and :class:`HostGuard`, which
+:mod:`expgit.asgi.server` puts in front of every app it serves, answers only the allowed
+``Host`` names: loopback (``localhost``, ``127.0.0.1``, ``[::1]``, any port), the address
+the server is bound to, and those named with ``--allow-host`` (others: ``400``, as
+Starlette's TrustedHostMiddleware and Django's ALLOWED_HOSTS answer). Slow clients are
+cut off by :func:`guarded_protocol` (uvicorn's h11 protocol with a deadline for the
+request headers and one for the body, like nginx's ``client_header_timeout`` and
+``client_body_timeout``).
 
 ``install_guards(app, token=..., max_body_bytes=...)``:
 
 * every route except ``GET /health`` needs ``Authorization: Bearer <token>`` when a token
   is set; a missing or wrong token is ``401`` with ``WWW-Authenticate: Bearer``;
 * a body over ``max_body_bytes`` (by ``Content-Length`` or as streamed) is ``413``;
+* a body (or a ``Content-Type``) that is not ``application/json`` (or ``+json``) is
+  ``415``, before any of it is read;
 * malformed JSON and pydantic validation errors are ``422`` with a readable one-line
   message naming the field;
 * :class:`~expgit.errors.ExpgitError` raised by a handler maps to a status:
@@ -15,16 +30,20 @@ one-line JSON error bodies (``{"error": "..."}``, :class:`expgit.remote.protocol
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
+import h11
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from expgit.errors import (
     ConflictError,
@@ -36,7 +55,21 @@ from expgit.errors import (
 )
 
 OPEN_ROUTES = frozenset({("GET", "/health"), ("HEAD", "/health")})
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
+_WILDCARD_BINDS = frozenset({"", "0.0.0.0", "[::]", "*"})
 _MESSAGE_CHARS = 500
+
+
+@dataclass(frozen=True)
+class ClientTimeouts:
+    """How long a client may take to send a request's headers (from the connection or
+    its first byte after a response) and then its body; the connection is closed after."""
+
+    header_seconds: float = 10.0
+    body_seconds: float = 30.0
+
+
+CLIENT_TIMEOUTS = ClientTimeouts()
 
 
 def error_response(
@@ -101,6 +134,13 @@ class _GuardMiddleware:
             )
             await response(scope, receive, send)
             return
+        refused_type = _not_json(scope)
+        if refused_type is not None:
+            response = error_response(
+                415, f"unsupported content type {refused_type!r}: send the body as "
+                "application/json (Content-Type: application/json)")
+            await response(scope, receive, send)
+            return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_body_bytes:
             await self._too_large(scope, receive, send)
@@ -135,14 +175,126 @@ class _GuardMiddleware:
         await response(scope, receive, send)
 
 
-def _content_length(scope: Scope) -> int | None:
+def _header(scope: Scope, wanted: bytes) -> str | None:
     for name, value in scope.get("headers", ()):
-        if name.lower() == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
+        if name.lower() == wanted:
+            return bytes(value).decode("latin-1")
     return None
+
+
+def _content_length(scope: Scope) -> int | None:
+    value = _header(scope, b"content-length")
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _not_json(scope: Scope) -> str | None:
+    """The media type of a request whose body is not JSON (``""``: a body with no
+    type), None when it is JSON or the request has neither body nor type."""
+    declared = _header(scope, b"content-type")
+    has_body = bool(_content_length(scope)) or _header(scope, b"transfer-encoding") is not None
+    if declared is None:
+        return "" if has_body else None
+    media = declared.split(";", 1)[0].strip().lower()
+    kind, _, subtype = media.partition("/")
+    if kind == "application" and (subtype == "json" or subtype.endswith("+json")):
+        return None
+    return media[:80]
+
+
+def host_name(value: str) -> str:
+    """``Host`` header or host name as compared: lower case, without the port or a
+    trailing dot, an IPv6 address in brackets (``::1`` and ``[::1]:80`` -> ``[::1]``)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        value = value[:value.find("]") + 1] if "]" in value else value
+    elif value.count(":") == 1:
+        value = value.partition(":")[0]
+    elif ":" in value:  # a bare IPv6 address
+        value = f"[{value}]"
+    return value.rstrip(".")
+
+
+def allowed_hosts(bind: str, extra: Iterable[str] = ()) -> frozenset[str]:
+    """Loopback names, the address bound to (unless every interface), and ``extra``."""
+    names = {host_name(name) for name in (bind, *extra)} - _WILDCARD_BINDS
+    return LOOPBACK_HOSTS | names
+
+
+class HostGuard:
+    """Pure ASGI middleware: an HTTP request whose ``Host`` is not in ``allowed`` is
+    ``400`` (a DNS rebinding page's host name never is); lifespan passes through."""
+
+    def __init__(self, app: ASGIApp, allowed: Iterable[str]) -> None:
+        self.app = app
+        self.allowed = frozenset(host_name(name) for name in allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            host = host_name(_header(scope, b"host") or "")
+            if host not in self.allowed:
+                shown = "".join(c for c in host if c.isprintable())[:100] or "(none)"
+                response = error_response(
+                    400, f"host {shown!r} is not allowed: this service answers "
+                    f"{', '.join(sorted(self.allowed))}",
+                    headers={"Connection": "close"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class _DeadlineProtocol(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection whose request headers take longer
+    than ``timeouts.header_seconds`` (counted from the connection, or from the first byte
+    of a next request) or whose body then takes longer than ``timeouts.body_seconds``.
+    uvicorn itself only times out an idle keep-alive connection."""
+
+    timeouts: ClassVar[ClientTimeouts] = CLIENT_TIMEOUTS
+    _deadline: asyncio.TimerHandle | None = None
+    _phase: type[h11.IDLE] | type[h11.SEND_BODY] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._watch()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._watch()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _watch(self) -> None:
+        state = self.conn.their_state
+        phase = h11.IDLE if state is h11.IDLE else h11.SEND_BODY \
+            if state is h11.SEND_BODY else None
+        if phase is self._phase:
+            return
+        self._disarm()
+        self._phase = phase
+        if phase is not None:
+            seconds = (self.timeouts.header_seconds if phase is h11.IDLE
+                       else self.timeouts.body_seconds)
+            self._deadline = self.loop.call_later(seconds, self._expired)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        self._phase = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def guarded_protocol(timeouts: ClientTimeouts) -> type[H11Protocol]:
+    """The h11 protocol class for uvicorn's ``Config(http=...)`` with ``timeouts``."""
+    return type("GuardedH11Protocol", (_DeadlineProtocol,), {"timeouts": timeouts})
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -5,6 +5,10 @@
   connections; :meth:`RunningServer.stop` shuts it down (also a context manager).
 * :func:`serve_forever` — in the calling (main) thread for CLIs: ``on_ready(url)`` once
   listening, a clean return on SIGINT / SIGTERM.
+
+Both put :class:`~expgit.asgi.guards.HostGuard` in front of the app (loopback names, the
+bound address and ``allow_hosts``) and cut off clients slower than ``timeouts``
+(:func:`~expgit.asgi.guards.guarded_protocol`).
 """
 
 from __future__ import annotations
@@ -16,12 +20,19 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from types import FrameType, TracebackType
 
 import uvicorn
 from starlette.types import ASGIApp
 
+from expgit.asgi.guards import (
+    CLIENT_TIMEOUTS,
+    ClientTimeouts,
+    HostGuard,
+    allowed_hosts,
+    guarded_protocol,
+)
 from expgit.errors import ExpgitError, UsageError
 
 _STARTUP_TIMEOUT = 30.0
@@ -62,9 +73,11 @@ def _url(sock: socket.socket, host: str) -> str:
     return f"http://{shown}:{port}"
 
 
-def _config(app: ASGIApp) -> uvicorn.Config:
+def _config(app: ASGIApp, host: str = "127.0.0.1", allow_hosts: Iterable[str] = (),
+            timeouts: ClientTimeouts = CLIENT_TIMEOUTS) -> uvicorn.Config:
     return uvicorn.Config(
-        app,
+        HostGuard(app, allowed_hosts(host, allow_hosts)),
+        http=guarded_protocol(timeouts),
         log_level="warning",
         access_log=False,
         lifespan="on",
@@ -106,11 +119,13 @@ class RunningServer:
         self.stop()
 
 
-def start_server(app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0) -> RunningServer:
+def start_server(app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0,
+                 allow_hosts: Iterable[str] = (),
+                 timeouts: ClientTimeouts = CLIENT_TIMEOUTS) -> RunningServer:
     """Serve ``app`` on ``host:port`` in a background thread; returns once it accepts."""
     sock = _bind(host, port)
     url = _url(sock, host)
-    server = _QuietServer(_config(app))
+    server = _QuietServer(_config(app, host, allow_hosts, timeouts))
     failure: list[BaseException] = []
 
     def run() -> None:
@@ -141,6 +156,8 @@ def serve_forever(
     host: str,
     port: int,
     on_ready: Callable[[str], None] | None = None,
+    allow_hosts: Iterable[str] = (),
+    timeouts: ClientTimeouts = CLIENT_TIMEOUTS,
 ) -> None:
     """Serve ``app`` until SIGINT / SIGTERM, then shut down cleanly and return.
 
@@ -148,7 +165,7 @@ def serve_forever(
     Must be called from the main thread (signal handlers)."""
     sock = _bind(host, port)
     url = _url(sock, host)
-    server = _QuietServer(_config(app))
+    server = _QuietServer(_config(app, host, allow_hosts, timeouts))
 
     def request_exit(signum: int, frame: FrameType | None) -> None:
         if server.should_exit:

@@ -11,6 +11,7 @@ from expgit.cli.train_common import bearer_token, llm_options, make_llm_options
 from expgit.errors import UsageError
 from expgit.service.example_env import DEFAULT_DATASET, DEFAULT_DOMAIN, ExampleEnvironment
 from expgit.service.example_service import ExampleService, serve_example
+from expgit.store.repository import ExperienceRepository
 from expgit.store.settings import Settings
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -37,12 +38,22 @@ def _named_splits(values: tuple[str, ...]) -> dict[str, Path]:
     return named
 
 
-def _settings(ctx: click.Context) -> Settings:
-    """The repository's settings ([llm], [serve]) when run in one, else the defaults."""
+def _current(ctx: click.Context) -> ExperienceRepository | None:
+    """The repository the command runs in, None outside one (serving needs none)."""
     try:
-        return open_repo(ctx).settings
-    except UsageError:  # not a git repository: serving needs none
-        return Settings()
+        return open_repo(ctx)
+    except UsageError:
+        return None
+
+
+def _served_paths(repos: tuple[Path, ...], current: ExperienceRepository | None
+                  ) -> list[Path]:
+    """The paths rollouts may read: each --repo (default: the current repository), by
+    its work tree and its git directory. A --repo that is not a repository is refused."""
+    opened = [ExperienceRepository.open(path) for path in repos] if repos else (
+        [current] if current is not None else [])
+    return [Path(where) for repo in opened
+            for where in (repo.git.work_tree, repo.git.git_dir) if where is not None]
 
 
 @env_group.command("serve")
@@ -56,7 +67,14 @@ def _settings(ctx: click.Context) -> Settings:
               help="The dataset name the cases are served under.")
 @click.option("--domain", default=DEFAULT_DOMAIN, show_default=True,
               help="The domain name the cases are served under.")
+@click.option("--repo", "repos", multiple=True, type=click.Path(path_type=Path),
+              help="A repository rollouts may read (the request's policy_set.root_uri); "
+              "any other is refused with 403. Repeatable. Default: the current one.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="The address to bind.")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="Also answer requests whose Host header names NAME (loopback names "
+              "and the --host address are always answered; any other Host is 400, "
+              "which stops DNS rebinding). Repeatable.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
               help="The port (0: a free one).")
 @click.option("--token-env", metavar="VAR",
@@ -65,13 +83,15 @@ def _settings(ctx: click.Context) -> Settings:
 @llm_options
 @click.pass_context
 def env_serve_cmd(ctx: click.Context, cases: tuple[Path, ...], named: tuple[str, ...],
-                  dataset: str, domain: str, host: str, port: int, token_env: str | None,
+                  dataset: str, domain: str, repos: tuple[Path, ...], host: str,
+                  allow_hosts: tuple[str, ...], port: int, token_env: str | None,
                   llm_choice: str | None, model: str | None, base_url: str | None,
                   concurrency: int) -> None:
     """Serve the cases of --cases / --split files and run their rollouts: a rollout
     reads the experiences of the repository path and commit the request names
-    (read-only) and asks the configured LLM (the embedded model when no endpoint is
-    configured; --llm, --model, --base-url as for `expgit train`), scored by the
+    (read-only; only a --repo, by default the current repository) and asks the
+    configured LLM (the embedded model when no endpoint is configured; --llm, --model,
+    --base-url as for `expgit train`), scored by the
     case's rubric. --concurrency rollouts run at once; more wait in a queue.
 
     \b
@@ -86,7 +106,12 @@ def env_serve_cmd(ctx: click.Context, cases: tuple[Path, ...], named: tuple[str,
     """
     if not cases and not named:
         raise UsageError("nothing to serve: give --cases FILE or --split NAME=FILE")
-    settings = _settings(ctx)
+    current = _current(ctx)
+    settings = current.settings if current is not None else Settings()
+    served = _served_paths(repos, current)
+    if not served:
+        warn(["no repository to serve: every rollout will be refused (run in one, or "
+              "give --repo PATH)"])
     settings = settings.model_copy(update={"serve": settings.serve.model_copy(
         update={"max_concurrency": concurrency})})
     token = bearer_token(token_env, settings.serve.token_env)
@@ -94,7 +119,8 @@ def env_serve_cmd(ctx: click.Context, cases: tuple[Path, ...], named: tuple[str,
         warn([f"no token: anyone who can reach {host}:{port} can list the cases and run "
               "rollouts that read repositories on this machine (set --token-env)"])
     service = ExampleService(cases=cases, named=_named_splits(named), dataset=dataset,
-                             domain=domain, host=host, port=port, token=token)
+                             domain=domain, host=host, port=port, token=token,
+                             repositories=served, allow_hosts=allow_hosts)
 
     def ready(url: str, env: ExampleEnvironment) -> None:
         sizes = ", ".join(f"{name} ({len(split)})" for name, split in env.splits.items())

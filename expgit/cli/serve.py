@@ -19,6 +19,10 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 @click.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="The address to listen on (0.0.0.0: every interface; set a token).")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="Also answer requests whose Host header names NAME (loopback names "
+              "and the --host address are always answered; any other Host is 400, "
+              "which stops DNS rebinding). Repeatable.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8766, show_default=True,
               help="The port (0: any free port; the URL printed says which). `expgit env "
               "serve` defaults to 8765, so both can run side by side.")
@@ -35,7 +39,8 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
               "applies to its main.")
 @llm_options
 @click.pass_context
-def serve_cmd(ctx: click.Context, host: str, port: int, mode: str, token_env: str | None,
+def serve_cmd(ctx: click.Context, host: str, allow_hosts: tuple[str, ...], port: int,
+              mode: str, token_env: str | None,
               remote: str | None, llm_choice: str | None, model: str | None,
               base_url: str | None, concurrency: int) -> None:
     """Serve the training service: POST /v1/train/rollouts takes one Rollout JSON object
@@ -82,5 +87,5 @@ def serve_cmd(ctx: click.Context, host: str, port: int, mode: str, token_env: st
         click.echo(url)
         sys.stdout.flush()
 
-    serve_forever(app, host=host, port=port, on_ready=ready)
+    serve_forever(app, host=host, port=port, on_ready=ready, allow_hosts=allow_hosts)
 

@@ -1,6 +1,7 @@
 """What the installed hook stubs run: ``python -m expgit.hooks.run <hook> [args...]``.
 
-* ``pre-commit``: the staged experience files must be valid.
+* ``pre-commit``: the staged experience files must be valid, and the staged template
+  overrides must render (in the sandbox, once, with a sample context).
 * ``pre-receive`` (``old new ref`` lines on stdin) and ``update`` (args ``ref old new``):
   on the main branch only, refuse deleting it, refuse a non-fast-forward, and refuse new
   commits whose experience files (or ``expgit.toml``) are invalid. Other refs pass. The
@@ -32,7 +33,7 @@ from expgit.git.repo import ZERO_SHA, GitRepo
 from expgit.hooks.install import LEGACY_SUFFIX, hooks_dir, is_stub
 from expgit.store.repository import ExperienceRepository, load_settings
 from expgit.store.settings import SETTINGS_FILE, Settings, parse_settings
-from expgit.store.validate import validate_commit, validate_index
+from expgit.store.validate import validate_commit, validate_index, validate_staged_templates
 
 HOOKS = ("pre-commit", "pre-receive", "update")
 _PUSH = "expgit: push to main refused:"
@@ -62,7 +63,7 @@ def _run_legacy(git: GitRepo, hook: str, args: list[str], stdin: bytes | None) -
 
 
 def _pre_commit(repo: ExperienceRepository) -> int:
-    problems = validate_index(repo)
+    problems = validate_index(repo) + validate_staged_templates(repo)
     if not problems:
         return 0
     _err("expgit: commit refused:")

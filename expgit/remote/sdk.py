@@ -14,7 +14,7 @@ with one-line ``{"error": ...}`` bodies for bad requests.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated, Protocol
 
@@ -22,7 +22,7 @@ from fastapi import FastAPI, Query
 from fastapi.responses import JSONResponse
 
 from expgit.asgi.guards import error_response, install_guards
-from expgit.errors import InvalidInputError, UsageError
+from expgit.errors import ExpgitError, InvalidInputError, UsageError
 from expgit.remote.executions import ExecutionRegistry, RegistryFull
 from expgit.remote.protocol import CasePage, CaseQuery, ExecutionStatus, Health, RolloutRequest
 from expgit.train.domain import Case, Rollout
@@ -105,7 +105,8 @@ def create_environment_app(env: Environment, *, token: str | None = None,
                            max_concurrency: int = 4, max_queue: int = 256,
                            execution_ttl_seconds: float = DEFAULT_EXECUTION_TTL_SECONDS,
                            execution_timeout_seconds: float | None = None,
-                           max_poll_wait_seconds: float = DEFAULT_MAX_POLL_WAIT_SECONDS
+                           max_poll_wait_seconds: float = DEFAULT_MAX_POLL_WAIT_SECONDS,
+                           admit: Callable[[RolloutRequest], None] | None = None
                            ) -> FastAPI:
     """The FastAPI app serving ``env`` (routes: :mod:`expgit.remote.protocol`).
 
@@ -117,7 +118,11 @@ def create_environment_app(env: Environment, *, token: str | None = None,
     Long polling (an extension of the protocol, ignored by services that lack it):
     ``GET /v1/rollouts/executions/{id}?wait=S`` answers as soon as the execution has
     finished, or after ``min(S, max_poll_wait_seconds)`` with its current status. Keep
-    ``max_poll_wait_seconds`` below the server's graceful shutdown time (2 s)."""
+    ``max_poll_wait_seconds`` below the server's graceful shutdown time (2 s).
+
+    ``admit(request)``, if given, runs before a rollout is queued: an ExpgitError it
+    raises refuses the request with ``403`` and its message (e.g. a repository the
+    service was not started for), before the environment opens anything."""
     if max_concurrency < 1:
         raise UsageError(f"max concurrency must be at least 1, not {max_concurrency}")
     if max_queue < 0:
@@ -153,6 +158,12 @@ def create_environment_app(env: Environment, *, token: str | None = None,
 
     @app.post("/v1/rollouts/execute", status_code=202, response_model=ExecutionStatus)
     async def execute(request: RolloutRequest) -> ExecutionStatus | JSONResponse:
+        if admit is not None:
+            try:
+                admit(request)
+            except ExpgitError as exc:
+                return error_response(403, exc.message + (f" (hint: {exc.hint})"
+                                                          if exc.hint else ""))
         try:
             return registries.get().submit(request)
         except RegistryFull as exc:

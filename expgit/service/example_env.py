@@ -9,9 +9,13 @@ A query names a split (None: every split, in the order given); a ``dataset`` or
 answered with no cases. ``filters``: ``{key: value or [values]}``, each key matched
 against the case's ``name``, ``task_signature`` or ``metadata[key]``.
 
-A rollout opens the repository at ``policy_set.root_uri`` (a local path; read-only),
-takes the snapshot of ``policy_set.metadata.commit`` (default: the tip of ``main``) and
-runs the case through the in-process executor of ``expgit train``
+A rollout reads only the ``repositories`` the service was started for (``--repo``,
+compared after resolving symlinks): :meth:`ExampleEnvironment.admit` refuses any other
+``policy_set.root_uri`` before anything is opened (the SDK answers 403), as a
+repository's template overrides are rendered by the rollout. It opens the repository
+at ``policy_set.root_uri`` (a local path; read-only), takes the snapshot of
+``policy_set.metadata.commit`` (default: the tip of ``main``) and runs the case
+through the in-process executor of ``expgit train``
 (:func:`expgit.runs.wiring.rollout_executor`: one ``rollout`` call, the rubric's checks,
 an ``judge`` call per ``llm_judge`` criterion; a case of a cases file that names a tool
 environment, such as ``cases/airline_eval.yaml``, runs as a tool-calling conversation
@@ -24,6 +28,7 @@ writes to any repository.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -31,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from expgit import __version__
-from expgit.errors import InvalidInputError, NotFoundError
+from expgit.errors import InvalidInputError, NotFoundError, UsageError
 from expgit.llm.port import UsageMeter
 from expgit.remote.protocol import CaseQuery, Health, RolloutRequest
 from expgit.runs.wiring import LLMHandles, rollout_executor
@@ -82,7 +87,9 @@ class ExampleEnvironment:
     each rollout, so it may be opened after construction (the service's start-up)."""
 
     def __init__(self, splits: Mapping[str, Sequence[Case]], llm: LLMHandles, *,
+                 repositories: Sequence[Path],
                  dataset: str = DEFAULT_DATASET, domain: str = DEFAULT_DOMAIN) -> None:
+        self.repositories = frozenset(os.path.realpath(path) for path in repositories)
         self.dataset = dataset
         self.domain = domain
         self.llm = llm
@@ -122,6 +129,21 @@ class ExampleEnvironment:
             "llm": str(getattr(self.llm, "description", "")), "llm_calls": usage})
 
     # --------------------------------------------------------------------- rollouts
+    def admit(self, request: RolloutRequest) -> None:
+        """Refuse (UsageError) a request for a repository this service does not serve."""
+        self._served_path(request.policy_set.root_uri)
+
+    def _served_path(self, root_uri: str) -> str:
+        path = root_uri.removeprefix("file://")
+        if not Path(path).is_absolute():
+            raise InvalidInputError(f"policy_set.root_uri {root_uri[:200]!r}: an absolute "
+                                    "path of a repository this service can read is needed")
+        if os.path.realpath(path) not in self.repositories:
+            raise UsageError(f"policy_set.root_uri {root_uri[:200]!r}: this service does not "
+                             "serve that repository",
+                             hint="start `expgit env serve` with --repo PATH for it")
+        return path
+
     async def run_rollout(self, request: RolloutRequest) -> Rollout:
         """One rollout of ``request.case`` against the snapshot it names; ExpgitError
         (the execution fails with its message) if that snapshot cannot be read. A failed
@@ -154,10 +176,7 @@ class ExampleEnvironment:
     def _repository(self, root_uri: str, experiences_root: object) -> ExperienceRepository:
         """The repository at ``root_uri``, opened once (again if its experiences root
         is not the one the request names, i.e. its expgit.toml changed)."""
-        path = root_uri.removeprefix("file://")
-        if not Path(path).is_absolute():
-            raise InvalidInputError(f"policy_set.root_uri {root_uri!r}: an absolute path "
-                                    "of a repository this service can read is needed")
+        path = self._served_path(root_uri)
         with self._lock:
             repo = self._repositories.get(path)
             if repo is not None and experiences_root in (None, repo.root):

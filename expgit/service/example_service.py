@@ -29,7 +29,7 @@ def example_app(env: ExampleEnvironment, *, token: str | None, serve: ServeSetti
     environment's LLM, if it must be opened) is entered at start-up, exited at shutdown."""
     app = create_environment_app(env, token=token, max_body_bytes=serve.max_body_bytes,
                                  max_concurrency=serve.max_concurrency,
-                                 max_queue=serve.max_queue)
+                                 max_queue=serve.max_queue, admit=env.admit)
     if runtime is None:
         return app
     opened = runtime
@@ -47,15 +47,18 @@ def example_app(env: ExampleEnvironment, *, token: str | None, serve: ServeSetti
 @dataclass(frozen=True)
 class ExampleService:
     """What ``expgit env serve`` serves: ``cases`` files (split = file stem) and
-    ``named`` ones (split = name), as ``dataset``/``domain``, on ``host:port``."""
+    ``named`` ones (split = name), as ``dataset``/``domain``, on ``host:port``; rollouts
+    read only the ``repositories`` named (their work trees and git directories)."""
 
     cases: Sequence[Path] = ()
+    repositories: Sequence[Path] = ()
     named: Mapping[str, Path] = field(default_factory=dict)
     dataset: str = DEFAULT_DATASET
     domain: str = DEFAULT_DOMAIN
     host: str = "127.0.0.1"
     port: int = 8765
     token: str | None = None
+    allow_hosts: Sequence[str] = ()
 
 
 def serve_example(service: ExampleService, settings: Settings, llm: LLMOptions,
@@ -68,7 +71,8 @@ def serve_example(service: ExampleService, settings: Settings, llm: LLMOptions,
     splits = load_splits(service.cases, service.named)
     runtime = open_llm(settings.llm, choice=llm.choice, model=llm.model,
                        base_url=llm.base_url, meter=None)
-    env = ExampleEnvironment(splits, runtime, dataset=service.dataset, domain=service.domain)
+    env = ExampleEnvironment(splits, runtime, repositories=service.repositories,
+                             dataset=service.dataset, domain=service.domain)
     app = example_app(env, token=service.token, serve=settings.serve, runtime=runtime)
-    serve_forever(app, host=service.host, port=service.port,
+    serve_forever(app, host=service.host, port=service.port, allow_hosts=service.allow_hosts,
                   on_ready=None if on_ready is None else lambda url: on_ready(url, env))

@@ -154,7 +154,7 @@ def _routes(repo: ExperienceRepository, info: _Info) -> APIRouter:
 
     @router.post("/v1/train/rollouts", status_code=202, response_model=TrainingJob)
     async def submit(request: Request, response: Response) -> TrainingJob | JSONResponse:
-        # read as JSON whatever the Content-Type says (curl -d sends a form type)
+        # the guards let only a JSON Content-Type through (a web page's form is 415)
         try:
             rollout = Rollout.model_validate_json(await request.body())
         except ValidationError as exc:

@@ -4,6 +4,10 @@ Rules: each file under the experiences root is ``<name>.md`` (no folders, no oth
 files; dotfiles such as ``.gitkeep`` are ignored), UTF-8, with valid front matter whose
 ``name`` equals the file stem, within the token budget. Names are unique because the
 stem is the name and the folder is flat.
+
+The template overrides of a commit (``.expgit/templates/``) must each render once in the
+sandbox (:func:`expgit.store.templates.check_overrides`): they are code every trainer
+runs, so ``validate`` and the hooks refuse one that does not.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Iterable
 from expgit.errors import InvalidInputError, ValidationError
 from expgit.store.experience import check_experience, decode_experience
 from expgit.store.repository import ExperienceRepository
+from expgit.store.templates import OVERRIDE_DIR, check_overrides
 
 
 def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]]) -> list[str]:
@@ -53,7 +58,10 @@ def _tree_files(repo: ExperienceRepository, commit: str, old: str | None = None
 
 def validate_commit(repo: ExperienceRepository, commit: str, since: str | None = None
                     ) -> list[str]:
-    return check_files(repo, _tree_files(repo, commit, since))
+    """Problems of the experience files at ``commit`` (those changed since ``since``,
+    if given) and of every template override there."""
+    return check_files(repo, _tree_files(repo, commit, since)) + check_overrides(
+        repo, repo.git.read_commit(commit).tree)
 
 
 def validate_index(repo: ExperienceRepository) -> list[str]:
@@ -67,6 +75,15 @@ def validate_index(repo: ExperienceRepository) -> list[str]:
     staged = repo.git.out("ls-files", "-s", "--", *changed)
     files = [(line.partition("\t")[2], line.split()[1]) for line in staged.splitlines()]
     return check_files(repo, files)
+
+
+def validate_staged_templates(repo: ExperienceRepository) -> list[str]:
+    """Problems of the staged template overrides, when any differs from HEAD: the index
+    as a tree (``git write-tree`` writes tree objects, never the index) is checked."""
+    head = repo.git.resolve("HEAD")
+    changed = repo.git.out("diff", "--cached", "--name-only", "--no-renames",
+                           *([head] if head else []), "--", f"{OVERRIDE_DIR}/")
+    return check_overrides(repo, repo.git.out("write-tree").strip()) if changed else []
 
 
 def require_valid(problems: list[str], where: str) -> None:

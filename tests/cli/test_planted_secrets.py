@@ -18,6 +18,7 @@ from conftest import fsck, git
 from json_shapes import assert_shape
 from scripted_pipeline import BAGGAGE_CASE, GOLD_RULE
 from training_service_support import (
+    JSON,
     auth,
     start_service,
     topic_rollout,
@@ -205,7 +206,7 @@ def test_serve_redacts_a_submitted_rollout_before_training(
     chat = training_script(("zebra",))
     runtime = LLMRuntime.fixed(chat)  # an opened runtime: it names its model
     with start_service(path, runtime, mode="apply", batch=1) as server:  # type: ignore[arg-type]
-        answer = httpx.post(f"{server.url}/v1/train/rollouts", headers=auth(),
+        answer = httpx.post(f"{server.url}/v1/train/rollouts", headers=auth() | JSON,
                             content=rollout.model_dump_json())
         assert answer.status_code == 202, answer.text
         job = wait_finished(server.url, answer.json()["job_id"])

@@ -218,6 +218,20 @@ def test_pre_commit_checks_the_index_not_the_work_tree(client: Path) -> None:
     assert proc.returncode != 0 and "experiences/second-rule.md" in proc.stderr
 
 
+def test_pre_commit_refuses_a_staged_template_override_that_fails(client: Path) -> None:
+    write(client, ".expgit/templates/prompts/judge.md.j2",
+          "{% block system %}{{ cycler.__init__.__globals__.os.environ }}{% endblock %}"
+          "{% block user %}u{% endblock %}")
+    before = head(client)
+    proc = commit(client)
+    assert proc.returncode != 0
+    assert "template .expgit/templates/prompts/judge.md.j2: unsafe" in proc.stderr
+    assert head(client) == before
+    write(client, ".expgit/templates/prompts/judge.md.j2",
+          "{% block system %}ours{% endblock %}{% block user %}u{% endblock %}")
+    assert commit(client).returncode == 0
+
+
 def test_seeded_repository_has_the_hook(seeded_repo, run_cli) -> None:  # type: ignore[no-untyped-def]
     work = seeded_repo.git.work_tree
     write(work, "experiences/x.md", experience("y"))
@@ -387,6 +401,26 @@ def test_push_of_invalid_settings_is_refused(clone: Path, server: Path) -> None:
     assert proc.returncode != 0
     assert "expgit: push to main refused: 1 problem in" in proc.stderr
     assert "expgit.toml: token_budget: Input should be greater than 0" in proc.stderr
+
+
+def test_push_of_an_unsafe_template_override_is_refused(clone: Path, server: Path) -> None:
+    """Overrides are code every trainer renders: the server renders each once in the
+    sandbox and refuses the push that brings one escaping it, naming the file."""
+    before = head(server, "main")
+    write(clone, ".expgit/templates/prompts/judge.md.j2",
+          "{% block system %}{{ cycler.__init__.__globals__.os.system('touch PWNED') }}"
+          "{% endblock %}{% block user %}u{% endblock %}")
+    assert commit(clone).returncode == 0
+    proc = push(clone, "main")
+    assert proc.returncode != 0
+    assert "expgit: push to main refused: 1 problem in" in proc.stderr
+    assert "template .expgit/templates/prompts/judge.md.j2: unsafe" in proc.stderr
+    assert head(server, "main") == before
+    assert not (server / "PWNED").exists() and not (clone / "PWNED").exists()
+    write(clone, ".expgit/templates/prompts/judge.md.j2",
+          "{% block system %}ours {{ case.name }}{% endblock %}{% block user %}u{% endblock %}")
+    assert commit(clone).returncode == 0
+    assert push(clone, "main").returncode == 0
 
 
 def test_push_creating_main_is_checked_with_its_own_settings(repo: Path,

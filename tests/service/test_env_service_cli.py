@@ -53,8 +53,9 @@ def env_service(tmp_path: Path) -> Iterator[Any]:
         splits = load_splits([cases_file(tmp_path / "train.yaml", BAGGAGE_CASE, PETS_CASE),
                               cases_file(tmp_path / "eval.yaml", PETS_CASE)])
         chat = ScriptedChatModel([Step("rollout", agent) for _ in range(rollouts)])
-        server = start_server(example_app(ExampleEnvironment(splits, LLMRuntime.fixed(chat)),
-                                          token=token, serve=ServeSettings()))
+        env = ExampleEnvironment(splits, LLMRuntime.fixed(chat),
+                                 repositories=[tmp_path / "repo", tmp_path / "server.git"])
+        server = start_server(example_app(env, token=token, serve=ServeSettings()))
         started.append(server)
         return Service(server, chat)
 
@@ -220,7 +221,8 @@ def test_env_serve_command_serves_until_sigterm(
     env.pop("EXPGIT_TOKEN", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "expgit", "env", "serve", "--split", f"dev={train}",
-         "--port", "0", "--llm", "openai", "--base-url", env_llm.url],
+         "--port", "0", "--llm", "openai", "--base-url", env_llm.url,
+         "--repo", str(tmp_path / "repo")],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None

@@ -54,13 +54,15 @@ class Served:
 
 
 @pytest.fixture
-def serve_env() -> Iterator[Any]:
+def serve_env(tmp_path: Path) -> Iterator[Any]:
+    """Start the service; rollouts may read ``tmp_path / "repo"`` (seeded_repo, driver)."""
     servers: list[RunningServer] = []
 
     def start(splits: dict[str, Any], steps: list[Step], *, token: str | None = None
               ) -> Served:
         chat = ScriptedChatModel(steps)
-        env = ExampleEnvironment(splits, LLMRuntime.fixed(chat))
+        env = ExampleEnvironment(splits, LLMRuntime.fixed(chat),
+                                 repositories=[tmp_path / "repo"])
         server = start_server(example_app(env, token=token, serve=ServeSettings()))
         servers.append(server)
         return Served(env, server, chat)
@@ -142,8 +144,6 @@ def test_rollout_reads_the_snapshot_the_request_names(
 
 
 @pytest.mark.parametrize("root_uri, commit, message", [
-    ("relative/repo", None, "an absolute path of a repository"),
-    ("/no/such/repository", None, "no such repository here"),
     (None, "0" * 40, "no commit '0000000000000000000000000000000000000000'"),
 ])
 def test_a_snapshot_that_cannot_be_read_fails_the_execution_without_llm_calls(

@@ -28,11 +28,12 @@ AIRLINE_EVAL = EXAMPLE / "cases" / "airline_eval.yaml"
 
 
 @pytest.fixture
-def served() -> Iterator[Any]:
+def served(tmp_path: Path) -> Iterator[Any]:
     agent = acting(lambda text: [call("cancel_reservation", reservation_id="XJ3LS9")]
                    if "cancel XJ3LS9" in text else [], answer="Cancelled, as you asked.")
     chat = ScriptedChatModel([Step("rollout", agent) for _ in range(3)])
-    env = ExampleEnvironment(load_splits([AIRLINE_EVAL]), LLMRuntime.fixed(chat))
+    env = ExampleEnvironment(load_splits([AIRLINE_EVAL]), LLMRuntime.fixed(chat),
+                             repositories=[tmp_path / "repo"])
     server: RunningServer = start_server(example_app(env, token=None, serve=ServeSettings()))
     yield server, chat
     server.stop()

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from conftest import fsck, git, repo_state
 from training_service_support import (
+    JSON,
     TOPICS,
     HeldChat,
     auth,
@@ -124,7 +125,7 @@ def test_guards_and_bad_input_write_nothing(seeded_repo: ExperienceRepository) -
             assert refused.json() == {"error": "missing or wrong bearer token"}
         assert httpx.get(f"{url}/v1/train/jobs/x").status_code == 401
         big = json.dumps({"padding": "x" * 100_000})
-        too_big = httpx.post(f"{url}/v1/train/rollouts", content=big, headers=auth())
+        too_big = httpx.post(f"{url}/v1/train/rollouts", content=big, headers=auth() | JSON)
         assert too_big.status_code == 413 and "limit" in too_big.json()["error"]
         no_case = json.loads(body)
         del no_case["case"]
@@ -159,17 +160,17 @@ def test_queue_limit_and_same_rollout_in_flight(seeded_repo: ExperienceRepositor
                        max_queue=0) as server:
         url = server.url
         zebra = topic_rollout("zebra").model_dump_json()
-        first = httpx.post(f"{url}/v1/train/rollouts", content=zebra, headers=auth())
+        first = httpx.post(f"{url}/v1/train/rollouts", content=zebra, headers=auth() | JSON)
         assert first.status_code == 202
         assert first.headers["Location"] == f"/v1/train/jobs/{first.json()['job_id']}"
         assert chat.waiting.wait(30)  # its analysis is held
         running = httpx.get(f"{url}/v1/train/jobs/{first.json()['job_id']}",
                             headers=auth()).json()
         assert running["status"] == "running" and running["result"] is None
-        again = httpx.post(f"{url}/v1/train/rollouts", content=zebra, headers=auth())
+        again = httpx.post(f"{url}/v1/train/rollouts", content=zebra, headers=auth() | JSON)
         assert again.status_code == 200 and again.json()["job_id"] == first.json()["job_id"]
         other = httpx.post(f"{url}/v1/train/rollouts",
-                           content=topic_rollout("yak").model_dump_json(), headers=auth())
+                           content=topic_rollout("yak").model_dump_json(), headers=auth() | JSON)
         assert other.status_code == 429 and other.headers["Retry-After"] == "1"
         assert "limit" in other.json()["error"]
         health = httpx.get(f"{url}/health").json()

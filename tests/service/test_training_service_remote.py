@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 from conftest import assert_only_fast_forwards, fsck, git, shared_server
-from training_service_support import auth, handles, topic_rollout, training_script
+from training_service_support import JSON, auth, handles, topic_rollout, training_script
 
 from expgit.asgi.server import start_server
 from expgit.service.training_app import ServiceLimits, create_training_app
@@ -22,7 +22,7 @@ def test_the_service_pushes_what_it_trains_to_the_remote(tmp_path: Path) -> None
     with start_server(app) as running:
         for topic in topics:
             answer = httpx.post(f"{running.url}/v1/train/rollouts",
-                                content=topic_rollout(topic).model_dump_json())
+                                content=topic_rollout(topic).model_dump_json(), headers=JSON)
             assert answer.status_code == 202, answer.text
         health = httpx.get(f"{running.url}/health", headers=auth()).json()
         assert health["metadata"]["remote"]["remote"] == "origin"

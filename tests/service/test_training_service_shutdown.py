@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from conftest import git
 from test_training_service_cli import first_line
-from training_service_support import merge, reflect, topic_rollout
+from training_service_support import JSON, merge, reflect, topic_rollout
 
 from expgit.llm.port import ChatMessages
 from expgit.llm.scripted import Step
@@ -40,7 +40,7 @@ def test_sigterm_with_a_job_in_flight_finishes_it(serve: Any,
     try:
         url = first_line(proc)
         posted = httpx.post(f"{url}/v1/train/rollouts",
-                            content=topic_rollout("yak").model_dump_json())
+                            content=topic_rollout("yak").model_dump_json(), headers=JSON)
         assert posted.status_code == 202, posted.text
         deadline = time.monotonic() + 30
         while not server.chat.calls:  # the analysis call has started
