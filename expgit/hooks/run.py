@@ -1,6 +1,8 @@
 """What the installed hook stubs run: ``python -m expgit.hooks.run <hook> [args...]``.
 
-* ``pre-commit``: the staged experience files must be valid.
+* ``pre-commit``: the staged experience files must be valid (as ``expgit validate``
+  checks them: with no prompt-injection payload, and passing ``[skills] scanner`` when
+  one is set).
 * ``pre-receive`` (``old new ref`` lines on stdin) and ``update`` (args ``ref old new``):
   on the main branch only, refuse deleting it, refuse a non-fast-forward, and refuse new
   commits whose experience files (or ``expgit.toml``) are invalid. Other refs pass. The
