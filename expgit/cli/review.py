@@ -117,6 +117,9 @@ def inline_diffs(text: str, changes: Sequence[FileChange]) -> tuple[str, list[Fi
 def review_cmd(ctx: click.Context, item_id: str, as_json: bool) -> None:
     """Show a proposal or gradient: its description and a coloured diff per experience.
 
+    An update that removes lines of an experience's body says how many ("removes 19 of
+    22 lines of its body"), marked when it is half or more.
+
     The colour is for a terminal only, and never when NO_COLOR is set.
 
     \b
@@ -142,7 +145,15 @@ def review_cmd(ctx: click.Context, item_id: str, as_json: bool) -> None:
     def human() -> None:
         shown, rest = inline_diffs(text, changes)
         click.echo(click.style(head, bold=True))
-        click.echo(f"commit {item.commit}  by {item.author}  {_when(item.time)}\n")
+        click.echo(f"commit {item.commit}  by {item.author}  {_when(item.time)}")
+        for change in changes:  # a rewrite that drops most of a rule shows at a glance
+            loss = change.body_loss
+            if loss is not None and loss.removed:
+                warn = loss.collapses
+                click.echo(click.style(f"{change.name}: {loss}"
+                                       + (" (half or more)" if warn else ""),
+                                       fg="red" if warn else None, bold=warn))
+        click.echo()
         click.echo(shown.rstrip() + "\n")
         if note:
             click.echo(click.style("Note: ", bold=True) + note)

@@ -1,7 +1,9 @@
 """What the installed hook stubs run: ``python -m expgit.hooks.run <hook> [args...]``.
 
-* ``pre-commit``: the staged experience files must be valid, and the staged template
-  overrides must render (in the sandbox, once, with a sample context).
+* ``pre-commit``: the staged experience files must be valid (as ``expgit validate``
+  checks them: with no prompt-injection payload, and passing ``[skills] scanner`` when
+  one is set), and the staged template overrides must render (in the sandbox, once,
+  with a sample context).
 * ``pre-receive`` (``old new ref`` lines on stdin) and ``update`` (args ``ref old new``):
   on the main branch only, refuse deleting it, refuse a non-fast-forward, and refuse new
   commits whose experience files (or ``expgit.toml``) are invalid. Other refs pass. The

@@ -7,6 +7,7 @@ description are exactly those of the diff a reviewer reads.
 from __future__ import annotations
 
 import difflib
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -46,6 +47,57 @@ class FileChange:
             return (0, 0)
         patch = PatchSet(self.diff)
         return (sum(f.added for f in patch), sum(f.removed for f in patch))
+
+    @cached_property
+    def body_loss(self) -> BodyLoss | None:
+        """The lines of the body an update removes (None for a create or a delete)."""
+        if self.operation != "update":
+            return None
+        return body_loss(self.old_text, self.new_text)
+
+
+@dataclass(frozen=True)
+class BodyLoss:
+    """How many of the ``total`` non-blank lines of an experience's body an update
+    removes: lines of the old body found nowhere in the new one (spaces aside)."""
+
+    removed: int
+    total: int
+
+    @property
+    def collapses(self) -> bool:
+        """Whether the update removes half the body or more, from a body of at least
+        :data:`COLLAPSE_MIN_LINES` lines (ACE's "context collapse": a rule rewritten as
+        one sentence)."""
+        return self.total >= COLLAPSE_MIN_LINES and 2 * self.removed >= self.total
+
+    def __str__(self) -> str:
+        return f"removes {self.removed} of {self.total} lines of its body"
+
+
+COLLAPSE_MIN_LINES = 3  # a one- or two-line body may be reworded whole
+
+
+def body_lines(text: str) -> list[str]:
+    """The non-blank lines of an experience file's body (after its front matter, the
+    whole text if it has none), each with its runs of spaces made one."""
+    if text.startswith("---\n"):
+        end = text.find("\n---\n", 3)
+        text = text[end + 5:] if end >= 0 else text
+    return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+
+
+def body_loss(old: str, new: str) -> BodyLoss:
+    """The body lines of ``old`` that ``new`` no longer holds (each line of ``new``
+    accounts for one equal line of ``old``)."""
+    before, after = body_lines(old), Counter(body_lines(new))
+    removed = 0
+    for line in before:
+        if after[line] > 0:
+            after[line] -= 1
+        else:
+            removed += 1
+    return BodyLoss(removed, len(before))
 
 
 def unified_diff(path: str, old: str | None, new: str | None) -> str:

@@ -201,6 +201,17 @@ class LimitSettings(BaseModel):
     max_message_chars: int = Field(default=20_000, ge=200)
 
 
+class SkillSettings(BaseModel):
+    """``[skills]``: checks of what the agents will read. ``scanner = "cisco"``: Cisco's
+    skill-scanner (``pip install 'expgit[scanner]'``) scans the experiences in
+    ``validate`` and the hooks, after expgit's own injection rules
+    (:mod:`expgit.store.skill_scanner`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scanner: Literal["none", "cisco"] = "none"
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -217,6 +228,7 @@ class Settings(BaseModel):
     serve: ServeSettings = Field(default_factory=ServeSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
+    skills: SkillSettings = Field(default_factory=SkillSettings)
 
     @field_validator("experiences_root")
     @classmethod

@@ -3,7 +3,9 @@
 Rules: each file under the experiences root is ``<name>.md`` (no folders, no other
 files; dotfiles such as ``.gitkeep`` are ignored), UTF-8, with valid front matter whose
 ``name`` equals the file stem, within the token budget. Names are unique because the
-stem is the name and the folder is flat.
+stem is the name and the folder is flat. An experience holding a prompt-injection payload
+(:mod:`expgit.store.injection`) is a problem too, and with ``[skills] scanner`` set, the
+valid ones are scanned by that scanner (:mod:`expgit.store.skill_scanner`).
 
 The template overrides of a commit (``.expgit/templates/``) must each render once in the
 sandbox (:func:`expgit.store.templates.check_overrides`): they are code every trainer
@@ -16,7 +18,9 @@ from collections.abc import Iterable
 
 from expgit.errors import InvalidInputError, ValidationError
 from expgit.store.experience import check_experience, decode_experience
+from expgit.store.injection import injection_problem
 from expgit.store.repository import ExperienceRepository
+from expgit.store.skill_scanner import scan_experiences
 from expgit.store.templates import OVERRIDE_DIR, check_overrides
 
 
@@ -24,6 +28,7 @@ def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]]) ->
     """Problems of ``(path, blob)`` pairs under the experiences root; [] when all valid."""
     files = list(files)
     problems: list[str] = []
+    valid: list[tuple[str, str, str]] = []  # (path, name, text)
     blobs = repo.git.read_blobs(blob for _, blob in files)
     for path, blob in files:
         rel = path[len(repo.root) + 1:] if path.startswith(repo.root + "/") else None
@@ -35,11 +40,17 @@ def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]]) ->
                             "only <name>.md files, with no sub-folders")
             continue
         try:
-            check_experience(decode_experience(blobs[blob], path), path, name,
-                             repo.settings.token_budget)
+            text = decode_experience(blobs[blob], path)
+            check_experience(text, path, name, repo.settings.token_budget)
         except InvalidInputError as exc:
             problems.append(f"{exc.message} ({exc.hint})" if exc.hint else exc.message)
-    return problems
+            continue
+        attack = injection_problem(text)
+        if attack is not None:
+            problems.append(f"{path}: {attack}")
+            continue
+        valid.append((path, name, text))
+    return problems + scan_experiences(repo.settings.skills.scanner, valid)
 
 
 def _tree_files(repo: ExperienceRepository, commit: str, old: str | None = None

@@ -13,7 +13,18 @@
   than :data:`SUMMARY_WORDS` / :data:`BODY_WORDS` words, or an edit's rationale of fewer
   than :data:`RATIONALE_WORDS`;
 * noise (``cosmetic``, :func:`check_change`): a change of whitespace, quotes, list style
-  or YAML style only (:mod:`expgit.train.cosmetic`).
+  or YAML style only (:mod:`expgit.train.cosmetic`);
+* context collapse (``collapse``, :func:`check_change`): an update that removes half or
+  more of the non-blank lines of the experience's body (lines of the current body found
+  nowhere in the new one, :func:`expgit.store.changes.body_loss`), the failure ACE's paper
+  names (a procedure and its pitfalls rewritten as one fluent sentence). A delete is an
+  explicit delete, and the merge's budget compression (``compress``) is not checked;
+* an attack on the agent (``injection``, :func:`check_lesson`): an instruction override,
+  a download piped to a shell, secrets sent away, hidden characters...
+  (:mod:`expgit.store.injection`).
+
+:func:`check_lesson` and :func:`check_change` are the one place both guard chains call:
+the gradient estimator's (each edit) and the policy optimizer's (each merge item).
 
 A reply whose every lesson was junk counts as a failed call of its stage, with the cause
 :data:`DEGENERATE_REPLY` (:func:`count_degenerate_reply`), so the run exits 7 and says so.
@@ -30,6 +41,8 @@ from expgit.errors import InvalidInputError
 from expgit.llm.port import LLMOutputError
 from expgit.llm.structured import StructuredLLM
 from expgit.resources import data_dir
+from expgit.store.changes import body_loss
+from expgit.store.injection import injection_problem
 from expgit.store.redact import redact_text, secrets_in
 from expgit.train.cosmetic import only_cosmetic
 from expgit.train.degeneracy import enough_words, headings_of, problem, summary_problem
@@ -37,6 +50,8 @@ from expgit.train.degeneracy import enough_words, headings_of, problem, summary_
 _WORD = re.compile(r"\w+")
 DEGENERATE = "degenerate"
 COSMETIC = "cosmetic"
+COLLAPSE = "collapse"
+INJECTION = "injection"
 DEGENERATE_REPLY = "degenerate reply (only junk; the reasons are in the rejected edits)"
 RATIONALE_WORDS = 3  # the fewest words of an edit's rationale that can say why
 BODY_WORDS = 4  # the fewest words of a body that can state a rule
@@ -46,7 +61,7 @@ _NAME = re.compile(r"^name:\s*([a-z0-9-]+)\s*$", re.M)
 
 class LessonRefused(InvalidInputError):
     """A lesson refused by the guard; ``kind``: ``refused_secret``, ``refused_copy``,
-    ``degenerate`` or ``cosmetic``."""
+    ``injection``, ``degenerate``, ``cosmetic`` or ``collapse``."""
 
     def __init__(self, message: str, kind: str) -> None:
         super().__init__(message)
@@ -83,13 +98,17 @@ def flag_threshold(max_words: int) -> int:
 def check_lesson(fields: Iterable[str], sources: Iterable[str], max_words: int
                  ) -> str | None:
     """Raise LessonRefused when the lesson (its ``fields``: name, summary, tags,
-    body) holds a secret or copies ``max_words`` words of a source; else a note for the
-    PR body when it copies at least half as many, or None."""
+    body) holds a secret, an attack on the agent (``injection``) or copies ``max_words``
+    words of a source; else a note for the PR body when it copies at least half as many,
+    or None."""
     text = "\n".join(fields)
     kinds = secrets_in(text)
     if kinds:
         raise LessonRefused(f"refused: the lesson holds a secret ({', '.join(kinds)})",
                             "refused_secret")
+    attack = injection_problem(text)
+    if attack is not None:
+        raise LessonRefused(attack, INJECTION)
     run = copied_words(text, sources, min(4, flag_threshold(max_words)))
     if run >= max_words:
         raise LessonRefused(f"refused: the lesson copies {run} consecutive words of its case "
@@ -152,11 +171,18 @@ def check_written(*, rationale: str, summary: str, body: str,
 
 
 def check_change(current: str | None, new: str) -> None:
-    """Raise LessonRefused (``cosmetic``) when ``new`` changes ``current`` (the file as it
-    is) only in form."""
-    if current is not None and only_cosmetic(current, new):
+    """Raise LessonRefused when ``new`` changes ``current`` (the file as it is, None for a
+    new file) only in form (``cosmetic``), or removes half its body or more
+    (``collapse``)."""
+    if current is None:
+        return
+    if only_cosmetic(current, new):
         raise LessonRefused("cosmetic: the change is only whitespace, quotes, list or YAML "
                             "style", COSMETIC)
+    loss = body_loss(current, new)
+    if loss.collapses:
+        raise LessonRefused(f"collapse: the update {loss} (half or more); delete the "
+                            "experience explicitly or keep what still holds", COLLAPSE)
 
 
 def count_degenerate_reply(llm: StructuredLLM, stage: str, why: str) -> None:

@@ -231,14 +231,17 @@ def test_invalid_edits_are_dropped_with_reasons(seeded_repo: ExperienceRepositor
 def test_a_create_of_a_shown_file_is_its_update(seeded_repo: ExperienceRepository) -> None:
     snapshot = seeded_repo.snapshot()
     current = snapshot.entries["cancellation-eligibility-rules"].text
+    # the current body and one rule more (replacing the body whole would be a collapse)
+    body = snapshot.entries["cancellation-eligibility-rules"].experience.body \
+        + "- State the amount and the method, then ask for an explicit yes.\n"
     est, _ = estimator(seeded_repo, [edit("cancellation-eligibility-rules", "create",
-                                          NEW_BODY)],
+                                          body)],
                        FixedRanker("cancellation-eligibility-rules"))
     analysis = analysis_for(seeded_repo)
     [g] = asyncio.run(est.estimate(analysis, snapshot, PipelineContext()))
     assert g.metadata["operation"] == "update" and g.before is not None
     assert g.before.content == current and g.after is not None
-    assert g.after.content == current.split("\n---\n", 1)[0] + "\n---\n" + NEW_BODY
+    assert g.after.content == current.split("\n---\n", 1)[0] + "\n---\n" + body
     assert analysis.metadata["rejected_edits"] == []
 
 

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from conftest import repo_state
+from conftest import EXAMPLE, repo_state
 
 from expgit.errors import ExpgitError
 from expgit.llm.port import ChatMessages, UsageMeter
@@ -200,7 +200,12 @@ def test_merge_split_delete_and_validation(seeded_repo: ExperienceRepository) ->
 RULES = "Follow the extra rules."
 SHORTER = "Shorter rules for flight changes."
 OVERSIZED_TEXT = "".join(chr(0x4E00 + i) for i in range(1700))  # 3 bytes each, no loop
-OVERSIZED_BODY = "# flight-change-rules\n\n" + OVERSIZED_TEXT + "\n"
+# most of the current rules (9 of their 16 lines: the rules replaced whole would be a
+# collapse) and a long text, within the reply's body bound
+FLIGHT_CHANGE_LINES = [line for line in parse_experience(
+    (EXAMPLE / "experiences" / "flight-change-rules.md").read_text("utf-8"), "x.md"
+).body.splitlines() if line.strip()]
+OVERSIZED_BODY = "\n".join([*FLIGHT_CHANGE_LINES[:9], OVERSIZED_TEXT[:1100]]) + "\n"
 OVERSIZED = exp("flight-change-rules", OVERSIZED_TEXT)
 COMPRESSED_BODY = "# flight-change-rules\n\n- rule number 1, shortened\n"
 

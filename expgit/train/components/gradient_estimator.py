@@ -9,9 +9,10 @@ summary, tags, markdown body, confidence; expgit builds each file
 :func:`expgit.store.gradients.propose` (evidence = the trajectory's URI). An edit that fails
 validation is dropped and its reason recorded, never committed; so is an edit holding a
 secret, copying ``[train] max_copied_words`` words of its case or trajectory, whose
-rationale, summary or body is junk (``degenerate``), or whose change is only cosmetic
-(:mod:`expgit.train.lesson_guard`); a shorter copy is noted in the gradient's rationale
-(and so in the PR body). Rationales are redacted.
+rationale, summary or body is junk (``degenerate``), holding a prompt-injection payload
+(``injection``), whose change is only cosmetic, or that removes half an experience's body
+or more (``collapse``) (:mod:`expgit.train.lesson_guard`); a shorter copy is noted in
+the gradient's rationale (and so in the PR body). Rationales are redacted.
 """
 
 from __future__ import annotations

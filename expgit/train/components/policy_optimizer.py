@@ -68,8 +68,11 @@ class PatchMergePolicyOptimizer:
     ``prompt_tokens``: drop the least similar files until a prompt fits. An item holding
     a secret is refused (:mod:`expgit.train.lesson_guard`); rationales are redacted, and
     keep the copy flags of the gradients they cite. An item whose rationale, summary or
-    body is junk is dropped as ``degenerate``, one that changes only the form of its file
-    as ``cosmetic``; a chunk whose every item was junk counts as a failed ``merge`` call."""
+    body is junk is dropped as ``degenerate``, one holding a prompt-injection payload as
+    ``injection``, one that changes only the form of its file as ``cosmetic``, one that
+    removes half its file's body or more as ``collapse`` (the budget's ``compress`` reply
+    may shorten a file: it is not checked for collapse); a chunk whose every item was
+    junk counts as a failed ``merge`` call."""
 
     def __init__(self, repo: ExperienceRepository, llm: StructuredLLM,
                  ranker: ExperienceRanker | None = None, *, limits: EditLimits | None = None,
