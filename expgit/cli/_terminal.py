@@ -69,7 +69,7 @@ def safe_terminal() -> Iterator[None]:
     after (unless something else replaced them meanwhile)."""
     saved = sys.stdout, sys.stderr
     ours = [TerminalStream(s) if not isinstance(s, TerminalStream) else s for s in saved]
-    sys.stdout, sys.stderr = ours[0], ours[1]  # type: ignore[assignment]
+    sys.stdout, sys.stderr = ours[0], ours[1]
     try:
         yield
     finally:
