@@ -16,6 +16,7 @@ import click
 from expgit import __version__
 from expgit.cli._invocation import command_args
 from expgit.cli._json import json_printed
+from expgit.cli._terminal import safe_terminal
 from expgit.cli.commands import LazyGroup
 from expgit.errors import EXIT_UNEXPECTED, EXIT_USAGE, ExpgitError, UsageError, exit_codes
 from expgit.git.env import anchored_paths
@@ -99,6 +100,13 @@ def _maintain() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; everything it prints passes through :func:`safe_terminal` (no
+    control sequence a model or a session wrote reaches the terminal)."""
+    with safe_terminal():
+        return _run(argv)
+
+
+def _run(argv: list[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = _wants_json(args)
     json_printed.set(False)

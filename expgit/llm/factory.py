@@ -29,8 +29,10 @@ from expgit.llm.local import (
 from expgit.llm.openai_chat import OpenAIChatModel
 from expgit.llm.port import ChatModel, EmbeddingModel, UsageMeter
 from expgit.llm.provenance import (
+    DEFAULT_HOST,
     EMBEDDED,
     LOCAL_DESCRIPTION_PREFIX,
+    display_url,
     endpoint_host,
     gguf_sha256,
 )
@@ -121,9 +123,9 @@ class LLMRuntime:
         self._structured: StructuredLLM | None = None
         self._embeddings: EmbeddingModel | None = None
         self._in_process = False
+        where = display_url(resolved.base_url or DEFAULT_HOST)
         self._description = (f"{LOCAL_DESCRIPTION_PREFIX}{resolved.model} (not started)"
-                             if resolved.choice == "local" else
-                             f"{resolved.model} at {resolved.base_url or 'api.openai.com'}")
+                             if resolved.choice == "local" else f"{resolved.model} at {where}")
 
     @classmethod
     def fixed(cls, chat: ChatModel, *, meter: UsageMeter | None = None,

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import openai
 
 from expgit.llm.port import ChatMessages, Completion, LLMError, ToolCall, ToolMessages, ToolTurn
+from expgit.llm.provenance import display_url
 
 R = TypeVar("R")
 
@@ -114,7 +115,8 @@ class OpenAIChatModel:
 
     @property
     def endpoint(self) -> str:
-        return str(self.client.base_url).rstrip("/")
+        """The base URL as messages show it: without its userinfo (a password)."""
+        return display_url(str(self.client.base_url).rstrip("/"))
 
     def _backoff(self, attempt: int) -> float:
         base = min(self.backoff_seconds * (2 ** attempt), MAX_BACKOFF_SECONDS)

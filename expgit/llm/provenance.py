@@ -16,7 +16,7 @@ import os
 import tempfile
 import threading
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 DEFAULT_HOST = "api.openai.com"
 EMBEDDED = "embedded"
@@ -26,6 +26,17 @@ _CHUNK = 1 << 20
 
 _memo: dict[tuple[str, int, int], str] = {}
 _lock = threading.Lock()
+
+
+def display_url(url: str) -> str:
+    """``url`` as it may be shown or recorded: without its userinfo
+    (``http://user:key@host/v1`` -> ``http://host/v1``), as git and pip keep a URL's
+    credentials out of what they print. Every place that prints, reports or records an
+    endpoint uses this."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def endpoint_host(base_url: str | None) -> str:

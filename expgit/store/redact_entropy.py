@@ -14,7 +14,10 @@ so here every run of the base64 alphabet (``A-Za-z0-9+/_-``, ``=`` padding) of
   almost surely does), and its words of letters, split as identifiers are
   (``snake_case``, ``CamelCase``, at digits), are shorter than :data:`MAX_WORD_CHARS` on
   average: ``OpenAIChatModel4oMini`` has 3.3 letters a word, ``V2HttpV2CabinTokens58``
-  3.4, a random key of 40 characters 2.1; and it has at most one
+  3.4, a random key of 40 characters 2.1 (exempt: the shape of an AWS secret access
+  key, 40 characters of standard base64 with a ``/`` or ``+``, as gitleaks' AWS rule
+  matches it: AWS's own example key ``wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY`` ends
+  in a long word, and no identifier has that shape); and it has at most one
   separator (``-_/+``) in 10 characters, plus one: in a random key each is 1 character
   in 32, in ``1-8B-Instruct-Q4_K_M`` (a model file's name) 1 in 5;
 * it is not hexadecimal (git object ids, sha256 digests, UUIDs: too common in tool
@@ -48,6 +51,7 @@ CANDIDATE = re.compile(rf"(?<!{_OUTSIDE})[A-Za-z0-9+/_-]{{{MIN_CHARS},}}={{0,2}}
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
 _HEX = re.compile(r"[0-9a-fA-F-]+")
 _TYPED_ID = re.compile(r"[a-z]{2,12}[_-]")
+_AWS_SECRET = re.compile(r"(?=.*[+/])[A-Za-z0-9+/]{40}")
 _DATA_URI = re.compile(r"data:[\w.+-]+/[\w.+-]+(?:;[\w.+-]+=[\w.+-]+)*;base64,$")
 
 
@@ -79,8 +83,8 @@ def looks_random(token: str) -> bool:
         return False
     if sum(c in _SEPARATORS for c in body) > len(body) // 10 + 1:
         return False
-    return word_chars(body) < MAX_WORD_CHARS and shannon_entropy(body) >= entropy_limit(
-        len(body))
+    words_ok = word_chars(body) < MAX_WORD_CHARS or _AWS_SECRET.fullmatch(body) is not None
+    return words_ok and shannon_entropy(body) >= entropy_limit(len(body))
 
 
 def in_data_uri(text: str, start: int) -> bool:

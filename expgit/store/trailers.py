@@ -2,6 +2,10 @@
 
 Trailers are the last paragraph of ``Key: value`` lines, exactly as ``git
 interpret-trailers`` understands them, so ``git log --format=%(trailers)`` shows them too.
+
+Every message is redacted as it is rendered (subject, body and each trailer's value, by
+the one redactor :func:`expgit.store.redact.redact_text`): a rationale, an evidence
+reference, an endpoint or a title a model wrote never reaches a commit with a secret.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from expgit.errors import InvalidInputError
+from expgit.store.redact import redact_text
 
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*): ?(.*)$")
 
@@ -41,15 +46,20 @@ class Message:
         return found[0] if found else None
 
     def render(self) -> str:
-        parts = [self.subject.strip()]
+        """The commit message, redacted (trailer keys are expgit's own, kept)."""
+        parts = [_redacted(self.subject.strip())]
         if self.body.strip():
-            parts.append(self.body.strip("\n"))
+            parts.append(_redacted(self.body.strip("\n")))
         if self.trailers:
-            parts.append("\n".join(f"{k}: {v}" for k, v in self.trailers))
+            parts.append("\n".join(f"{k}: {_redacted(v)}" for k, v in self.trailers))
         return "\n\n".join(parts) + "\n"
 
     def with_trailers(self, *extra: tuple[str, str]) -> Message:
         return Message(self.subject, self.body, self.trailers + tuple(extra))
+
+
+def _redacted(text: str) -> str:
+    return redact_text(text)[0]
 
 
 def single_line(value: str, what: str) -> str:

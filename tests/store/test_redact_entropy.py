@@ -92,3 +92,12 @@ def test_entropy_is_shannons_over_the_tokens_own_characters() -> None:
     assert shannon_entropy("aaaa") == 0.0
     assert shannon_entropy("abab") == 1.0
     assert shannon_entropy("abcd" * 4) == 2.0
+
+
+def test_the_aws_example_secret_key_is_redacted_though_it_ends_in_a_word() -> None:
+    """Issue 32 item 12: AWS's documented example key ends in ``EXAMPLEKEY``, a long
+    word; bare in a prompt it was left in three transcripts."""
+    key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    assert redact_text(f"the secret is {key}.") == (
+        "the secret is [REDACTED:high_entropy].", {"high_entropy": 1})
+    assert secrets_in(f'{{"key": "{key}"}}') == ["high_entropy"]
