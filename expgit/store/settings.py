@@ -201,10 +201,21 @@ class LimitSettings(BaseModel):
     max_message_chars: int = Field(default=20_000, ge=200)
 
 
+class SkillSettings(BaseModel):
+    """``[skills]``: the files of a skill folder (``layout = "skills"``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # a file of a skill folder (reference, script, asset) larger than this is refused
+    max_file_bytes: int = Field(default=1024 * 1024, gt=0)
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     experiences_root: str = "experiences"
+    # "flat": <root>/<name>.md; "skills": <root>/<name>/SKILL.md (Agent Skills folders)
+    layout: Literal["flat", "skills"] = "flat"
     main_branch: str = "main"
     token_budget: int = Field(default=800, gt=0)
     lock_wait_seconds: float = Field(default=30.0, ge=0)
@@ -217,6 +228,7 @@ class Settings(BaseModel):
     serve: ServeSettings = Field(default_factory=ServeSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
+    skills: SkillSettings = Field(default_factory=SkillSettings)
 
     @field_validator("experiences_root")
     @classmethod
@@ -258,6 +270,7 @@ def render_settings(settings: Settings) -> str:
     return (
         "# expgit settings for this experience repository.\n"
         f'experiences_root = "{settings.experiences_root}"\n'
+        + (f'layout = "{settings.layout}"\n' if settings.layout != "flat" else "") +
         f'main_branch = "{settings.main_branch}"\n'
         "# Upper bound per experience file, in estimated tokens (about 4 bytes per token).\n"
         f"token_budget = {settings.token_budget}\n"
