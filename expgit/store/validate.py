@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from expgit.errors import InvalidInputError, ValidationError
+from expgit.store import skill_check
 from expgit.store.experience import check_experience, decode_experience
 from expgit.store.repository import ExperienceRepository
 
@@ -18,6 +19,8 @@ from expgit.store.repository import ExperienceRepository
 def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]]) -> list[str]:
     """Problems of ``(path, blob)`` pairs under the experiences root; [] when all valid."""
     files = list(files)
+    if repo.layout.skills:
+        return skill_check.check_files(repo, files)
     problems: list[str] = []
     blobs = repo.git.read_blobs(blob for _, blob in files)
     for path, blob in files:
@@ -53,11 +56,15 @@ def _tree_files(repo: ExperienceRepository, commit: str, old: str | None = None
 
 def validate_commit(repo: ExperienceRepository, commit: str, since: str | None = None
                     ) -> list[str]:
+    if repo.layout.skills:
+        return skill_check.validate_commit(repo, commit, since)
     return check_files(repo, _tree_files(repo, commit, since))
 
 
 def validate_index(repo: ExperienceRepository) -> list[str]:
     """Problems of the staged experience files that differ from HEAD."""
+    if repo.layout.skills:
+        return skill_check.validate_index(repo)
     head = repo.git.resolve("HEAD")
     changed = repo.git.out("diff", "--cached", "--name-only", "--no-renames",
                            "--diff-filter=AMT", *([head] if head else []), "--",
