@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -206,12 +207,13 @@ def test_xml_in_a_name_is_refused() -> None:
 def commit_tree(d: Driver, files: dict[str, tuple[str, bytes]]) -> str:
     """A commit on top of main with ``files`` ({path: (mode, content)}) added by git's
     own plumbing, in a temporary index (the working tree and index are untouched)."""
-    env_index = d.scratch / "index"
     d.scratch.mkdir(parents=True, exist_ok=True)
-    env = {"GIT_INDEX_FILE": str(env_index)}
-    run = lambda *a, i=None: subprocess.run(  # noqa: E731
-        ["git", "-C", str(d.path), *a], input=i, capture_output=True, check=True,
-        env={**__import__("os").environ, **env}).stdout.decode().strip()
+    env = {**os.environ, "GIT_INDEX_FILE": str(d.scratch / "index")}
+
+    def run(*args: str, i: bytes | None = None) -> str:
+        return subprocess.run(["git", "-C", str(d.path), *args], input=i,
+                              capture_output=True, check=True, env=env).stdout.decode().strip()
+
     run("read-tree", "main")
     for path, (mode, data) in files.items():
         sha = run("hash-object", "-w", "--stdin", i=data)
@@ -259,7 +261,7 @@ def test_a_symlink_inside_its_folder_is_accepted(skills: Driver) -> None:
 def test_a_long_skill_is_warned_about(skills: Driver, tmp_path: Path) -> None:
     long = with_front(REFUND, "description: d\n") + "line\n" * 600
     bad = commit_tree(skills, {f"skills/{REFUND}/SKILL.md": ("100644", long.encode())})
-    skills.path.joinpath("expgit.toml")  # the budget is 2,000 tokens: 600 short lines fit
+    # the token budget is 2,000: 600 short lines fit it, and are past the spec's advice
     result = skills.ok("validate", bad)
     assert "605 lines; the Agent Skills spec advises under 500" in result.err
 
