@@ -14,6 +14,7 @@ from expgit.errors import InvalidInputError, UsageError
 from expgit.git.repo import GitRepo, RefUpdate
 from expgit.hooks.install import install_hooks
 from expgit.store.experience import check_experience, decode_experience
+from expgit.store.layout import SKILL_FILE, Layout
 from expgit.store.settings import SETTINGS_FILE, Settings, parse_settings, render_settings
 from expgit.store.templates import OVERRIDE_DIR
 from expgit.store.validate import require_valid
@@ -46,8 +47,11 @@ def _seed_files(seed: Path | None) -> tuple[Settings, dict[str, bytes]]:
     files = {SETTINGS_FILE: settings_file.read_bytes() if settings_file.is_file()
              else render_settings(settings).encode()}
     root = seed / settings.experiences_root
-    problems = []
-    for path in sorted(root.iterdir()) if root.is_dir() else []:
+    problems: list[str] = []
+    if settings.layout == "skills":
+        problems = _seed_skills(root, settings, files)
+    for path in sorted(root.iterdir()) if root.is_dir() and not problems and \
+            settings.layout == "flat" else []:
         rel = f"{settings.experiences_root}/{path.name}"
         if path.name.startswith("."):
             continue
@@ -70,6 +74,37 @@ def _seed_files(seed: Path | None) -> tuple[Settings, dict[str, bytes]]:
     return settings, files
 
 
+def _seed_skills(root: Path, settings: Settings, files: dict[str, bytes]) -> list[str]:
+    """Add the skill folders under ``root`` to ``files`` (every file of each folder);
+    their problems, as ``expgit validate`` would report them."""
+    problems = []
+    for folder in sorted(root.iterdir()) if root.is_dir() else []:
+        if folder.name.startswith("."):
+            continue
+        skill = folder / SKILL_FILE
+        if not folder.is_dir() or folder.is_symlink():
+            problems.append(f"{folder}: not a skill folder (<name>/{SKILL_FILE})")
+            continue
+        if not skill.is_file() or skill.is_symlink():
+            problems.append(f"{folder}: a skill folder without {SKILL_FILE}")
+        for path in sorted(folder.rglob("*")):
+            if path.is_symlink():
+                problems.append(f"{path}: a symlink; a seed's skill folders hold files only")
+            elif path.is_file() and path.stat().st_size > settings.skills.max_file_bytes:
+                problems.append(f"{path}: over [skills] max_file_bytes "
+                                f"({settings.skills.max_file_bytes})")
+            elif path.is_file():
+                rel = path.relative_to(root).as_posix()
+                files[f"{settings.experiences_root}/{rel}"] = path.read_bytes()
+        if skill.is_file() and not skill.is_symlink():
+            try:
+                check_experience(decode_experience(skill.read_bytes(), str(skill)), str(skill),
+                                 folder.name, settings.token_budget)
+            except InvalidInputError as exc:
+                problems.append(exc.message)
+    return problems
+
+
 def init_repository(path: Path, *, bare: bool = False, seed: Path | None = None,
                     hooks: bool = True) -> InitResult:
     settings, files = _seed_files(seed)
@@ -79,8 +114,8 @@ def init_repository(path: Path, *, bare: bool = False, seed: Path | None = None,
     git = GitRepo.init(path, bare=bare, branch=settings.main_branch)
     try:
         tree = git.edit_tree(None, {p: git.write_blob(d) for p, d in files.items()})
-        count = sum(1 for p in files if p.endswith(".md")
-                    and p.startswith(settings.experiences_root + "/"))
+        layout = Layout(settings.layout, settings.experiences_root)
+        count = sum(1 for p in files if layout.name_of(p) is not None)
         commit = git.write_commit(tree, [], "expgit: initialise experience repository\n\n"
                                   f"Seeded with {count} experiences"
                                   + (f" from {seed.name}." if seed else "."))

@@ -3,6 +3,7 @@ from __future__ import annotations
 import click
 
 from expgit.cli._common import emit, json_option, open_repo, short
+from expgit.store.skill_check import warnings_at
 from expgit.store.validate import require_valid, validate_commit
 
 
@@ -26,11 +27,16 @@ def validate_cmd(ctx: click.Context, rev: str | None, as_json: bool) -> None:
     repo = open_repo(ctx)
     commit = repo.commit(rev) if rev else repo.main_commit()
     problems = validate_commit(repo, commit)
+    warnings = warnings_at(repo, commit) if repo.layout.skills else []
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+
     def human() -> None:
         for problem in problems:
             click.echo(problem)
         if not problems:
             click.echo(f"all experiences valid at {short(commit)}")
 
-    emit(as_json, {"commit": commit, "valid": not problems, "problems": problems}, human)
+    emit(as_json, {"commit": commit, "valid": not problems, "problems": problems,
+                   **({"warnings": warnings} if warnings else {})}, human)
     require_valid(problems, f"at {short(commit)}")

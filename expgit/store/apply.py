@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from expgit.errors import ConflictError, ExpgitError, UsageError
 from expgit.git.repo import RefMovedError, RefUpdate
 from expgit.store import trailers as tr
-from expgit.store.changes import root_blobs
+from expgit.store.changes import path_blobs
 from expgit.store.proposals import Proposal, find_proposal
 from expgit.store.publish import publish
 from expgit.store.refnames import GRADIENT_STATES, ID_LEN, PROPOSAL_STATES
@@ -92,9 +92,9 @@ def build_on(repo: ExperienceRepository, proposal: Proposal, onto: str) -> tuple
     """The commit that applies ``proposal`` on top of ``onto``: (commit, rebased)."""
     if proposal.base == onto:
         return proposal.commit, False
-    current = root_blobs(repo.git, onto, repo.root)
-    conflicts = [c.name for c in proposal.changes
-                 if current.get(f"{c.name}.md") != c.old_blob]
+    current = path_blobs(repo.git, onto, (c.path for c in proposal.changes))
+    conflicts = list(dict.fromkeys(c.name for c in proposal.changes
+                                   if current.get(c.path) != c.old_blob))
     if conflicts:
         raise ConflictError(
             f"proposal {proposal.id} conflicts with {repo.settings.main_branch}: "

@@ -134,7 +134,7 @@ def _stored_rows(repo: ExperienceRepository, key: str) -> Catalog | None:
 def catalog(repo: ExperienceRepository, rev: str | None = None) -> Catalog:
     """The rows of ``expgit list`` for ``main`` (or ``rev``), sorted by name."""
     commit = repo.commit(rev) if rev else repo.main_commit()
-    key = f"{commit} {repo.settings.token_budget} {repo.root}"
+    key = f"{commit} {repo.settings.token_budget} {repo.root} {repo.settings.layout}"
     stored = _stored_rows(repo, key)
     if stored is not None:
         return stored

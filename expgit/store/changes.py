@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -16,6 +17,7 @@ import click
 from unidiff.patch import PatchSet
 
 from expgit.git.repo import GitRepo
+from expgit.store.layout import Layout
 
 Operation = Literal["create", "update", "delete"]
 
@@ -129,40 +131,60 @@ def colour_diff(diff: str) -> str:
     return "\n".join(styled)
 
 
-def root_blobs(git: GitRepo, commit: str | None, root: str) -> dict[str, str]:
-    """``{file name: blob}`` of the experiences root at ``commit`` (empty if none)."""
+def path_blobs(git: GitRepo, commit: str | None, paths: Iterable[str]) -> dict[str, str]:
+    """``{path: blob}`` of those of ``paths`` that are files at ``commit``."""
     if commit is None:
         return {}
-    entry = git.path_entry(git.read_commit(commit).tree, root)
-    if entry is None or not entry.is_tree:
-        return {}
-    return {e.name: e.sha for e in git.read_tree(entry.sha) if not e.is_tree}
+    tree = git.read_commit(commit).tree
+    found = {}
+    for path in paths:
+        entry = git.path_entry(tree, path)
+        if entry is not None and not entry.is_tree:
+            found[path] = entry.sha
+    return found
 
 
-def tree_changes(git: GitRepo, old: str | None, new: str, root: str) -> list[FileChange]:
-    """Changed ``<name>.md`` files under ``root`` from commit ``old`` to commit ``new``,
-    from the tree entries that differ (git's sorted trees are compared in step), so
-    loading a gradient or proposal stays cheap in a large repository."""
+def _changed_files(git: GitRepo, old: str | None, new: str | None, prefix: str,
+                   depth: int) -> Iterator[tuple[str, str | None, str | None]]:
+    """``(path, old blob, new blob)`` of the files that differ between two trees, down
+    to ``depth`` folders below them (a symlink or gitlink counts as a file)."""
+    for before, after in git.diff_trees(old, new):
+        old_sub = before.sha if before is not None and before.is_tree else None
+        new_sub = after.sha if after is not None and after.is_tree else None
+        if depth > 0 and (old_sub or new_sub):
+            name = (before if old_sub else after).name  # type: ignore[union-attr]
+            yield from _changed_files(git, old_sub, new_sub, f"{prefix}{name}/", depth - 1)
+        old_blob = before.sha if before is not None and not before.is_tree else None
+        new_blob = after.sha if after is not None and not after.is_tree else None
+        if old_blob != new_blob:
+            yield prefix + (before or after).name, old_blob, new_blob  # type: ignore[union-attr]
+
+
+def tree_changes(git: GitRepo, old: str | None, new: str, layout: Layout
+                 ) -> list[FileChange]:
+    """Changed experience files under the root from commit ``old`` to commit ``new``, from
+    the tree entries that differ (git's sorted trees are compared in step), so loading a
+    gradient or proposal stays cheap in a large repository. In the skills layout every
+    file of a changed skill folder is listed (SKILL.md first), each with its skill's
+    name: an asset is reviewed, applied and reverted with its skill."""
 
     def root_tree(commit: str | None) -> str | None:
         if commit is None:
             return None
-        entry = git.path_entry(git.read_commit(commit).tree, root)
+        entry = git.path_entry(git.read_commit(commit).tree, layout.root)
         return entry.sha if entry is not None and entry.is_tree else None
 
-    before: dict[str, str] = {}
-    after: dict[str, str] = {}
-    for old_entry, new_entry in git.diff_trees(root_tree(old), root_tree(new)):
-        if old_entry is not None and not old_entry.is_tree:
-            before[old_entry.name] = old_entry.sha
-        if new_entry is not None and not new_entry.is_tree:
-            after[new_entry.name] = new_entry.sha
-    names = sorted(n for n in before.keys() | after.keys()
-                   if before.get(n) != after.get(n) and n.endswith(".md")
-                   and not n.startswith("."))
-    blobs = git.read_blobs([b for n in names for b in (before.get(n), after.get(n)) if b])
+    depth = 64 if layout.skills else 0
+    found = []
+    for path, before, after in _changed_files(git, root_tree(old), root_tree(new),
+                                              layout.root + "/", depth):
+        name = layout.owner_of(path)
+        if name is not None and before != after:
+            found.append((name, layout.name_of(path) is None, path, before, after))
+    found.sort()
+    blobs = git.read_blobs([b for *_, before, after in found for b in (before, after) if b])
     return [FileChange(
-        name=n[:-3], path=f"{root}/{n}", old_blob=before.get(n), new_blob=after.get(n),
-        old_text=blobs[before[n]].decode("utf-8", "replace") if n in before else "",
-        new_text=blobs[after[n]].decode("utf-8", "replace") if n in after else "",
-    ) for n in names]
+        name=name, path=path, old_blob=before, new_blob=after,
+        old_text=blobs[before].decode("utf-8", "replace") if before else "",
+        new_text=blobs[after].decode("utf-8", "replace") if after else "",
+    ) for name, _, path, before, after in found]

@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from expgit.errors import InvalidInputError
-from expgit.store import yamldump
+from expgit.store import skill_md, yamldump
 from expgit.store.front_matter import replace_fields
 from expgit.store.yamlload import UniqueKeyLoader
 
@@ -92,6 +92,9 @@ class Experience(BaseModel):
     # False only for a parsed file that ends right after its closing '---' (no newline),
     # so that such a file still renders back byte for byte.
     closing_newline: bool = True
+    # an Agent Skills SKILL.md (:mod:`expgit.store.skill_md`): the spec's keys that expgit
+    # has no field for (license, compatibility, allowed-tools); None: a flat <name>.md
+    spec_fields: dict[str, str] | None = None
 
     @property
     def name(self) -> str:
@@ -114,7 +117,7 @@ class Experience(BaseModel):
                 f"{self.name}: invalid front matter: {_problems(exc)}") from None
         return Experience(front_matter=fm, body=self.body,
                           raw_front_matter=self._raw_with(fm),
-                          closing_newline=self.closing_newline)
+                          closing_newline=self.closing_newline, spec_fields=self.spec_fields)
 
     def _raw_with(self, fm: FrontMatter) -> str | None:
         """This file's front matter text with the fields that differ in ``fm``
@@ -124,18 +127,24 @@ class Experience(BaseModel):
         new = fm.model_dump()
         old = self.front_matter.model_dump()
         changed = {k: v for k, v in new.items() if v != old[k]}
-        raw = replace_fields(self.raw_front_matter, changed)
+        raw = (replace_fields(self.raw_front_matter, changed) if self.spec_fields is None
+               else skill_md.replace_spec(self.raw_front_matter, old, new))
         if raw is None:
             return None
         try:
-            back = FrontMatter.model_validate(yaml.load(raw, Loader=_Loader))
-        except (yaml.YAMLError, ValidationError):
+            data = yaml.load(raw, Loader=_Loader)
+            if self.spec_fields is not None:
+                data = skill_md.to_fields(data, raw, skill_md.SKILL_FILE)[0]
+            back = FrontMatter.model_validate(data)
+        except (yaml.YAMLError, ValidationError, InvalidInputError, AttributeError):
             return None
         return raw if back == fm else None
 
     def render(self) -> str:
         fm = self.raw_front_matter
-        if fm is None:
+        if fm is None and self.spec_fields is not None:
+            fm = skill_md.dump(self.front_matter.model_dump(), self.spec_fields)
+        elif fm is None:
             fm_ = self.front_matter
             data = fm_.model_dump(exclude=None if fm_.always else {"always"})
             fm = yamldump.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000)
@@ -150,9 +159,11 @@ def _problems(exc: ValidationError) -> str:
 
 
 def new_experience(name: str, body: str, *, status: Status = "active", summary: str = "",
-                   tags: list[str] | None = None) -> Experience:
+                   tags: list[str] | None = None, skill: bool = False) -> Experience:
+    """A new experience; ``skill``: rendered as an Agent Skills SKILL.md."""
     fm = FrontMatter(name=check_name(name), status=status, summary=summary, tags=tags or [])
-    return Experience(front_matter=fm, body=body if body.endswith("\n") else body + "\n")
+    return Experience(front_matter=fm, body=body if body.endswith("\n") else body + "\n",
+                      spec_fields={} if skill else None)
 
 
 def decode_experience(data: bytes, path: str) -> str:
@@ -194,12 +205,15 @@ def parse_experience(text: str, path: str) -> Experience:
                                 ) from None
     if not isinstance(data, dict):
         raise InvalidInputError(f"{path}: front matter must be a YAML mapping of fields")
+    spec_fields = None
+    if skill_md.is_skill_path(path):  # an Agent Skills folder's SKILL.md
+        data, spec_fields = skill_md.to_fields(data, raw, path)
     try:
         fm = FrontMatter.model_validate(data)
     except ValidationError as exc:
         raise InvalidInputError(f"{path}: invalid front matter: {_problems(exc)}") from None
     return Experience(front_matter=fm, body=body, raw_front_matter=raw,
-                      closing_newline=closing_newline)
+                      closing_newline=closing_newline, spec_fields=spec_fields)
 
 
 def check_experience(text: str, path: str, stem: str, token_budget: int) -> Experience:
@@ -212,6 +226,10 @@ def check_experience(text: str, path: str, stem: str, token_budget: int) -> Expe
 def check_fit(name: str, tokens: int, path: str, stem: str, token_budget: int) -> None:
     """The per-file rules beyond the schema: the front matter name is the file name, and
     the file (``tokens`` estimated) is within the token budget."""
+    if name != stem and skill_md.is_skill_path(path):
+        raise InvalidInputError(
+            f"{path}: front matter name {name!r} differs from the folder name {stem!r}",
+            hint=f"rename the folder to {name} or set name: {stem}")
     if name != stem:
         raise InvalidInputError(
             f"{path}: front matter name {name!r} differs from the file name {stem!r}",

@@ -110,7 +110,8 @@ def propose(repo: ExperienceRepository, req: GradientRequest,
                                 f"{repo.settings.main_branch}; nothing to propose")
     info = repo.snapshots.versions(main).get(path) if current else None
     blob = None if req.content is None else git.write_blob(req.content.encode())
-    tree = git.edit_tree(main_tree, {path: blob})
+    # deleting a skill deletes its whole folder
+    tree = git.edit_tree(main_tree, {path if blob else repo.layout.unit_of(req.name): blob})
     operation = "delete" if blob is None else ("update" if current else "create")
     message = tr.Message(
         subject=f"gradient: {operation} {req.name}",
@@ -151,9 +152,13 @@ def load_gradient(repo: ExperienceRepository, commit: str, location: str,
     target = msg.value(tr.TARGET)
     if target is None or len(info.parents) != 1:
         raise InvalidInputError(f"commit {commit[:12]} is not an expgit gradient")
-    changes = tree_changes(repo.git, info.parents[0], commit, repo.root)
-    if len(changes) != 1:
-        raise InvalidInputError(f"gradient {commit[:12]} changes {len(changes)} files, not 1")
+    changes = tree_changes(repo.git, info.parents[0], commit, repo.layout)
+    # one experience's file (in the skills layout, its folder's other files go with it)
+    files = [c for c in changes if repo.name_of(c.path) is not None]
+    if len(files) != 1 or any(c.name != files[0].name for c in changes):
+        raise InvalidInputError(f"gradient {commit[:12]} changes {len(files)} experience "
+                                "files, not 1")
+    changes = files
     base_blob = msg.value(tr.BASE_BLOB)
     known = {tr.TARGET, tr.BASE_VERSION, tr.BASE_BLOB, tr.CONFIDENCE, tr.EVIDENCE}
     return Gradient(

@@ -88,7 +88,7 @@ def policy_log(repo: ExperienceRepository, name: str | None = None, *, rev: str 
     from expgit.store.changes import tree_changes
 
     tip = repo.commit(rev) if rev else repo.main_commit()
-    path = repo.path_of(name) if name else f"{repo.root}/"
+    path = repo.layout.unit_of(name) if name else f"{repo.root}/"
     shas = repo.git.out("log", "--first-parent", "--format=%H",
                         *(["-n", str(limit)] if limit else []), tip, "--", path).split()
     updates = []
@@ -97,7 +97,7 @@ def policy_log(repo: ExperienceRepository, name: str | None = None, *, rev: str 
         info = repo.git.read_commit(sha)
         carrier, msg = _carrier(repo.git, sha, info.parents, tr.scattered(info.message))
         changes = tree_changes(repo.git, info.parents[0] if info.parents else None, sha,
-                               repo.root)
+                               repo.layout)
         grads = msg.values(tr.GRADIENT)
         reverts = tr.reverted_commit(msg)
         kind = ("init" if not info.parents else "revert" if reverts

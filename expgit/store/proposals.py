@@ -157,7 +157,7 @@ def load_proposal(repo: ExperienceRepository, commit: str, location: str,
         state=state_of(location, applied_in),
         subject=msg.subject, description=msg.body, gradient_commits=gradients,
         author=info.author, time=info.author_time,
-        changes=tree_changes(repo.git, info.parents[0], commit, repo.root),
+        changes=tree_changes(repo.git, info.parents[0], commit, repo.layout),
         rebased_from=msg.value(tr.REBASED_FROM), location=location, applied_in=applied_in)
 
 
@@ -309,7 +309,10 @@ def commit_plan(repo: ExperienceRepository, plan: MergePlan, main: str, snapshot
                      "record": record,
                      "rationale": item.rationale, "evidence": item.evidence,
                      "diff": hunks(change.diff), "fence": _fence(change.diff)})
-    tree = repo.git.edit_tree(repo.git.read_commit(main).tree, blobs)
+    # deleting a skill deletes its whole folder
+    tree = repo.git.edit_tree(repo.git.read_commit(main).tree, {
+        p if b is not None else repo.layout.unit_of(repo.name_of(p) or ""): b
+        for p, b in blobs.items()})
     predicted = [read_prediction(g.extra_trailers) for g in gradients]
     description = templates.render(
         "proposal.md.j2", repo, base=main, main_branch=repo.settings.main_branch,

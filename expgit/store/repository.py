@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 from functools import cached_property
-from pathlib import PurePosixPath
 
 from expgit.errors import InvalidInputError, NotFoundError, UsageError
 from expgit.git.repo import GitRepo
-from expgit.store.experience import check_name
+from expgit.store.layout import Layout
 from expgit.store.lock import RepoLock
 from expgit.store.settings import SETTINGS_FILE, Settings, parse_settings
 from expgit.store.snapshot import Snapshot, SnapshotLoader
@@ -34,15 +33,16 @@ class ExperienceRepository:
     def root(self) -> str:
         return self.settings.experiences_root
 
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.settings.layout, self.root)
+
     def path_of(self, name: str) -> str:
-        return f"{self.root}/{check_name(name)}.md"
+        return self.layout.path_of(name)
 
     def name_of(self, path: str) -> str | None:
         """The experience name a repository path stands for, or None if it is not one."""
-        p = PurePosixPath(path)
-        if str(p.parent) != self.root or p.suffix != ".md" or p.name.startswith("."):
-            return None
-        return p.stem
+        return self.layout.name_of(path)
 
     def main_commit(self) -> str:
         sha = self.git.ref(self.main_ref)
@@ -65,7 +65,8 @@ class ExperienceRepository:
 
     @cached_property
     def snapshots(self) -> SnapshotLoader:
-        return SnapshotLoader.shared(self.git, self.root, self.settings.token_budget)
+        return SnapshotLoader.shared(self.git, self.root, self.settings.token_budget,
+                                     self.settings.layout)
 
     def snapshot(self, rev: str | None = None) -> Snapshot:
         return self.snapshots.load(self.commit(rev) if rev else self.main_commit())

@@ -16,7 +16,7 @@ from pathlib import Path
 from expgit.errors import ConflictError, InvalidInputError
 from expgit.git.repo import GitRepo
 from expgit.store import trailers as tr
-from expgit.store.changes import FileChange, root_blobs, tree_changes
+from expgit.store.changes import FileChange, path_blobs, tree_changes
 from expgit.store.publish import publish
 from expgit.store.repository import ExperienceRepository
 from expgit.store.validate import check_files, require_valid
@@ -74,20 +74,20 @@ def revert(repo: ExperienceRepository, rev: str) -> RevertResult:
             target = rebuilt[-1]
         info = repo.git.read_commit(target)
         parent = info.parents[0] if info.parents else None
-        changes = tree_changes(repo.git, parent, target, repo.root)
+        changes = tree_changes(repo.git, parent, target, repo.layout)
         if not changes:
             raise InvalidInputError(f"{rev} changed no experience; nothing to revert")
-        current = root_blobs(repo.git, main, repo.root)
+        current = path_blobs(repo.git, main, (c.path for c in changes))
         edits: dict[str, str | None] = {}
         merged, conflicts = [], []
         for change in changes:
             try:
                 blob, was_merged = reverted_blob(repo.git, change,
-                                                  current.get(f"{change.name}.md"))
+                                                  current.get(change.path))
             except ConflictError as exc:
                 conflicts.append(exc.message)
                 continue
-            if blob != current.get(f"{change.name}.md"):
+            if blob != current.get(change.path):
                 edits[change.path] = blob
             if was_merged:
                 merged.append(change.name)
@@ -106,5 +106,5 @@ def revert(repo: ExperienceRepository, rev: str) -> RevertResult:
         tree = repo.git.edit_tree(repo.git.read_commit(main).tree, edits)
         commit = repo.git.write_commit(tree, [main], message.render())
         warnings = publish(repo, commit, main, [], f"expgit revert {target[:12]}")
-        names = [repo.name_of(p) or p for p in edits]
+        names = list(dict.fromkeys(repo.layout.owner_of(p) or p for p in edits))
         return RevertResult(target, commit, main, names, merged, warnings)

@@ -202,20 +202,24 @@ class LimitSettings(BaseModel):
 
 
 class SkillSettings(BaseModel):
-    """``[skills]``: checks of what the agents will read. ``scanner = "cisco"``: Cisco's
-    skill-scanner (``pip install 'expgit[scanner]'``) scans the experiences in
-    ``validate`` and the hooks, after expgit's own injection rules
-    (:mod:`expgit.store.skill_scanner`)."""
+    """``[skills]``: checks of what the agents will read, and the files of a skill folder
+    (``layout = "skills"``). ``scanner = "cisco"``: Cisco's skill-scanner (``pip install
+    'expgit[scanner]'``) scans the experiences in ``validate`` and the hooks, after
+    expgit's own injection rules (:mod:`expgit.store.skill_scanner`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     scanner: Literal["none", "cisco"] = "none"
+    # a file of a skill folder (reference, script, asset) larger than this is refused
+    max_file_bytes: int = Field(default=1024 * 1024, gt=0)
 
 
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     experiences_root: str = "experiences"
+    # "flat": <root>/<name>.md; "skills": <root>/<name>/SKILL.md (Agent Skills folders)
+    layout: Literal["flat", "skills"] = "flat"
     main_branch: str = "main"
     token_budget: int = Field(default=800, gt=0)
     lock_wait_seconds: float = Field(default=30.0, ge=0)
@@ -270,6 +274,7 @@ def render_settings(settings: Settings) -> str:
     return (
         "# expgit settings for this experience repository.\n"
         f'experiences_root = "{settings.experiences_root}"\n'
+        + (f'layout = "{settings.layout}"\n' if settings.layout != "flat" else "") +
         f'main_branch = "{settings.main_branch}"\n'
         "# Upper bound per experience file, in estimated tokens (about 4 bytes per token).\n"
         f"token_budget = {settings.token_budget}\n"

@@ -25,6 +25,7 @@ from expgit.errors import GitError
 from expgit.git.repo import EMPTY_TREE, GitRepo, TreeEntry
 from expgit.store import version_checkpoint
 from expgit.store.experience import Experience, check_experience, decode_experience
+from expgit.store.layout import SKILL_FILE, LayoutKind
 from expgit.store.version_cache import load_versions, save_versions
 
 
@@ -139,10 +140,12 @@ class SnapshotLoader:
     _instances: ClassVar[dict[tuple[str, str], SnapshotLoader]] = {}
     _guard: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, git: GitRepo, root: str, token_budget: int) -> None:
+    def __init__(self, git: GitRepo, root: str, token_budget: int,
+                 layout: LayoutKind = "flat") -> None:
         self.git = git
         self.root = root
         self.token_budget = token_budget
+        self.layout = layout
         self._blobs: OrderedDict[str, bytes] = OrderedDict()
         self._blob_bytes = 0
         self._versions: OrderedDict[str, dict[str, VersionInfo]] = OrderedDict()
@@ -153,14 +156,16 @@ class SnapshotLoader:
         self._stored_commit: str | None = None  # ... and the commit they are of
 
     @classmethod
-    def shared(cls, git: GitRepo, root: str, token_budget: int) -> SnapshotLoader:
+    def shared(cls, git: GitRepo, root: str, token_budget: int,
+               layout: LayoutKind = "flat") -> SnapshotLoader:
         """The process's loader for the experiences under ``root`` of ``git``'s
-        repository (a new one when the token budget changed)."""
+        repository (a new one when the token budget or the layout changed)."""
         key = (str(git.common_dir), root)
         with cls._guard:
             loader = cls._instances.get(key)
-            if loader is None or loader.token_budget != token_budget:
-                loader = cls(git, root, token_budget)
+            if loader is None or loader.token_budget != token_budget \
+                    or loader.layout != layout:
+                loader = cls(git, root, token_budget, layout)
                 cls._instances[key] = loader
             return loader
 
@@ -292,7 +297,14 @@ class SnapshotLoader:
             name = entry.name
             if name.startswith("."):
                 continue
-            if self._is_file(entry):
+            if self.layout == "skills":  # <name>/SKILL.md; anything else is a stray
+                skill = self.git.tree_index(entry.sha).get(SKILL_FILE) \
+                    if entry.is_tree else None
+                if skill is not None and self._is_file(skill):
+                    files[name] = (f"{prefix}{name}/{SKILL_FILE}", skill.sha)
+                else:
+                    strays.append(prefix + name)
+            elif self._is_file(entry):
                 files[name[:-3]] = (prefix + name, entry.sha)
             else:
                 strays.append(prefix + name)
@@ -352,7 +364,8 @@ class SnapshotLoader:
         """The snapshot of ``commit`` as the previous one with a few files edited in place
         (no file added, removed or turned into a stray), or None if that is not the case.
         Only the edited entries and those whose version changed are built anew."""
-        if previous.id == EMPTY_TREE or previous.id not in self._listings:
+        if previous.id == EMPTY_TREE or previous.id not in self._listings \
+                or self.layout != "flat":  # skill folders: the listing is built anew
             return None
         prefix = self.root + "/"
         edited: dict[str, str] = {}

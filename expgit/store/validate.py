@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from expgit.errors import InvalidInputError, ValidationError
+from expgit.store import skill_check
 from expgit.store.experience import check_experience, decode_experience
 from expgit.store.injection import injection_problem
 from expgit.store.repository import ExperienceRepository
@@ -27,6 +28,8 @@ from expgit.store.templates import OVERRIDE_DIR, check_overrides
 def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]]) -> list[str]:
     """Problems of ``(path, blob)`` pairs under the experiences root; [] when all valid."""
     files = list(files)
+    if repo.layout.skills:
+        return skill_check.check_files(repo, files)
     problems: list[str] = []
     valid: list[tuple[str, str, str]] = []  # (path, name, text)
     blobs = repo.git.read_blobs(blob for _, blob in files)
@@ -71,12 +74,16 @@ def validate_commit(repo: ExperienceRepository, commit: str, since: str | None =
                     ) -> list[str]:
     """Problems of the experience files at ``commit`` (those changed since ``since``,
     if given) and of every template override there."""
-    return check_files(repo, _tree_files(repo, commit, since)) + check_overrides(
-        repo, repo.git.read_commit(commit).tree)
+    overrides = check_overrides(repo, repo.git.read_commit(commit).tree)
+    if repo.layout.skills:
+        return skill_check.validate_commit(repo, commit, since) + overrides
+    return check_files(repo, _tree_files(repo, commit, since)) + overrides
 
 
 def validate_index(repo: ExperienceRepository) -> list[str]:
     """Problems of the staged experience files that differ from HEAD."""
+    if repo.layout.skills:
+        return skill_check.validate_index(repo)
     head = repo.git.resolve("HEAD")
     changed = repo.git.out("diff", "--cached", "--name-only", "--no-renames",
                            "--diff-filter=AMT", *([head] if head else []), "--",

@@ -132,7 +132,7 @@ class PatchMergePolicyOptimizer:
             g = labelled[gid]
             old = g.before.content if g.before else None
             new = g.after.content if g.after else None
-            path = f"{root}/{g.target_experience_name}.md"
+            path = f"{root}/{self.repo.layout.file_name(g.target_experience_name)}"
             diff = unified_diff(path, old, new)
             views.append({"id": gid, "target": g.target_experience_name,
                           "operation": "create" if old is None else
@@ -152,7 +152,7 @@ class PatchMergePolicyOptimizer:
                  "max_items": limits.max_items, "allow_delete": limits.allow_delete,
                  "total_token_budget": settings.train.total_token_budget,
                  "total_tokens": total_tokens(state)}
-        target_views = [{"name": n, "path": f"{root}/{n}.md",
+        target_views = [{"name": n, "path": f"{root}/{self.repo.layout.file_name(n)}",
                          "version": e.version if (e := policy_set.get(n)) else 0,
                          "text": nl(state[n]) if state.get(n) is not None else None,
                          "fence": fence(state.get(n) or "")}
