@@ -33,7 +33,7 @@ from pathlib import Path
 import git
 
 from expgit.errors import GitError, UsageError
-from expgit.git import objects
+from expgit.git import objects, zlist
 from expgit.git.env import RepoEnv, inherited_repository, without_repository
 from expgit.git.idcache import IdCache
 from expgit.git.ident import Identities, WriterSettings
@@ -195,7 +195,8 @@ class GitRepo:
                 return self._refs.read(ref)
             except LookupError:
                 pass  # let git decide
-        proc = self.run("rev-parse", "--verify", "--quiet", ref, check=False)
+        proc = self.run("rev-parse", "--verify", "--quiet", "--end-of-options", ref,
+                        check=False)
         return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
 
     def refs_named(self, names: Iterable[str]) -> dict[str, str]:
@@ -214,8 +215,10 @@ class GitRepo:
                 return self._refs.listing(prefix)
             except LookupError:
                 pass  # a ref this cannot read: git lists them all
-        text = self.out("for-each-ref", "--format=%(objectname) %(refname)", prefix)
-        pairs = (line.split(" ", 1) for line in text.splitlines() if line)
+        listed = self.run("for-each-ref", "--format=%(objectname) %(refname)%00",
+                          "--end-of-options", prefix).stdout
+        # each record: the format's NUL, then the newline git ends every record with
+        pairs = (item.split(" ", 1) for item in zlist.fields(listed.replace(b"\0\n", b"\0")))
         return {name: sha for sha, name in pairs}
 
     def update_refs(self, updates: Sequence[RefUpdate], message: str) -> None:

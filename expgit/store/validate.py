@@ -11,12 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from expgit.errors import InvalidInputError, ValidationError
-from expgit.store.experience import check_experience, decode_experience
+from expgit.git.objects import EMPTY_TREE
+from expgit.git.zlist import ls_tree, raw_diff, shown_path
+from expgit.store.experience import check_experience, check_name, decode_experience
 from expgit.store.repository import ExperienceRepository
 
 
 def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]]) -> list[str]:
-    """Problems of ``(path, blob)`` pairs under the experiences root; [] when all valid."""
+    """Problems of ``(path, blob)`` pairs under the experiences root; [] when all valid.
+    A path is named as git shows it (quoted when it holds a tab, a quote, a newline)."""
     files = list(files)
     problems: list[str] = []
     blobs = repo.git.read_blobs(blob for _, blob in files)
@@ -25,30 +28,32 @@ def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]]) ->
         if rel is None or rel.startswith(".") or "/." in rel:
             continue
         name = repo.name_of(path)
+        shown = shown_path(path)
         if name is None:
-            problems.append(f"{path}: not an experience file: the {repo.root}/ folder holds "
+            problems.append(f"{shown}: not an experience file: the {repo.root}/ folder holds "
                             "only <name>.md files, with no sub-folders")
             continue
         try:
-            check_experience(decode_experience(blobs[blob], path), path, name,
+            check_name(name)
+            check_experience(decode_experience(blobs[blob], shown), shown, name,
                              repo.settings.token_budget)
         except InvalidInputError as exc:
-            problems.append(f"{exc.message} ({exc.hint})" if exc.hint else exc.message)
+            message = exc.message if exc.message.startswith(shown) \
+                else f"{shown}: {exc.message}"
+            problems.append(f"{message} ({exc.hint})" if exc.hint else message)
     return problems
 
 
 def _tree_files(repo: ExperienceRepository, commit: str, old: str | None = None
                 ) -> list[tuple[str, str]]:
     """Files under the root at ``commit`` (only those changed since ``old`` if given)."""
-    args = (["diff-tree", "-r", "--no-renames", "--diff-filter=AMT", old, commit]
-            if old else ["ls-tree", "-r", commit])
-    text = repo.git.out(*args, "--", f"{repo.root}/")
-    files = []
-    for line in text.splitlines():
-        meta, _, path = line.partition("\t")
-        sha = meta.split()[3] if old else meta.split()[2]
-        files.append((path, sha))
-    return files
+    root = f"{repo.root}/"
+    if old:
+        raw = repo.git.run("diff-tree", "-r", "-z", "--raw", "--no-renames",
+                           "--diff-filter=AMT", old, commit, "--", root).stdout
+        return [(change.path, change.new_sha) for change in raw_diff(raw)]
+    listed = repo.git.run("ls-tree", "-r", "-z", commit, "--", root).stdout
+    return [(entry.path, entry.sha) for entry in ls_tree(listed)]
 
 
 def validate_commit(repo: ExperienceRepository, commit: str, since: str | None = None
@@ -59,14 +64,9 @@ def validate_commit(repo: ExperienceRepository, commit: str, since: str | None =
 def validate_index(repo: ExperienceRepository) -> list[str]:
     """Problems of the staged experience files that differ from HEAD."""
     head = repo.git.resolve("HEAD")
-    changed = repo.git.out("diff", "--cached", "--name-only", "--no-renames",
-                           "--diff-filter=AMT", *([head] if head else []), "--",
-                           f"{repo.root}/").splitlines()
-    if not changed:
-        return []
-    staged = repo.git.out("ls-files", "-s", "--", *changed)
-    files = [(line.partition("\t")[2], line.split()[1]) for line in staged.splitlines()]
-    return check_files(repo, files)
+    raw = repo.git.run("diff-index", "--cached", "-z", "--raw", "--no-renames",
+                       "--diff-filter=AMT", head or EMPTY_TREE, "--", f"{repo.root}/").stdout
+    return check_files(repo, [(change.path, change.new_sha) for change in raw_diff(raw)])
 
 
 def require_valid(problems: list[str], where: str) -> None:

@@ -465,3 +465,20 @@ def test_a_plain_project_repository_is_refused_except_by_init(tmp_path: Path, ru
     fresh = tmp_path / "fresh"
     assert run_cli("init", fresh).code == 0
     assert run_cli("-C", fresh, "list").code == 0
+
+
+# --------------------------------------------------------- names git quotes (-z)
+@pytest.mark.parametrize("stem", ["ev\til", 'ev"il', "ev\nil"], ids=["tab", "quote", "newline"])
+def test_validate_reports_an_invalid_file_whose_name_git_quotes(driver: Driver,
+                                                                stem: str) -> None:
+    """Plain git output quotes such a path: validate reads ``-z`` listings, so it sees
+    the file, and names it as git shows it (quoted: one line, no raw control byte)."""
+    (driver.path / "experiences" / f"{stem}.md").write_text("no front matter\n")
+    driver.git("add", "-A")
+    driver.git("commit", "-q", "--no-verify", "-m", "odd name")
+    result = driver.fails(5, "validate")
+    shown = '"experiences/' + stem.translate({9: "\\t", 10: "\\n", 34: '\\"'}) + '.md"'
+    assert result.out.startswith(f"{shown}: ") and len(result.out.splitlines()) == 1
+    assert "\t" not in result.out
+    assert json.loads(driver.fails(5, "validate", "--json").out)["problems"][0].startswith(
+        f"{shown}: ")
