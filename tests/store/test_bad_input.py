@@ -41,14 +41,18 @@ def front(name: str, body: str = "# Body\n", extra: str = "") -> str:
     ("a--b", "invalid experience name 'a--b'"),
     ("experiences/x", "invalid experience name"),
     ("x.md", "invalid experience name"),
+    ("evil\n", "invalid experience name 'evil\\n'"),  # re.match with $ let it through
+    ("\nevil", "invalid experience name '\\nevil'"),
 ])
 @pytest.mark.parametrize("how", ["edit", "delete"])
 def test_propose_with_a_bad_name(driver: Driver, name: str, fragment: str, how: str) -> None:
     args: list[str | Path] = (["--content-file", driver.file(front(name))] if how == "edit"
                               else ["--delete"])
+    refs = driver.git("for-each-ref")
     line = refused(driver, 5, "propose", name, *args, "--rationale", "r")
     assert fragment in line
     assert not (driver.path / "x").exists()
+    assert driver.git("for-each-ref") == refs  # no expgit/gradients/* branch was written
 
 
 CONTENT = {
