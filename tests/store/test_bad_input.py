@@ -486,3 +486,29 @@ def test_validate_reports_an_invalid_file_whose_name_git_quotes(driver: Driver,
     assert "\t" not in result.out
     assert json.loads(driver.fails(5, "validate", "--json").out)["problems"][0].startswith(
         f"{shown}: ")
+
+
+# ------------------------------------------------------------ option injection
+@pytest.mark.parametrize("command", ["apply", "pr"])
+def test_a_remote_that_git_would_read_as_an_option_is_refused(driver: Driver,
+                                                              command: str) -> None:
+    pid = driver.merge(driver.propose(BAGS, VALID + "\n- One more rule.\n"))
+    pwned = driver.scratch / "PWNED"
+    driver.scratch.mkdir(parents=True, exist_ok=True)
+    line = refused(driver, 5, command, pid, "--remote", f"--upload-pack=touch {pwned}")
+    assert "--remote '--upload-pack=touch" in line and "starts with '-'" in line
+    assert not pwned.exists()
+    assert list(driver.path.rglob("PWNED")) == []
+
+
+@pytest.mark.parametrize("args", [
+    ["show", BAGS, "--at", "--output=x"], ["list", "--at", "--output=x"],
+    ["context", "--at", "--output=x", "refund"], ["validate", "--", "--output=x"],
+    ["revert", "--", "--output=x"], ["review", "--", "--output=x"],
+    ["log", "--", "--output=x"],
+])
+def test_a_revision_that_git_would_read_as_an_option_is_refused(driver: Driver,
+                                                                args: list[str]) -> None:
+    """``git log --output=x`` would write the file x: such a value never reaches git."""
+    refused(driver, 5, *args)
+    assert list(driver.path.rglob("x")) == [] and not (Path.cwd() / "x").exists()
