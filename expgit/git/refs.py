@@ -222,3 +222,28 @@ def _packed_value(name: str, packed: Mapping[str, str]) -> str | None:
     if value is None or is_sha(value):
         return value
     raise LookupError(name)
+
+
+def own_lock_file(path: object, common_dir: Path, git_dir: Path) -> str | None:
+    """``path`` (read from a crash record: untrusted) when it names a lock file that a
+    ref transaction of :mod:`expgit.git.refwrite` creates, reached through no symbolic
+    link: ``<ref>.lock`` of a well-formed ref under ``refs/`` in the common dir,
+    ``packed-refs.lock`` there, or ``HEAD.lock`` of this or another worktree's git dir;
+    None for anything else (a relative path, ``..``, a file outside the git dir, another
+    name, a symbolic link)."""
+    if (not isinstance(path, str) or not os.path.isabs(path) or not path.endswith(".lock")
+            or "\0" in path or ".." in path.split(os.sep)):
+        return None
+    folder, name = os.path.split(path)
+    real = Path(os.path.realpath(folder))
+    common = common_dir.resolve()
+    found: str | None = None
+    if name == "HEAD.lock":
+        if real in (git_dir.resolve(), common) or real.parent == common / "worktrees":
+            found = str(real / name)
+    elif name == "packed-refs.lock":
+        found = str(real / name) if real == common else None
+    elif real.is_relative_to(common / "refs"):
+        ref = f"{real.relative_to(common).as_posix()}/{name.removesuffix('.lock')}"
+        found = str(real / name) if plain_ref_name(ref) else None
+    return None if found is None or os.path.islink(found) else found

@@ -33,13 +33,14 @@ from pathlib import Path
 import git
 
 from expgit.errors import GitError, UsageError
-from expgit.git import objects
+from expgit.git import objects, zlist
 from expgit.git.env import RepoEnv, inherited_repository, without_repository
 from expgit.git.idcache import IdCache
 from expgit.git.ident import Identities, WriterSettings
 from expgit.git.loose import message_needs_git, read_loose, serialise_commit, write_loose
 from expgit.git.maintenance import Target, Watch
 from expgit.git.objects import EMPTY_TREE, TREE_MODE, ZERO_SHA, CommitInfo, Pair, Tree, TreeEntry
+from expgit.git.operands import END_OF_OPTIONS
 from expgit.git.refs import FilesRefs, RefMovedError, RefUpdate
 from expgit.git.reftx import RefWriter
 from expgit.git.refwrite import FilesRefWriter, Journal
@@ -185,7 +186,7 @@ class GitRepo:
                 return None  # no such object
             if kind == b"commit":
                 return rev
-        proc = self.run("rev-parse", "--verify", "--quiet", "--end-of-options",
+        proc = self.run("rev-parse", "--verify", "--quiet", END_OF_OPTIONS,
                         f"{rev}^{{commit}}", check=False)
         return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
 
@@ -195,7 +196,8 @@ class GitRepo:
                 return self._refs.read(ref)
             except LookupError:
                 pass  # let git decide
-        proc = self.run("rev-parse", "--verify", "--quiet", ref, check=False)
+        proc = self.run("rev-parse", "--verify", "--quiet", END_OF_OPTIONS, ref,
+                        check=False)
         return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
 
     def refs_named(self, names: Iterable[str]) -> dict[str, str]:
@@ -214,8 +216,10 @@ class GitRepo:
                 return self._refs.listing(prefix)
             except LookupError:
                 pass  # a ref this cannot read: git lists them all
-        text = self.out("for-each-ref", "--format=%(objectname) %(refname)", prefix)
-        pairs = (line.split(" ", 1) for line in text.splitlines() if line)
+        listed = self.run("for-each-ref", "--format=%(objectname) %(refname)%00",
+                          END_OF_OPTIONS, prefix).stdout
+        # each record: the format's NUL, then the newline git ends every record with
+        pairs = (item.split(" ", 1) for item in zlist.fields(listed.replace(b"\0\n", b"\0")))
         return {name: sha for sha, name in pairs}
 
     def update_refs(self, updates: Sequence[RefUpdate], message: str) -> None:
@@ -236,7 +240,8 @@ class GitRepo:
         return proc.stdout.decode().strip() or None
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
-        proc = self.run("merge-base", "--is-ancestor", ancestor, descendant, check=False)
+        proc = self.run("merge-base", "--is-ancestor", END_OF_OPTIONS, ancestor, descendant,
+                        check=False)
         return proc.returncode == 0
 
     # ------------------------------------------------------------ reading objects

@@ -17,15 +17,15 @@ from expgit.store.proposals import find_proposal
 from expgit.store.repository import ExperienceRepository
 from expgit.train.trajectory_store import FOLDER, ID_LEN, TrajectoryStore
 
-_ROLLOUT_ID = re.compile(rf"^[0-9a-f]{{{ID_LEN}}}$")
-_HEX = re.compile(r"^[0-9a-f]{4,40}$")
+_ROLLOUT_ID = re.compile(rf"[0-9a-f]{{{ID_LEN}}}")  # whole strings: fullmatch
+_HEX = re.compile(r"[0-9a-f]{4,40}")
 
 Resolver = Callable[[ExperienceRepository, str], str | None]
 
 
 def _rollout(repo: ExperienceRepository, target_id: str) -> str | None:
     tid = target_id.strip().lower()
-    if not _ROLLOUT_ID.match(tid):
+    if not _ROLLOUT_ID.fullmatch(tid):
         return None
     return tid if TrajectoryStore(repo).find(tid) is not None else None
 
@@ -43,7 +43,7 @@ def _trajectory(repo: ExperienceRepository, target_id: str) -> str | None:
         tid = match.group(1)
     else:
         tid = text.lower()
-        if not _ROLLOUT_ID.match(tid):
+        if not _ROLLOUT_ID.fullmatch(tid):
             return None
     return store.stored_uri(tid)
 
@@ -63,7 +63,7 @@ def _experience(repo: ExperienceRepository, target_id: str) -> str | None:
 
 def _proposal(repo: ExperienceRepository, target_id: str) -> str | None:
     pid = target_id.strip().lower()
-    if not _HEX.match(pid):
+    if not _HEX.fullmatch(pid):
         return None
     try:
         return find_proposal(repo, pid).id

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from expgit.errors import ConflictError, ExpgitError, UsageError
+from expgit.git.operands import END_OF_OPTIONS, operand
 from expgit.git.repo import RefMovedError, RefUpdate
 from expgit.store import trailers as tr
 from expgit.store.changes import path_blobs
@@ -110,6 +111,8 @@ def build_on(repo: ExperienceRepository, proposal: Proposal, onto: str) -> tuple
 
 def apply_proposal(repo: ExperienceRepository, proposal_id: str, *,
                    remote: str | None = None) -> ApplyResult:
+    if remote is not None:
+        operand(remote, "--remote")  # before the lock: nothing is touched
     with repo.lock(f"expgit apply {proposal_id}").held():
         proposal = find_proposal(repo, proposal_id)
         ensure_open(repo, proposal)
@@ -149,8 +152,8 @@ def _apply_local(repo: ExperienceRepository, proposal: Proposal) -> ApplyResult:
 def _fetch_main(repo: ExperienceRepository, remote: str) -> str:
     branch = repo.settings.main_branch
     tracking = f"refs/remotes/{remote}/{branch}"
-    proc = repo.git.run("fetch", "--quiet", remote, f"+{repo.main_ref}:{tracking}",
-                        check=False)
+    proc = repo.git.run("fetch", "--quiet", END_OF_OPTIONS, operand(remote, "--remote"),
+                        f"+{repo.main_ref}:{tracking}", check=False)
     if proc.returncode != 0:
         raise UsageError(f"cannot fetch {branch} from remote {remote!r}: "
                          + proc.stderr.decode(errors="replace").strip())
@@ -167,7 +170,7 @@ def _apply_remote(repo: ExperienceRepository, proposal: Proposal, remote: str
         new, rebased = build_on(repo, proposal, remote_old)
         push = repo.git.run("push", "--porcelain",
                             f"--force-with-lease={repo.main_ref}:{remote_old}",
-                            remote, f"{new}:{repo.main_ref}", check=False)
+                            END_OF_OPTIONS, remote, f"{new}:{repo.main_ref}", check=False)
         if push.returncode == 0:
             break
         time.sleep(random.uniform(0, 0.05 * attempt))  # spread out colliding writers

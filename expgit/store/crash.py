@@ -10,7 +10,11 @@ Whoever finds that lock stale (its process gone) calls :func:`recover` before re
 it, and so the next command recovers without a human:
 
 * the recorded lock files that exist are the dead writer's: they are removed, and only
-  they (a lock file no record names belongs to a running git, and is never touched);
+  they (a lock file no record names belongs to a running git, and is never touched). The
+  record is a file anyone who can write the git dir may have written, so only the names
+  a ref transaction makes are taken from it (:func:`expgit.git.refs.own_lock_file`:
+  ``<ref>.lock`` under ``refs/``, ``packed-refs.lock``, ``HEAD.lock``, inside the git
+  dir, through no symbolic link); any other path is left alone, with a warning;
 * the transaction is finished when any of its updates was already installed (the writer
   had checked every one under its lock, so the rest is what it was about to do),
   compare-and-swap from each ref's recorded old value; when none was installed, nothing
@@ -29,8 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from expgit.errors import ExpgitError
+from expgit.git.refs import own_lock_file
 from expgit.git.repo import GitRepo, RefUpdate
 from expgit.git.worktrees import sync_worktrees
+from expgit.git.zlist import shown_path
 
 
 class LockJournal:
@@ -104,7 +110,8 @@ def pending_of(git: GitRepo, holder: dict[str, object]
     """What a dead holder left: (its lock files that exist, its installed updates, the
     updates still to finish)."""
     files, rows = _recorded(holder)
-    present = [p for p in files if os.path.exists(p)]
+    own = (own_lock_file(p, git.common_dir, git.git_dir) for p in files)
+    present = [p for p in own if p is not None and os.path.exists(p)]
     current = git.refs_named(ref for ref, _, _ in rows)
     installed = [RefUpdate(ref, new, old) for ref, old, new in rows
                  if current.get(ref) == new]
@@ -120,6 +127,12 @@ def recover(git: GitRepo | None, holder: dict[str, object]) -> Recovery:
     if git is None:
         return result
     present, installed, pending = pending_of(git, holder)
+    foreign = [p for p in _recorded(holder)[0]
+               if own_lock_file(p, git.common_dir, git.git_dir) is None]
+    if foreign:  # only lock files expgit makes, in this git dir, are ever removed
+        result.warnings.append(
+            f"left alone {len(foreign)} recorded file{'s' if len(foreign) != 1 else ''} "
+            "that no ref transaction of expgit makes: " + ", ".join(map(shown_path, foreign)))
     for path in present:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)

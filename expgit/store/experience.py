@@ -21,7 +21,7 @@ from expgit.store.yamlload import UniqueKeyLoader
 
 Status = Literal["active", "draft", "deprecated"]
 NAME_MAX = 80
-_NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_NAME_RE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")  # the whole name: fullmatch
 _FENCE = "---"
 
 
@@ -40,7 +40,7 @@ def check_name(name: str) -> str:
         raise InvalidInputError(
             f"experience name is {len(name)} characters long, the limit is {NAME_MAX}: "
             f"{name[:40]}...")
-    if not _NAME_RE.match(name):
+    if not _NAME_RE.fullmatch(name):  # match and $ would let "name\n" through
         raise InvalidInputError(
             f"invalid experience name {name!r}: use lowercase letters, digits and single "
             "hyphens (a slug such as 'refund-method-rules')")

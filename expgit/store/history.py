@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from expgit.errors import InvalidInputError, NotFoundError
+from expgit.git.operands import END_OF_OPTIONS
 from expgit.git.repo import GitRepo
 from expgit.store import trailers as tr
 from expgit.store.experience import decode_experience
@@ -79,7 +80,9 @@ class _ProposalOwners:
 
 
 def _object_exists(git: GitRepo, sha: str) -> bool:
-    return git.run("cat-file", "-e", f"{sha}^{{commit}}", check=False).returncode == 0
+    # ``sha``: a trailer value, which any commit message may hold: never an option
+    return git.run("cat-file", "-e", END_OF_OPTIONS, f"{sha}^{{commit}}",
+                   check=False).returncode == 0
 
 
 def policy_log(repo: ExperienceRepository, name: str | None = None, *, rev: str | None = None,

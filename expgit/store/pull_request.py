@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from expgit.errors import ConflictError, ExpgitError, UsageError
+from expgit.git.operands import END_OF_OPTIONS, operand
 from expgit.store import trailers as tr
 from expgit.store.apply import ensure_open
 from expgit.store.forge import Forge, forge_for, run_forge, shell_line
@@ -65,15 +66,16 @@ def pr_text(proposal: Proposal) -> tuple[str, str]:
 
 
 def _remote_url(repo: ExperienceRepository, remote: str) -> str:
-    proc = repo.git.run("remote", "get-url", "--", remote, check=False)
-    if proc.returncode != 0 or remote.startswith("-"):
+    proc = repo.git.run("remote", "get-url", END_OF_OPTIONS, operand(remote, "--remote"),
+                        check=False)
+    if proc.returncode != 0:
         raise UsageError(f"unknown remote {remote!r}",
                          hint="list the remotes with `git remote -v`")
     return proc.stdout.decode(errors="replace").strip()
 
 
 def _remote_branch(repo: ExperienceRepository, remote: str, ref: str) -> str | None:
-    proc = repo.git.run("ls-remote", "--refs", remote, ref, check=False)
+    proc = repo.git.run("ls-remote", "--refs", END_OF_OPTIONS, remote, ref, check=False)
     if proc.returncode != 0:
         raise UsageError(f"cannot read remote {remote!r}: "
                          + " ".join(proc.stderr.decode(errors="replace").split()),
@@ -129,7 +131,7 @@ def push_proposal(repo: ExperienceRepository, proposal_id: str, remote: str, *,
 def _push(repo: ExperienceRepository, remote: str, branch: str, proposal: Proposal) -> bool:
     """Create the branch on the remote; True if this push created it."""
     push = repo.git.run("push", "--porcelain", f"--force-with-lease={proposal.ref}:",
-                        remote, f"{proposal.ref}:{proposal.ref}", check=False)
+                        END_OF_OPTIONS, remote, f"{proposal.ref}:{proposal.ref}", check=False)
     if push.returncode == 0:
         return True
     found = _remote_branch(repo, remote, proposal.ref)  # did someone create it meanwhile?

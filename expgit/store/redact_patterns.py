@@ -18,7 +18,7 @@ _NOT_VALUES = {
     "string", "bytes", "int", "integer", "bool", "boolean", "secretstr", "any", "object",
     "self", "cls", "env", "environ", "getenv", "getpass", "input",
 }
-_DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$")
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")  # the whole value: fullmatch
 MIN_CHARS = 4
 
 
@@ -41,6 +41,6 @@ def secret_value_ok(key: str, value: str, quoted: bool) -> bool:
         return False
     if quoted:
         return True
-    if _DOTTED.match(value):
+    if _DOTTED.fullmatch(value):
         return False
     return not (value.isdigit() and not _PASSWORD_KEY.match(key))

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from expgit.errors import ConflictError, ExpgitError, UsageError
+from expgit.git.operands import END_OF_OPTIONS, operand
 from expgit.git.repo import GitRepo, RefMovedError, RefUpdate
 from expgit.store.repository import ExperienceRepository
 
@@ -62,6 +63,7 @@ class SidePush:
 
 def check_remote(repo: ExperienceRepository, remote: str) -> None:
     """UsageError unless ``remote`` is a remote configured in this repository."""
+    operand(remote, "--remote")
     known = bool(_REMOTE_NAME.fullmatch(remote)) and repo.git.run(
         "config", "--get", f"remote.{remote}.url", check=False).returncode == 0
     if not known:
@@ -77,10 +79,11 @@ def fetch_tip(repo: ExperienceRepository, remote: str, ref: str) -> str | None:
     """The remote's ``ref``, fetched into its tracking ref; None if the remote has no
     such ref."""
     tracking = tracking_ref(remote, ref)
-    proc = repo.git.run("fetch", "--quiet", "--no-tags", remote, f"+{ref}:{tracking}",
-                        check=False)
+    proc = repo.git.run("fetch", "--quiet", "--no-tags", END_OF_OPTIONS,
+                        operand(remote, "--remote"), f"+{ref}:{tracking}", check=False)
     if proc.returncode != 0:
-        probe = repo.git.run("ls-remote", "--exit-code", remote, ref, check=False)
+        probe = repo.git.run("ls-remote", "--exit-code", END_OF_OPTIONS, remote, ref,
+                             check=False)
         if probe.returncode != 2:  # 2: the remote answered and has no such ref
             raise ExpgitError(f"cannot fetch {ref} from remote {remote!r}: "
                               + _one_line(proc.stdout, proc.stderr),
@@ -98,7 +101,8 @@ def push_refs(repo: ExperienceRepository, refs: Mapping[str, str], remote: str) 
     atomic push, never forced; the refs the remote did not hold yet."""
     if not refs:
         return []
-    proc = repo.git.run("push", "--porcelain", "--atomic", remote,
+    proc = repo.git.run("push", "--porcelain", "--atomic", END_OF_OPTIONS,
+                        operand(remote, "--remote"),
                         *(f"{sha}:{ref}" for ref, sha in sorted(refs.items())), check=False)
     if proc.returncode != 0:
         raise ExpgitError(f"push to {remote!r} failed: {_one_line(proc.stdout, proc.stderr)}",
@@ -198,8 +202,8 @@ def push_side_branch(repo: ExperienceRepository, branch: str, remote: str, *,
                 continue  # a writer here moved the branch: replay its tip
             kept, replayed = sorted({*kept, *kept_now}), True
         proc = git.run("push", "--porcelain",
-                       f"--force-with-lease={ref}:{theirs or ''}", remote, f"{new}:{ref}",
-                       check=False)
+                       f"--force-with-lease={ref}:{theirs or ''}", END_OF_OPTIONS, remote,
+                       f"{new}:{ref}", check=False)
         if proc.returncode == 0:
             return SidePush(name, "replayed" if replayed or kept else "pushed", new, attempt,
                             kept)

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 from expgit.errors import ConflictError, UsageError
 from expgit.git.repo import RefMovedError, RefUpdate, TreeEntry
+from expgit.git.zlist import raw_diff
 from expgit.store import trailers as tr
 from expgit.store.repository import ExperienceRepository
 
@@ -186,17 +187,14 @@ class SideBranch:
         if not all(_is_fan(item) for item in git.read_tree(new)):
             return None
         raw = git.run("diff-tree", "-r", "-z", "--raw", "--no-renames", old, new).stdout
-        fields = raw.split(b"\0")
         changes: FileChanges = []
-        for info, path in zip(fields[0:-1:2], fields[1::2], strict=True):
-            # ":100644 100644 <old> <new> M": a side that is not there is all zeros
-            modes_and_ids = info.decode().split()
-            fan, _, name = path.decode().partition("/")
-            if len(fan) != FAN_OUT or not name or "/" in name or len(modes_and_ids) != 5:
+        for change in raw_diff(raw):  # a side that is not there has an all-zero id
+            fan, _, name = change.path.partition("/")
+            if len(fan) != FAN_OUT or not name or "/" in name:
                 return None
             if name.endswith(suffix):
                 before, after = (None if _ABSENT.fullmatch(sha) else sha
-                                 for sha in modes_and_ids[2:4])
+                                 for sha in (change.old_sha, change.new_sha))
                 changes.append((name, before, after))
         return sorted(changes)
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from expgit.errors import InvalidInputError
+from expgit.git.zlist import fields, ls_files_stage, ls_tree
 from expgit.store.experience import check_experience, decode_experience, estimate_tokens
 from expgit.store.injection import injection_problem
 from expgit.store.layout import SKILL_FILE
@@ -34,18 +35,6 @@ class TreeFile:
     path: str
     mode: str
     sha: str
-
-
-def _parse_z(text: str, sha_field: int) -> list[TreeFile]:
-    """Entries of ``ls-tree -r -z`` (sha is field 2) or ``ls-files -s -z`` (field 1)."""
-    files = []
-    for record in text.split("\0"):
-        if not record:
-            continue
-        meta, _, path = record.partition("\t")
-        fields = meta.split()
-        files.append(TreeFile(path, fields[0], fields[sha_field]))
-    return files
 
 
 def _folders(repo: ExperienceRepository, paths: Iterable[str]) -> list[str]:
@@ -154,25 +143,26 @@ def validate_commit(repo: ExperienceRepository, commit: str, since: str | None =
     """Problems of the skill folders at ``commit`` (only those changed since ``since``)."""
     specs = [f"{repo.root}/"]
     if since is not None:
-        changed = repo.git.out("diff-tree", "-r", "-z", "--name-only", "--no-renames",
-                               since, commit, "--", f"{repo.root}/")
-        specs = _folders(repo, changed.split("\0"))
+        changed = repo.git.run("diff-tree", "-r", "-z", "--name-only", "--no-renames",
+                               since, commit, "--", f"{repo.root}/").stdout
+        specs = _folders(repo, fields(changed))
         if not specs:
             return []
-    listed = repo.git.out("ls-tree", "-r", "-z", "--full-tree", commit, "--", *specs)
-    return check_tree_files(repo, _parse_z(listed, 2))
+    listed = repo.git.run("ls-tree", "-r", "-z", "--full-tree", commit, "--", *specs).stdout
+    return check_tree_files(repo, [TreeFile(e.path, e.mode, e.sha) for e in ls_tree(listed)])
 
 
 def validate_index(repo: ExperienceRepository) -> list[str]:
     """Problems of the staged skill folders that differ from HEAD."""
     head = repo.git.resolve("HEAD")
-    changed = repo.git.out("diff", "--cached", "-z", "--name-only", "--no-renames",
-                           *([head] if head else []), "--", f"{repo.root}/")
-    specs = _folders(repo, changed.split("\0"))
+    changed = repo.git.run("diff", "--cached", "-z", "--name-only", "--no-renames",
+                           *([head] if head else []), "--", f"{repo.root}/").stdout
+    specs = _folders(repo, fields(changed))
     if not specs:
         return []
-    staged = repo.git.out("ls-files", "-s", "-z", "--", *specs)
-    return check_tree_files(repo, _parse_z(staged, 1))
+    staged = repo.git.run("ls-files", "-s", "-z", "--", *specs).stdout
+    return check_tree_files(repo, [TreeFile(e.path, e.mode, e.sha)
+                                   for e in ls_files_stage(staged)])
 
 
 def warnings_at(repo: ExperienceRepository, commit: str) -> list[str]:

@@ -23,6 +23,7 @@ from typing import ClassVar
 
 from expgit.errors import GitError
 from expgit.git.repo import EMPTY_TREE, GitRepo, TreeEntry
+from expgit.git.zlist import fields
 from expgit.store import version_checkpoint
 from expgit.store.experience import Experience, check_experience, decode_experience
 from expgit.store.layout import SKILL_FILE, LayoutKind
@@ -81,10 +82,10 @@ def _log_changes(git: GitRepo, revs: list[str], root: str) -> list[tuple[str, li
     """(commit, changed paths) newest first, for ``git log REVS -- ROOT``.
 
     NUL-separated (``-z``), so paths come unquoted, as the in-process diff names them."""
-    text = git.run("log", "-z", "--format=%x01%H", "--name-only", "--no-renames", *revs,
-                   "--", f"{root}/").stdout.decode("utf-8", "surrogateescape")
+    raw = git.run("log", "-z", "--format=%x01%H", "--name-only", "--no-renames", *revs,
+                  "--", f"{root}/").stdout
     result: list[tuple[str, list[str]]] = []
-    for token in text.split("\0"):  # "\x01SHA", then "\nPATH", "PATH", ... (none: a merge)
+    for token in fields(raw):  # "\x01SHA", then "\nPATH", "PATH", ... (none: a merge)
         if token.startswith("\x01"):
             result.append((token[1:], []))
         elif token and result:

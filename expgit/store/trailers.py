@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from expgit.errors import InvalidInputError
 from expgit.store.redact import redact_text
 
-_TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*): ?(.*)$")
+_TRAILER_RE = re.compile(r"([A-Za-z0-9][A-Za-z0-9-]*): ?(.*)")  # a whole line: fullmatch
 
 TARGET = "Expgit-Target"
 BASE_VERSION = "Expgit-Base-Version"
@@ -84,7 +84,7 @@ def parse_message(text: str) -> Message:
     trailers: tuple[tuple[str, str], ...] = ()
     if blanks:
         block = lines[blanks[-1] + 1:]
-        matches = [_TRAILER_RE.match(line) for line in block]
+        matches = [_TRAILER_RE.fullmatch(line) for line in block]
         if block and all(matches):
             trailers = tuple((m.group(1), m.group(2).strip()) for m in matches if m)
             body_lines = lines[1:blanks[-1]]

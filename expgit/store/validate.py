@@ -17,8 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from expgit.errors import InvalidInputError, ValidationError
+from expgit.git.objects import EMPTY_TREE
+from expgit.git.zlist import ls_tree, raw_diff, shown_path
 from expgit.store import skill_check
-from expgit.store.experience import check_experience, decode_experience
+from expgit.store.experience import check_experience, check_name, decode_experience
 from expgit.store.injection import injection_problem
 from expgit.store.repository import ExperienceRepository
 from expgit.store.skill_scanner import scan_experiences
@@ -26,7 +28,8 @@ from expgit.store.templates import OVERRIDE_DIR, check_overrides
 
 
 def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]]) -> list[str]:
-    """Problems of ``(path, blob)`` pairs under the experiences root; [] when all valid."""
+    """Problems of ``(path, blob)`` pairs under the experiences root; [] when all valid.
+    A path is named as git shows it (quoted when it holds a tab, a quote, a newline)."""
     files = list(files)
     if repo.layout.skills:
         return skill_check.check_files(repo, files)
@@ -38,19 +41,23 @@ def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]]) ->
         if rel is None or rel.startswith(".") or "/." in rel:
             continue
         name = repo.name_of(path)
+        shown = shown_path(path)
         if name is None:
-            problems.append(f"{path}: not an experience file: the {repo.root}/ folder holds "
+            problems.append(f"{shown}: not an experience file: the {repo.root}/ folder holds "
                             "only <name>.md files, with no sub-folders")
             continue
         try:
-            text = decode_experience(blobs[blob], path)
-            check_experience(text, path, name, repo.settings.token_budget)
+            check_name(name)
+            text = decode_experience(blobs[blob], shown)
+            check_experience(text, shown, name, repo.settings.token_budget)
         except InvalidInputError as exc:
-            problems.append(f"{exc.message} ({exc.hint})" if exc.hint else exc.message)
+            message = exc.message if exc.message.startswith(shown) \
+                else f"{shown}: {exc.message}"
+            problems.append(f"{message} ({exc.hint})" if exc.hint else message)
             continue
         attack = injection_problem(text)
         if attack is not None:
-            problems.append(f"{path}: {attack}")
+            problems.append(f"{shown}: {attack}")
             continue
         valid.append((path, name, text))
     return problems + scan_experiences(repo.settings.skills.scanner, valid)
@@ -59,15 +66,13 @@ def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]]) ->
 def _tree_files(repo: ExperienceRepository, commit: str, old: str | None = None
                 ) -> list[tuple[str, str]]:
     """Files under the root at ``commit`` (only those changed since ``old`` if given)."""
-    args = (["diff-tree", "-r", "--no-renames", "--diff-filter=AMT", old, commit]
-            if old else ["ls-tree", "-r", commit])
-    text = repo.git.out(*args, "--", f"{repo.root}/")
-    files = []
-    for line in text.splitlines():
-        meta, _, path = line.partition("\t")
-        sha = meta.split()[3] if old else meta.split()[2]
-        files.append((path, sha))
-    return files
+    root = f"{repo.root}/"
+    if old:
+        raw = repo.git.run("diff-tree", "-r", "-z", "--raw", "--no-renames",
+                           "--diff-filter=AMT", old, commit, "--", root).stdout
+        return [(change.path, change.new_sha) for change in raw_diff(raw)]
+    listed = repo.git.run("ls-tree", "-r", "-z", commit, "--", root).stdout
+    return [(entry.path, entry.sha) for entry in ls_tree(listed)]
 
 
 def validate_commit(repo: ExperienceRepository, commit: str, since: str | None = None
@@ -85,21 +90,16 @@ def validate_index(repo: ExperienceRepository) -> list[str]:
     if repo.layout.skills:
         return skill_check.validate_index(repo)
     head = repo.git.resolve("HEAD")
-    changed = repo.git.out("diff", "--cached", "--name-only", "--no-renames",
-                           "--diff-filter=AMT", *([head] if head else []), "--",
-                           f"{repo.root}/").splitlines()
-    if not changed:
-        return []
-    staged = repo.git.out("ls-files", "-s", "--", *changed)
-    files = [(line.partition("\t")[2], line.split()[1]) for line in staged.splitlines()]
-    return check_files(repo, files)
+    raw = repo.git.run("diff-index", "--cached", "-z", "--raw", "--no-renames",
+                       "--diff-filter=AMT", head or EMPTY_TREE, "--", f"{repo.root}/").stdout
+    return check_files(repo, [(change.path, change.new_sha) for change in raw_diff(raw)])
 
 
 def validate_staged_templates(repo: ExperienceRepository) -> list[str]:
     """Problems of the staged template overrides, when any differs from HEAD: the index
     as a tree (``git write-tree`` writes tree objects, never the index) is checked."""
     head = repo.git.resolve("HEAD")
-    changed = repo.git.out("diff", "--cached", "--name-only", "--no-renames",
+    changed = repo.git.out("diff", "--cached", "--name-only", "-z", "--no-renames",
                            *([head] if head else []), "--", f"{OVERRIDE_DIR}/")
     return check_overrides(repo, repo.git.out("write-tree").strip()) if changed else []
 

@@ -541,3 +541,33 @@ def test_pre_commit_runs_the_configured_scanner(client: Path, tmp_path: Path,
     assert head(client) == before
     write(client, "experiences/second-rule.md", experience("second-rule", "Say hello.\n"))
     assert commit(client).returncode == 0
+
+
+ODD_NAMES = {"tab": "ev\til", "quote": 'ev"il', "newline": "ev\nil", "backslash": "ev\\il"}
+
+
+@pytest.mark.parametrize("stem", ODD_NAMES.values(), ids=ODD_NAMES.keys())
+def test_push_of_an_invalid_experience_with_a_quoted_name_is_refused(
+        clone: Path, server: Path, stem: str) -> None:
+    """git quotes such a path in its plain output: the check reads NUL-separated
+    listings (-z), so it sees the file, and names it as git shows it."""
+    before = head(server, "main")
+    write(clone, f"experiences/{stem}.md", "no front matter\n")
+    assert commit(clone).returncode == 0
+    proc = push(clone, "main")
+    assert proc.returncode != 0, proc.stderr
+    shown = '"experiences/' + stem.translate({9: "\\t", 10: "\\n", 34: '\\"', 92: "\\\\"})
+    assert f"remote:   {shown}.md\": " in proc.stderr
+    assert "pre-receive hook declined" in proc.stderr
+    assert head(server, "main") == before
+
+
+@pytest.mark.parametrize("stem", ODD_NAMES.values(), ids=ODD_NAMES.keys())
+def test_pre_commit_refuses_an_invalid_experience_with_a_quoted_name(client: Path,
+                                                                     stem: str) -> None:
+    before = head(client)
+    write(client, f"experiences/{stem}.md", experience("wrong-name"))
+    proc = commit(client)
+    assert proc.returncode != 0 and "expgit: commit refused:" in proc.stderr
+    assert '\n  "experiences/ev\\' in proc.stderr and "invalid experience name" in proc.stderr
+    assert head(client) == before

@@ -41,14 +41,18 @@ def front(name: str, body: str = "# Body\n", extra: str = "") -> str:
     ("a--b", "invalid experience name 'a--b'"),
     ("experiences/x", "invalid experience name"),
     ("x.md", "invalid experience name"),
+    ("evil\n", "invalid experience name 'evil\\n'"),  # re.match with $ let it through
+    ("\nevil", "invalid experience name '\\nevil'"),
 ])
 @pytest.mark.parametrize("how", ["edit", "delete"])
 def test_propose_with_a_bad_name(driver: Driver, name: str, fragment: str, how: str) -> None:
     args: list[str | Path] = (["--content-file", driver.file(front(name))] if how == "edit"
                               else ["--delete"])
+    refs = driver.git("for-each-ref")
     line = refused(driver, 5, "propose", name, *args, "--rationale", "r")
     assert fragment in line
     assert not (driver.path / "x").exists()
+    assert driver.git("for-each-ref") == refs  # no expgit/gradients/* branch was written
 
 
 CONTENT = {
@@ -465,3 +469,46 @@ def test_a_plain_project_repository_is_refused_except_by_init(tmp_path: Path, ru
     fresh = tmp_path / "fresh"
     assert run_cli("init", fresh).code == 0
     assert run_cli("-C", fresh, "list").code == 0
+
+
+# --------------------------------------------------------- names git quotes (-z)
+@pytest.mark.parametrize("stem", ["ev\til", 'ev"il', "ev\nil"], ids=["tab", "quote", "newline"])
+def test_validate_reports_an_invalid_file_whose_name_git_quotes(driver: Driver,
+                                                                stem: str) -> None:
+    """Plain git output quotes such a path: validate reads ``-z`` listings, so it sees
+    the file, and names it as git shows it (quoted: one line, no raw control byte)."""
+    (driver.path / "experiences" / f"{stem}.md").write_text("no front matter\n")
+    driver.git("add", "-A")
+    driver.git("commit", "-q", "--no-verify", "-m", "odd name")
+    result = driver.fails(5, "validate")
+    shown = '"experiences/' + stem.translate({9: "\\t", 10: "\\n", 34: '\\"'}) + '.md"'
+    assert result.out.startswith(f"{shown}: ") and len(result.out.splitlines()) == 1
+    assert "\t" not in result.out
+    assert json.loads(driver.fails(5, "validate", "--json").out)["problems"][0].startswith(
+        f"{shown}: ")
+
+
+# ------------------------------------------------------------ option injection
+@pytest.mark.parametrize("command", ["apply", "pr"])
+def test_a_remote_that_git_would_read_as_an_option_is_refused(driver: Driver,
+                                                              command: str) -> None:
+    pid = driver.merge(driver.propose(BAGS, VALID + "\n- One more rule.\n"))
+    pwned = driver.scratch / "PWNED"
+    driver.scratch.mkdir(parents=True, exist_ok=True)
+    line = refused(driver, 5, command, pid, "--remote", f"--upload-pack=touch {pwned}")
+    assert "--remote '--upload-pack=touch" in line and "starts with '-'" in line
+    assert not pwned.exists()
+    assert list(driver.path.rglob("PWNED")) == []
+
+
+@pytest.mark.parametrize("args", [
+    ["show", BAGS, "--at", "--output=x"], ["list", "--at", "--output=x"],
+    ["context", "--at", "--output=x", "refund"], ["validate", "--", "--output=x"],
+    ["revert", "--", "--output=x"], ["review", "--", "--output=x"],
+    ["log", "--", "--output=x"],
+])
+def test_a_revision_that_git_would_read_as_an_option_is_refused(driver: Driver,
+                                                                args: list[str]) -> None:
+    """``git log --output=x`` would write the file x: such a value never reaches git."""
+    refused(driver, 5, *args)
+    assert list(driver.path.rglob("x")) == [] and not (Path.cwd() / "x").exists()

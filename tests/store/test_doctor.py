@@ -91,3 +91,46 @@ def test_a_dead_writers_leftovers_are_shown_then_recovered(tmp_path: Path) -> No
     foreign.unlink()
     assert run_expgit("apply", pid, cwd=path).returncode == 0
     assert run_expgit("doctor", cwd=path).returncode == 0
+
+
+def test_recovery_removes_only_lock_files_expgit_makes_inside_the_git_dir(
+        tmp_path: Path) -> None:
+    """A crash record is a file in the git dir: whatever else it lists (a path outside,
+    ``..``, a symbolic link out, a name no ref transaction makes) is never deleted."""
+    path, pid = _repo(tmp_path)
+    git_dir = path / ".git"
+    main = git(path, "rev-parse", "main").strip()
+    proposal = git(path, "rev-parse", f"expgit/proposals/{pid}").strip()
+    mine = git_dir / "refs" / "heads" / "main.lock"
+    mine.write_text(proposal + "\n")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    victims = [outside / "victim.lock", tmp_path / "outside.lock", git_dir / "config.lock",
+               outside / "linked.lock"]
+    for victim in victims:
+        victim.write_text("keep me\n")
+    (git_dir / "refs" / "heads" / "out").symlink_to(outside)  # a folder link out
+    (git_dir / "refs" / "heads" / "x.lock").symlink_to(victims[1])  # a file link
+    record = {"pid": _dead_pid(), "host": socket.gethostname(), "time": time.time(),
+              "token": "t", "purpose": "expgit apply " + pid,
+              "pidns": os.readlink("/proc/self/ns/pid"),
+              "ref_locks": [str(mine), str(victims[0]), "../outside.lock",
+                            str(git_dir / ".." / ".." / "outside.lock"),
+                            str(git_dir / "config.lock"),
+                            str(git_dir / "refs" / "heads" / "out" / "linked.lock"),
+                            str(git_dir / "refs" / "heads" / "x.lock")],
+              "updates": [["refs/heads/main", main, proposal]]}
+    (git_dir / "expgit.lock").write_text(json.dumps(record))
+
+    shown = run_expgit("doctor", "--json", cwd=path)
+    assert json.loads(shown.stdout)["dead_writer_locks"] == ["refs/heads/main.lock"]
+
+    recovered = run_expgit("apply", pid, cwd=path)  # takes the stale lock: recovers
+    assert recovered.returncode == 0, recovered.stderr
+    assert "removed 1 ref lock file it left" in recovered.stderr
+    assert "left alone 6 recorded files that no ref transaction of expgit makes" \
+        in recovered.stderr
+    assert all(victim.read_text() == "keep me\n" for victim in victims)
+    assert (git_dir / "refs" / "heads" / "x.lock").is_symlink()
+    assert not (git_dir / "expgit.lock").exists()
+    assert git(path, "rev-parse", "main").strip() != main  # the legitimate lock cleared

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_only_fast_forwards, fsck, git, shared_server
 
-from expgit.errors import ConflictError, ExpgitError, UsageError
+from expgit.errors import ConflictError, ExpgitError, InvalidInputError, UsageError
 from expgit.store import remote_sync
 from expgit.store.remote_sync import check_remote, push_refs, push_side_branch
 from expgit.store.repository import ExperienceRepository
@@ -133,7 +133,9 @@ def test_refs_go_in_one_atomic_push_and_a_repeat_is_up_to_date(two) -> None:  # 
 def test_an_unknown_remote_is_refused(two) -> None:  # type: ignore[no-untyped-def]
     _, one, _ = two
     check_remote(one, "origin")
-    for name in ("nope", "-x", ""):
+    for name in ("nope", ""):
         with pytest.raises(UsageError, match="unknown remote") as caught:
             check_remote(one, name)
         assert "git remote -v" in (caught.value.hint or "")
+    with pytest.raises(InvalidInputError, match="--remote '-x' is refused: it starts with"):
+        check_remote(one, "-x")  # git would read it as an option: invalid input (exit 5)
