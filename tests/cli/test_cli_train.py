@@ -207,6 +207,35 @@ def test_bad_cases_file_exits_5_before_any_call(
     assert server.requests == 0
 
 
+def alias_bomb(levels: int) -> str:
+    """A "billion laughs" cases file: each anchor is nine aliases of the one before."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]" for n in range(1, levels)]
+    anchors = "\n".join(f"  {line}" for line in lines)
+    return (f"- name: bomb\n  input:\n    user_query: hi\n"
+            f"{anchors.replace('  l', '    l')}\n    all: *l{levels - 1}\n"
+            f"  rubric: {{criteria: [{{name: c, check: {{type: contains, value: x}}}}]}}\n")
+
+
+def test_alias_bomb_in_a_cases_file_exits_5_naming_it(
+        run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
+    server = serve([])
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(alias_bomb(7))  # 1 KB standing for 9**7 (4.8 million) strings
+    assert bomb.stat().st_size < 1024
+    for command in ("eval", "train"):
+        result = run_cli("-C", tmp_path / "repo", command, "--cases", bomb, "--llm",
+                         "openai", "--base-url", server.url)
+        assert result.code == 5, result.err
+        assert str(bomb) in result.err and "alias" in result.err, result.err
+    assert server.requests == 0
+    honest = tmp_path / "honest.yaml"  # an anchor reused a few times is fine
+    honest.write_text(alias_bomb(2))
+    result = run_cli("-C", tmp_path / "repo", "eval", "--cases", honest, "--llm", "openai",
+                     "--base-url", server.url)
+    assert "alias" not in result.err
+
+
 def test_train_rollouts_from_jsonl(run_cli: Any, serve: Any,
                                    seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path = tmp_path / "repo"
