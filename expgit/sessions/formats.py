@@ -58,6 +58,7 @@ from expgit.sessions.formats_codex import CodexFormat, codex_session_id
 from expgit.sessions.formats_openai import OpenAIFormat
 from expgit.sessions.formats_responses import ResponsesFormat
 from expgit.sessions.transcript_builder import TranscriptBuilder
+from expgit.store.jsonl import loads_untrusted
 from expgit.store.redact import redact_text
 from expgit.train.domain import Message
 
@@ -145,7 +146,7 @@ def parse_session_lines(lines: Iterable[str | bytes],
             blank += 1
             continue
         try:
-            row = json.loads(text) if text is not None else None
+            row = loads_untrusted(text) if text is not None else None
         except ValueError:
             row = None
         if not isinstance(row, dict):
@@ -225,7 +226,7 @@ def _split_truncated(data: bytes) -> tuple[list[bytes], int | None]:
     if not lines or data.endswith((b"\n", b"\r")):
         return lines, None
     try:
-        complete = isinstance(json.loads(lines[-1]), dict)
+        complete = isinstance(loads_untrusted(lines[-1]), dict)
     except ValueError:
         complete = False
     return (lines, None) if complete else (lines[:-1], len(lines))

@@ -24,6 +24,8 @@ from typing import Annotated, Any, Literal
 import regex
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from expgit.store.jsonl import loads_untrusted
+
 Target = Literal["final_answer", "transcript"]
 
 
@@ -155,7 +157,7 @@ _MISSING = MISSING = object()
 
 def _json_path(text: str, path: str) -> Any:
     try:
-        node: Any = json.loads(_strip_fence(text))
+        node: Any = loads_untrusted(_strip_fence(text))
     except ValueError:
         return _MISSING
     return walk(node, path)

@@ -183,3 +183,8 @@ def test_numeric_reads_thousands_separators_and_decimal_commas() -> None:
 def test_json_field_found_in_a_fenced_block_after_prose() -> None:
     answer = 'Here is the result:\n```json\n{"refund": {"method": "original"}}\n```\nThanks.'
     assert run_check(JsonFieldEqualsCheck(path="refund.method", value="original"), answer)[0]
+
+
+def test_a_deeply_nested_answer_is_no_json_not_a_crash() -> None:
+    ok, feedback = run_check(JsonFieldEqualsCheck(path="a", value=1), "[" * 100_000)
+    assert not ok and "no JSON field" in feedback
