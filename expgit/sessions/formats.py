@@ -58,6 +58,7 @@ from expgit.sessions.formats_codex import CodexFormat, codex_session_id
 from expgit.sessions.formats_openai import OpenAIFormat
 from expgit.sessions.formats_responses import ResponsesFormat
 from expgit.sessions.transcript_builder import TranscriptBuilder
+from expgit.store.files import read_regular_file
 from expgit.store.jsonl import loads_untrusted
 from expgit.store.redact import redact_text
 from expgit.train.domain import Message
@@ -235,7 +236,7 @@ def _split_truncated(data: bytes) -> tuple[list[bytes], int | None]:
 def parse_session_file(path: Path, session_format: SessionFormat = "auto") -> ParsedSession:
     """Parse one ``.jsonl`` session file (see the module docstring)."""
     try:
-        data = path.read_bytes()
+        data = read_regular_file(path)
     except FileNotFoundError:
         raise NotFoundError(f"session file {path} does not exist") from None
     except OSError as exc:

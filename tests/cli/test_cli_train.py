@@ -5,7 +5,10 @@ OpenAI-compatible HTTP server (127.0.0.1) that serves a strict script by stage
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +237,18 @@ def test_alias_bomb_in_a_cases_file_exits_5_naming_it(
     result = run_cli("-C", tmp_path / "repo", "eval", "--cases", honest, "--llm", "openai",
                      "--base-url", server.url)
     assert "alias" not in result.err
+
+
+def test_a_named_pipe_as_cases_file_is_refused_at_once(seeded_repo: ExperienceRepository,
+                                                       tmp_path: Path) -> None:
+    pipe = tmp_path / "cases.yaml"
+    os.mkfifo(pipe)  # no writer: reading it would wait for ever
+    done = subprocess.run([sys.executable, "-m", "expgit", "-C", str(tmp_path / "repo"),
+                           "eval", "--cases", str(pipe), "--llm", "openai", "--base-url",
+                           "http://127.0.0.1:9/v1"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 5, done.stderr
+    assert f"{pipe}: a named pipe, not a regular file" in done.stderr
 
 
 def test_train_rollouts_from_jsonl(run_cli: Any, serve: Any,
