@@ -22,6 +22,7 @@ IMPORT_NAMES: dict[str, str | None] = {
     "pyyaml": "yaml",
     "llama-cpp-python": "llama_cpp",
     "types-pyyaml": None,
+    "types-regex": None,
 }
 
 

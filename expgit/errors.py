@@ -62,6 +62,15 @@ class NotFoundError(InvalidInputError):
     """A gradient, proposal, experience or revision that does not exist."""
 
 
+class NotRegularFileError(InvalidInputError):
+    """A path named as an input file is a named pipe, socket, device or folder: it is
+    not read (a pipe with no writer would block for ever)."""
+
+    def __init__(self, path: str, kind: str) -> None:
+        super().__init__(f"{path}: {kind}, not a regular file: not read")
+        self.kind = kind  # "a named pipe"
+
+
 class ConflictError(ExpgitError):
     """The change cannot be made without overwriting someone else's: guard or merge conflict."""
 

@@ -69,9 +69,15 @@ def usage_line(exc: click.ClickException) -> str:
     return f"{message} (see `{ctx.command_path} --help`)"
 
 
+class Terminated(SystemExit):
+    """SIGTERM (a CI or harness timeout, ``kill``): the command unwinds normally, so its
+    locks are released and a commit it had not made is not made (every write ends in
+    one compare-and-swap of a ref); the process exits with 128 + the signal's number
+    (143), as a shell reports a process a signal ended."""
+
+
 def _terminate(signum: int, _frame: object) -> None:
-    # Unwind normally on SIGTERM (a CI or harness timeout) so locks are released.
-    raise SystemExit(128 + signum)
+    raise Terminated(128 + signum)
 
 
 def _wants_json(argv: list[str]) -> bool:
@@ -122,6 +128,11 @@ def _run(argv: list[str] | None) -> int:
             return code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
+    except Terminated as exc:
+        code = int(exc.code) if isinstance(exc.code, int) else 128 + signal.SIGTERM
+        click.echo(f"expgit: stopped by SIGTERM (exit {code}): what the command had not "
+                   "committed yet is not written", err=True)
+        return code
     except click.ClickException as exc:
         code = EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
         return _failed(code, usage_line(exc), None, as_json)

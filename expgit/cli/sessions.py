@@ -113,7 +113,7 @@ def ingest_cmd(ctx: click.Context, files: tuple[Path, ...], tool: str | None,
           + (" ..." if len(f.invalid_lines) > 20 else "")
           for f in report.files if f.invalid_lines and f.outcome != "unrecognized"]
          + [f"{f.file}: {f.status_reason}" for f in report.files
-            if f.outcome in ("unrecognized", "incomplete")]
+            if f.outcome in ("unrecognized", "incomplete", "not_regular")]
          + [f"{f.file}: line {f.truncated_line} is incomplete (still being written?): "
             "skipped" for f in report.files
             if f.truncated_line is not None and f.outcome != "incomplete"])

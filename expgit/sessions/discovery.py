@@ -78,11 +78,14 @@ def default_folder(tool: Tool, env: Mapping[str, str] | None = None) -> Path:
 
 def find_session_files(tool: Tool, folder: Path, since: datetime | None = None
                        ) -> list[Path]:
-    """The session files below ``folder`` (sorted), modified at or after ``since``."""
+    """The session files below ``folder`` (sorted), modified at or after ``since``.
+    A named pipe (or socket, device) of a session file's name is listed too, so that
+    the ingest reports it as skipped (it never reads one); folders are not listed."""
     cutoff = since.timestamp() if since is not None else None
     found: list[Path] = []
     for path in folder.rglob(TOOLS[tool].pattern):
-        if path.name.startswith(COMPACTION_AGENT) or not path.is_file():
+        if (path.name.startswith(COMPACTION_AGENT) or not path.exists()
+                or path.is_dir()):
             continue
         if cutoff is not None and path.stat().st_mtime < cutoff:
             continue

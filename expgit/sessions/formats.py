@@ -58,6 +58,8 @@ from expgit.sessions.formats_codex import CodexFormat, codex_session_id
 from expgit.sessions.formats_openai import OpenAIFormat
 from expgit.sessions.formats_responses import ResponsesFormat
 from expgit.sessions.transcript_builder import TranscriptBuilder
+from expgit.store.files import read_regular_file
+from expgit.store.jsonl import loads_untrusted
 from expgit.store.redact import redact_text
 from expgit.train.domain import Message
 
@@ -145,7 +147,7 @@ def parse_session_lines(lines: Iterable[str | bytes],
             blank += 1
             continue
         try:
-            row = json.loads(text) if text is not None else None
+            row = loads_untrusted(text) if text is not None else None
         except ValueError:
             row = None
         if not isinstance(row, dict):
@@ -225,7 +227,7 @@ def _split_truncated(data: bytes) -> tuple[list[bytes], int | None]:
     if not lines or data.endswith((b"\n", b"\r")):
         return lines, None
     try:
-        complete = isinstance(json.loads(lines[-1]), dict)
+        complete = isinstance(loads_untrusted(lines[-1]), dict)
     except ValueError:
         complete = False
     return (lines, None) if complete else (lines[:-1], len(lines))
@@ -234,7 +236,7 @@ def _split_truncated(data: bytes) -> tuple[list[bytes], int | None]:
 def parse_session_file(path: Path, session_format: SessionFormat = "auto") -> ParsedSession:
     """Parse one ``.jsonl`` session file (see the module docstring)."""
     try:
-        data = path.read_bytes()
+        data = read_regular_file(path)
     except FileNotFoundError:
         raise NotFoundError(f"session file {path} does not exist") from None
     except OSError as exc:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal, Protocol
 
 from expgit.sessions.transcript_builder import TranscriptBuilder
+from expgit.store.jsonl import loads_untrusted
 
 Claim = Literal["no", "maybe", "yes"]
 Row = dict[str, Any]
@@ -39,7 +39,7 @@ def parse_arguments(arguments: object) -> dict[str, object]:
         if not arguments.strip():
             return {}
         try:
-            value = json.loads(arguments)
+            value = loads_untrusted(arguments)
         except ValueError:
             return {"arguments": arguments}
         return value if isinstance(value, dict) else {"arguments": arguments}

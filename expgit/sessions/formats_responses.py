@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from expgit.sessions.formats_base import Claim, Row, parse_arguments
 from expgit.sessions.formats_openai import content_text
 from expgit.sessions.transcript_builder import Role, TranscriptBuilder
+from expgit.store.jsonl import loads_untrusted
 
 ITEM_TYPES = {"message", "function_call", "function_call_output", "custom_tool_call",
               "custom_tool_call_output", "reasoning", "local_shell_call",
@@ -78,7 +79,7 @@ def _shell_output(text: str) -> tuple[str, bool]:
     if not text.startswith("{") or '"metadata"' not in text:
         return text, False
     try:
-        value = json.loads(text)
+        value = loads_untrusted(text)
     except ValueError:
         return text, False
     if not isinstance(value, dict) or not isinstance(value.get("output"), str):

@@ -16,7 +16,9 @@ else sees it, then compare with the session's manifest:
   be labelled and trained again; invalidated as above if it was trained).
 
 An empty file (no message, or only metadata rows such as a `summary`) is skipped and
-listed in `empty`, never stored. Each message text and tool output is first cut to
+listed in `empty`, never stored. A path that is not a regular file (a named pipe, a
+socket, a device) is never opened for reading: it is reported as ``not_regular`` and
+skipped. Each message text and tool output is first cut to
 `[limits] max_message_chars` (head and tail kept).
 
 All files of one call are committed together, in one commit on the sessions branch.
@@ -29,7 +31,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from expgit.errors import InvalidInputError
+from expgit.errors import InvalidInputError, NotRegularFileError
 from expgit.llm.structured import StructuredLLM
 from expgit.sessions.discovery import with_subagent_files
 from expgit.sessions.feedback import redact_signals
@@ -47,7 +49,9 @@ from expgit.sessions.ingest_report import (
     IngestReport,
     SegmentOutcome,
     SessionUnit,
+    SourceFile,
     left_out,
+    not_regular,
     read_source,
     session_units,
 )
@@ -141,8 +145,12 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
     report = IngestReport(branch=store.branch.branch)
     changes = SessionChanges()
     total: Counter[str] = Counter()
-    sources = [await asyncio.to_thread(read_source, path, session_format)
-               for path in (files if discovered else with_subagent_files(files))]
+    sources: list[SourceFile] = []
+    for path in files if discovered else with_subagent_files(files):
+        try:
+            sources.append(await asyncio.to_thread(read_source, path, session_format))
+        except NotRegularFileError as exc:  # a named pipe would block: never read
+            report.files.append(not_regular(path, exc.kind))
     units: list[SessionUnit] = []  # a missing or unreadable file: nothing written
     for source in sources:
         if source.parsed.unrecognized is not None and not discovered:

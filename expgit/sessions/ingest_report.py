@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field
 from expgit.sessions.fingerprint import hash_id
 from expgit.sessions.formats import ParsedSession, SessionFormat, parse_session_file
 
-FileOutcome = Literal["new", "unchanged", "changed", "empty", "incomplete", "unrecognized"]
+FileOutcome = Literal["new", "unchanged", "changed", "empty", "incomplete", "unrecognized",
+                      "not_regular"]
 
 
 class SegmentOutcome(BaseModel):
@@ -31,8 +32,9 @@ class FileReport(BaseModel):
     session: str  # the session key (a hash)
     parent_session: str | None = None  # a sub-agent's session: its parent's key
     format: str
-    # empty (no message), incomplete (still being written, found by --from) and
-    # unrecognized (no row of a known format, found by --from): skipped, not stored
+    # empty (no message), incomplete (still being written, found by --from),
+    # unrecognized (no row of a known format, found by --from) and not_regular (a named
+    # pipe, socket or device: never read): skipped, not stored
     outcome: FileOutcome
     messages: int
     lines: int
@@ -122,6 +124,14 @@ def left_out(source: SourceFile, discovered: bool) -> FileReport | None:
         messages=0, lines=parsed.line_count, blank_lines=parsed.blank_lines,
         invalid_lines=parsed.invalid_lines, status="skipped", status_reason=reason,
         truncated_line=parsed.truncated_line)
+
+
+def not_regular(path: Path, kind: str) -> FileReport:
+    """The report of a path that is not a regular file (``kind``: "a named pipe"),
+    skipped without reading it."""
+    return FileReport(file=str(path), session="", format="", outcome="not_regular",
+                      messages=0, lines=0, blank_lines=0, status="skipped",
+                      status_reason=f"{kind}, not a regular file: skipped, not read")
 
 
 def session_units(path: Path, parsed: ParsedSession) -> list[SessionUnit]:

@@ -1,17 +1,47 @@
 """JSON Lines files of pydantic models (recorded rollouts, outcome records): read whole,
-validated line by line, refused with the line number and the field at fault."""
+validated line by line, refused with the line number and the field at fault; and
+:func:`loads_untrusted`, the one ``json.loads`` for text expgit did not write (session
+logs, a model's answer), which bounds how deeply it may nest."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from expgit.errors import InvalidInputError, NotFoundError
 
 M = TypeVar("M", bound=BaseModel)
+MAX_JSON_DEPTH = 200  # arrays and objects inside each other; real records nest < 20
+
+
+def loads_untrusted(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads(text)``, with a value nested more than ``max_depth`` levels deep
+    refused as a ValueError like any invalid JSON: one line of ``[[[[…`` would otherwise
+    end the parser, or whatever walks the value later, with a RecursionError."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"JSON nested more than {max_depth} levels deep") from None
+    openers = (text.count(b"[") + text.count(b"{") if isinstance(text, bytes)
+               else text.count("[") + text.count("{"))
+    if openers > max_depth and _nested_deeper(value, max_depth):
+        raise ValueError(f"JSON nested more than {max_depth} levels deep")
+    return value
+
+
+def _nested_deeper(value: Any, max_depth: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node
+        if depth > max_depth:
+            return True
+        stack.extend((child, depth + 1) for child in children
+                     if isinstance(child, dict | list))
+    return False
 
 
 def load_jsonl(path: Path, model: type[M], what: str) -> list[M]:
@@ -29,7 +59,7 @@ def load_jsonl(path: Path, model: type[M], what: str) -> list[M]:
         if not line.strip():
             continue
         try:
-            items.append(model.model_validate(json.loads(line)))
+            items.append(model.model_validate(loads_untrusted(line)))
         except ValueError as exc:  # JSONDecodeError and pydantic's ValidationError
             detail = ("; ".join(f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}"
                                 for e in exc.errors()[:5])

@@ -32,6 +32,7 @@ import yaml
 from pydantic import ValidationError
 
 from expgit.errors import InvalidInputError, NotFoundError, UsageError
+from expgit.store.files import read_regular_file
 from expgit.store.yamlload import UniqueKeyLoader
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Case
@@ -87,7 +88,7 @@ def parse_case(raw: Any, where: str) -> Case:
 
 def _read(path: Path) -> str:
     try:
-        data = path.read_bytes()
+        data = read_regular_file(path)  # a named pipe would block: refused
     except FileNotFoundError:
         raise NotFoundError(f"{path}: no such cases file") from None
     except OSError as exc:

@@ -5,16 +5,26 @@ tool calls a rollout made and the final state of its tool environment.
 Each check looks at ``target``: the final assistant answer (default) or the whole
 transcript. ``json_field_equals`` and ``numeric`` with a ``path`` parse the target as JSON
 and follow a dotted path (``order.items.0.qty``).
+
+``regex`` runs on the ``regex`` module with a time bound (``REGEX_TIMEOUT_SECONDS``), as
+.NET's ``Regex`` match timeout does for patterns it does not trust: a rubric such as
+``(a|aa)+$`` cannot stall a service. Its syntax is Python's ``re`` (lookaround and all).
+A pattern that cannot be compiled is refused when the rubric is read; a check that runs
+out of time, or whose pattern still fails, fails with the reason.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 from typing import Annotated, Any, Literal
 
+import regex
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from expgit.store.jsonl import loads_untrusted
 
 Target = Literal["final_answer", "transcript"]
 
@@ -44,11 +54,45 @@ class RegexCheck(_Check):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"invalid regular expression: {exc}") from None
+        problem = regex_problem(value)
+        if problem is not None:
+            raise ValueError(f"invalid regular expression: {problem}")
         return value
+
+
+REGEX_TIMEOUT_SECONDS = 1.0  # one regex check's matching time, at most
+
+
+@functools.lru_cache(maxsize=256)
+def _regex(pattern: str, ignore_case: bool) -> regex.Pattern[str]:
+    return regex.compile(pattern, regex.IGNORECASE if ignore_case else 0)
+
+
+def regex_problem(pattern: str, ignore_case: bool = False) -> str | None:
+    """Why ``pattern`` cannot be compiled, or None (a pattern nested too deeply for the
+    compiler is a problem too, not a crash)."""
+    try:
+        _regex(pattern, ignore_case)
+    except regex.error as exc:
+        return str(exc)
+    except (RecursionError, OverflowError, MemoryError) as exc:
+        return f"too complex to compile ({type(exc).__name__})"
+    return None
+
+
+def search_bounded(pattern: str, text: str, ignore_case: bool = False, *,
+                   seconds: float = REGEX_TIMEOUT_SECONDS) -> tuple[bool | None, str]:
+    """Whether ``pattern`` is found in ``text`` and a short note why not: None when it
+    cannot be compiled or runs out of ``seconds`` (the ``regex`` module releases the GIL
+    while it matches, and checks the time as it backtracks)."""
+    problem = regex_problem(pattern, ignore_case)
+    if problem is not None:
+        return None, f"invalid pattern: {problem}"
+    try:
+        found = _regex(pattern, ignore_case).search(text, timeout=seconds) is not None
+    except TimeoutError:
+        return None, f"timed out after {seconds:g}s (catastrophic backtracking?)"
+    return found, ""
 
 
 class EqualsCheck(_Check):
@@ -113,7 +157,7 @@ _MISSING = MISSING = object()
 
 def _json_path(text: str, path: str) -> Any:
     try:
-        node: Any = json.loads(_strip_fence(text))
+        node: Any = loads_untrusted(_strip_fence(text))
     except ValueError:
         return _MISSING
     return walk(node, path)
@@ -156,8 +200,10 @@ def run_check(check: CriterionCheck, text: str) -> tuple[bool, str]:
             return found, f"{'found' if found else 'missing'}: {check.value!r}"
         return not found, f"{'forbidden text present' if found else 'absent'}: {check.value!r}"
     if isinstance(check, RegexCheck):
-        ok = re.search(check.pattern, text, re.I if check.ignore_case else 0) is not None
-        return ok, f"pattern {check.pattern!r} {'matched' if ok else 'did not match'}"
+        matched, why = search_bounded(check.pattern, text, check.ignore_case)
+        if matched is None:
+            return False, f"pattern {check.pattern!r} failed: {why}"
+        return matched, f"pattern {check.pattern!r} {'matched' if matched else 'did not match'}"
     if isinstance(check, JsonFieldEqualsCheck):
         got = _json_path(text, check.path)
         if got is _MISSING:

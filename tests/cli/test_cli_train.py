@@ -5,7 +5,10 @@ OpenAI-compatible HTTP server (127.0.0.1) that serves a strict script by stage
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +208,47 @@ def test_bad_cases_file_exits_5_before_any_call(
                       "--llm", "openai", "--base-url", server.url)
     assert missing.code == 5 and "no such cases file" in missing.err
     assert server.requests == 0
+
+
+def alias_bomb(levels: int) -> str:
+    """A "billion laughs" cases file: each anchor is nine aliases of the one before."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]" for n in range(1, levels)]
+    anchors = "\n".join(f"  {line}" for line in lines)
+    return (f"- name: bomb\n  input:\n    user_query: hi\n"
+            f"{anchors.replace('  l', '    l')}\n    all: *l{levels - 1}\n"
+            f"  rubric: {{criteria: [{{name: c, check: {{type: contains, value: x}}}}]}}\n")
+
+
+def test_alias_bomb_in_a_cases_file_exits_5_naming_it(
+        run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
+    server = serve([])
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(alias_bomb(7))  # 1 KB standing for 9**7 (4.8 million) strings
+    assert bomb.stat().st_size < 1024
+    for command in ("eval", "train"):
+        result = run_cli("-C", tmp_path / "repo", command, "--cases", bomb, "--llm",
+                         "openai", "--base-url", server.url)
+        assert result.code == 5, result.err
+        assert str(bomb) in result.err and "alias" in result.err, result.err
+    assert server.requests == 0
+    honest = tmp_path / "honest.yaml"  # an anchor reused a few times is fine
+    honest.write_text(alias_bomb(2))
+    result = run_cli("-C", tmp_path / "repo", "eval", "--cases", honest, "--llm", "openai",
+                     "--base-url", server.url)
+    assert "alias" not in result.err
+
+
+def test_a_named_pipe_as_cases_file_is_refused_at_once(seeded_repo: ExperienceRepository,
+                                                       tmp_path: Path) -> None:
+    pipe = tmp_path / "cases.yaml"
+    os.mkfifo(pipe)  # no writer: reading it would wait for ever
+    done = subprocess.run([sys.executable, "-m", "expgit", "-C", str(tmp_path / "repo"),
+                           "eval", "--cases", str(pipe), "--llm", "openai", "--base-url",
+                           "http://127.0.0.1:9/v1"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 5, done.stderr
+    assert f"{pipe}: a named pipe, not a regular file" in done.stderr
 
 
 def test_train_rollouts_from_jsonl(run_cli: Any, serve: Any,

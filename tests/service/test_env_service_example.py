@@ -5,6 +5,7 @@ request names, with a strict scripted LLM."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from expgit.store.repository import ExperienceRepository
 from expgit.store.settings import ServeSettings
 from expgit.train.cases import load_cases
 from expgit.train.context import ExecutionContext
+from expgit.train.domain import Rubric, RubricCriterion
 
 TRAIN = EXAMPLE / "cases" / "train.yaml"
 EVAL = EXAMPLE / "cases" / "eval.yaml"
@@ -186,3 +188,36 @@ def test_a_failing_llm_call_is_a_completed_rollout_with_its_error(
     assert rollout.error == "rollout failed: LLMError: the model endpoint is down"
     assert rollout.evaluation is not None and not rollout.evaluation.passed
     assert [m.role for m in rollout.messages] == ["user"]  # the prompt it was given
+
+
+def test_a_backtracking_rubric_does_not_hold_health(
+        serve_env: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
+    """A client's case whose regexes backtrack without end: the rubric is evaluated in a
+    worker thread (each check runs out of its time and fails with the reason), and
+    /health answers while it is (the execution is still running after it answered)."""
+    slow = [RubricCriterion(name=f"slow-{i}", check={"type": "regex", "pattern": "(a|aa)+$"})
+            for i in range(10)]
+    case = PETS_CASE.model_copy(update={"rubric": Rubric(name="slow", criteria=slow)})
+    served = serve_env({"train": [PETS_CASE]}, [Step("rollout", lambda _: "a" * 60 + "b")])
+    executor = RemoteRolloutExecutor(served.url, repo_uri=str(tmp_path / "repo"),
+                                     poll_initial=0.01)
+    request = executor.request_for(case, seeded_repo.snapshot(), ExecutionContext("s3"))
+    submitted = httpx.post(f"{served.url}/v1/rollouts/execute",
+                           json=request.model_dump(mode="json")).json()
+    status_url = f"{served.url}/v1/rollouts/executions/{submitted['execution_id']}"
+    deadline = time.monotonic() + 60
+    while not served.chat.calls:  # the answer is in: the rubric is being evaluated
+        assert time.monotonic() < deadline, "the rollout never called the model"
+        time.sleep(0.01)
+    health = httpx.get(f"{served.url}/health", timeout=30)
+    assert health.status_code == 200 and health.json()["service"] == "expgit-example-env"
+    assert httpx.get(status_url).json()["status"] == "running"
+    status = submitted
+    while status["status"] in ("queued", "running"):
+        assert time.monotonic() < deadline + 120, "the rollout never finished"
+        time.sleep(0.05)
+        status = httpx.get(status_url).json()
+    assert status["status"] == "completed", status
+    evaluation = status["rollout"]["evaluation"]
+    assert not evaluation["passed"] and len(evaluation["criterion_results"]) == 10
+    assert all("timed out" in r["feedback"][0] for r in evaluation["criterion_results"])

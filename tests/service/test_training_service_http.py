@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from training_service_support import (
 from expgit.llm.scripted import ScriptedChatModel
 from expgit.service.jobs import JobRegistry, QueueFullError
 from expgit.store.repository import ExperienceRepository
+from expgit.train.domain import Message, Rubric, RubricCriterion
 
 
 def post_all(url: str, bodies: list[str]) -> list[httpx.Response]:
@@ -228,3 +230,43 @@ def test_extra_routers_are_mounted_behind_the_guards(seeded_repo: ExperienceRepo
         assert httpx.post(f"{server.url}/v1/outcomes").status_code == 401
         answer = httpx.post(f"{server.url}/v1/outcomes", headers=auth("tok"))
         assert answer.status_code == 200 and answer.json() == {"ok": "yes"}
+
+
+def test_a_backtracking_rubric_does_not_hold_health(seeded_repo: ExperienceRepository
+                                                    ) -> None:
+    """A submitted rubric whose regexes backtrack without end: each check runs out of
+    its time and fails with the reason, in a worker thread, so /health answers while the
+    rubric is being evaluated (the model, called right after the evaluation, is not
+    called yet)."""
+    path = seeded_repo.git.work_tree
+    assert path is not None
+    chat = HeldChat(training_script(("zebra",)))
+    slow = [RubricCriterion(name=f"slow-{i}", check={"type": "regex", "pattern": "(a|aa)+$"})
+            for i in range(10)]
+    rollout = topic_rollout("zebra")
+    rollout = rollout.model_copy(update={
+        "evaluation": None,
+        "case": rollout.case.model_copy(update={"rubric": Rubric(name="slow", criteria=slow)}),
+        "messages": [*rollout.messages[:-1], Message.text("assistant", "a" * 60 + "b")]})
+    with start_service(path, handles(chat), batch=1, max_concurrency=1) as server:
+        url = server.url
+        posted = httpx.post(f"{url}/v1/train/rollouts", content=rollout.model_dump_json(),
+                            headers=auth())
+        assert posted.status_code == 202, posted.text
+        job_id = posted.json()["job_id"]
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{url}/v1/train/jobs/{job_id}",
+                        headers=auth()).json()["status"] != "running":
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.01)
+        health = httpx.get(f"{url}/health", timeout=30)
+        assert health.status_code == 200
+        assert health.json()["metadata"]["jobs"]["running"] == 1
+        assert not chat.waiting.is_set()  # the rubric was still being evaluated
+        chat.release.set()
+        job = wait_finished(url, job_id, limit_seconds=120)
+    assert job["status"] == "completed", job
+    results = job["result"]["evaluation"]["criterion_results"]
+    assert len(results) == 10 and not any(r["passed"] for r in results)
+    assert all("timed out" in r["feedback"][0] for r in results)
+    chat.inner.assert_done()

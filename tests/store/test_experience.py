@@ -150,6 +150,9 @@ def test_bad_name_in_front_matter_names_the_file() -> None:
 
 
 # ------------------------------------------------------------- malformed files
+_LAUGHS = "".join([  # "billion laughs": each anchor nine aliases of the one before
+    "l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n",
+    *(f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]\n" for n in range(1, 7))])
 MALFORMED = {
     "missing front matter": ("# Just markdown\n", "missing front matter"),
     "empty file": ("", "missing front matter"),
@@ -169,6 +172,9 @@ MALFORMED = {
     "metadata not a mapping": ("---\nname: sample-rule\nmetadata: [1]\n---\n", "metadata:"),
     "duplicate field": ("---\nname: sample-rule\nname: other-rule\n---\n", "duplicate field"),
     "python tag": ("---\nname: !!python/object:os.system x\n---\n", "not valid YAML"),
+    "alias bomb": ("---\nname: sample-rule\nmetadata:\n"
+                   + "".join(f"  {line}\n" for line in _LAUGHS.splitlines()) + "---\n",
+                   "aliases expand the document"),
     "crlf": ("---\r\nname: sample-rule\r\n---\r\nbody\r\n", "CRLF"),
     "byte order mark": ("\ufeff---\nname: sample-rule\n---\n", "byte order mark"),
 }

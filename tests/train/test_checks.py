@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -57,6 +60,40 @@ def test_regex_ignore_case() -> None:
 def test_regex_invalid_pattern_is_refused_at_validation() -> None:
     with pytest.raises(ValidationError, match="invalid regular expression"):
         RegexCheck(pattern="(unclosed")
+
+
+def test_regex_too_deeply_nested_is_refused_not_a_crash() -> None:
+    with pytest.raises(ValidationError, match="invalid regular expression"):
+        RegexCheck(pattern="(" * 5000 + ")" * 5000)
+
+
+def _run_in_child(code: str) -> tuple[bool, str]:
+    """``run_check`` in a child process, waited for generously: a regression (an engine
+    that backtracks for ever, holding the GIL) fails the test instead of hanging it."""
+    done = subprocess.run([sys.executable, "-c", "import json, sys\n"
+                           "from expgit.train.checks import RegexCheck, run_check\n" + code],
+                          capture_output=True, text=True, timeout=120, check=True)
+    ok, feedback = json.loads(done.stdout)
+    return ok, feedback
+
+
+def test_regex_nested_quantifier_returns_promptly_as_a_failed_check() -> None:
+    # stdlib re backtracks 2**40 times on this (the issue's stalled service)
+    ok, feedback = _run_in_child(
+        "print(json.dumps(run_check(RegexCheck(pattern='(a+)+$'), 'a' * 40 + 'b')))")
+    assert not ok and "did not match" in feedback
+
+
+def test_regex_that_runs_out_of_time_fails_with_the_reason() -> None:
+    ok, feedback = _run_in_child(
+        "print(json.dumps(run_check(RegexCheck(pattern='(a|aa)+$'), 'a' * 60 + 'b')))")
+    assert not ok and "timed out" in feedback and "(a|aa)+$" in feedback
+
+
+def test_regex_keeps_python_syntax_lookbehind() -> None:
+    eligible = RegexCheck(pattern=r"\b(?<!not )eligible\b", ignore_case=True)
+    assert run_check(eligible, "You are eligible.")[0]
+    assert not run_check(eligible, "You are not eligible.")[0]
 
 
 def test_equals_ignores_surrounding_whitespace_and_case() -> None:
@@ -146,3 +183,8 @@ def test_numeric_reads_thousands_separators_and_decimal_commas() -> None:
 def test_json_field_found_in_a_fenced_block_after_prose() -> None:
     answer = 'Here is the result:\n```json\n{"refund": {"method": "original"}}\n```\nThanks.'
     assert run_check(JsonFieldEqualsCheck(path="refund.method", value="original"), answer)[0]
+
+
+def test_a_deeply_nested_answer_is_no_json_not_a_crash() -> None:
+    ok, feedback = run_check(JsonFieldEqualsCheck(path="a", value=1), "[" * 100_000)
+    assert not ok and "no JSON field" in feedback

@@ -9,6 +9,7 @@ tool environment's state at the end, recorded by the tool-calling executor).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 
@@ -106,6 +107,34 @@ def failed_evaluation(case: Case, reason: str) -> RubricEvaluation:
                             metadata={"rollout_error": True})
 
 
+def local_results(rollout: Rollout) -> tuple[dict[int, CriterionResult], dict[str, str]]:
+    """The results of every criterion of the rollout's rubric but the ``llm_judge`` ones,
+    by position, and the texts the checks look at (by target). Blocking: CPU only."""
+    texts = {"final_answer": final_answer(rollout.messages),
+             "transcript": render_transcript(rollout.messages)}
+    results: dict[int, CriterionResult] = {}
+    for index, criterion in enumerate(rollout.case.rubric.criteria):
+        check = criterion.check
+        if check is None:
+            results[index] = CriterionResult(criterion_name=criterion.name, passed=False,
+                                             score=0.0, feedback=[NO_CHECK])
+            continue
+        if isinstance(check, LLMJudgeCheck):
+            continue
+        if isinstance(check, DbStateCheck | ToolCalledCheck | ToolNotCalledCheck):
+            calls = [(p.tool_name, p.tool_input) for m in rollout.messages for p in m.parts
+                     if isinstance(p, ToolPart) and p.tool_status == "completed"]
+            state = rollout.metadata.get("final_state")
+            passed, line = run_action_check(check, calls,
+                                            state if isinstance(state, dict) else None)
+        else:
+            passed, line = run_check(check, texts[check.target])
+        results[index] = CriterionResult(criterion_name=criterion.name, passed=passed,
+                                         score=1.0 if passed else 0.0, feedback=[line],
+                                         metadata={"check": check.type})
+    return results, texts
+
+
 class RubricRolloutEvaluator:
     """Evaluates a rollout with its case's rubric.
 
@@ -125,34 +154,15 @@ class RubricRolloutEvaluator:
         case = rollout.case
         if rollout.error is not None:
             return failed_evaluation(case, rollout.error)
-        texts = {"final_answer": final_answer(rollout.messages),
-                 "transcript": render_transcript(rollout.messages)}
-        results = [await self._criterion(case, criterion, texts, rollout)
-                   for criterion in case.rubric.criteria]
+        # the local checks run in a worker thread: a long transcript or a costly rubric
+        # never holds a service's event loop (its /health answers meanwhile)
+        local, texts = await asyncio.to_thread(local_results, rollout)
+        results: list[CriterionResult] = []
+        for index, criterion in enumerate(case.rubric.criteria):
+            check = criterion.check
+            results.append(await self._judge(case, criterion, check, texts[check.target])
+                           if isinstance(check, LLMJudgeCheck) else local[index])
         return aggregate(results, case.rubric.criteria)
-
-    async def _criterion(self, case: Case, criterion: RubricCriterion,
-                         texts: dict[str, str], rollout: Rollout) -> CriterionResult:
-        check = criterion.check
-        if check is None:
-            return CriterionResult(criterion_name=criterion.name, passed=False, score=0.0,
-                                   feedback=[NO_CHECK])
-        if isinstance(check, DbStateCheck | ToolCalledCheck | ToolNotCalledCheck):
-            calls = [(p.tool_name, p.tool_input) for m in rollout.messages for p in m.parts
-                     if isinstance(p, ToolPart) and p.tool_status == "completed"]
-            state = rollout.metadata.get("final_state")
-            passed, line = run_action_check(check, calls,
-                                            state if isinstance(state, dict) else None)
-            return CriterionResult(criterion_name=criterion.name, passed=passed,
-                                   score=1.0 if passed else 0.0, feedback=[line],
-                                   metadata={"check": check.type})
-        text = texts[check.target]
-        if isinstance(check, LLMJudgeCheck):
-            return await self._judge(case, criterion, check, text)
-        passed, line = run_check(check, text)
-        return CriterionResult(criterion_name=criterion.name, passed=passed,
-                               score=1.0 if passed else 0.0, feedback=[line],
-                               metadata={"check": check.type})
 
     async def _judge(self, case: Case, criterion: RubricCriterion, check: LLMJudgeCheck,
                      text: str) -> CriterionResult:
