@@ -37,6 +37,7 @@ from expgit.git.repo import TreeEntry
 from expgit.outcomes.records import OutcomeRecord, polarity
 from expgit.outcomes.store import OutcomeStore
 from expgit.store.repository import ExperienceRepository
+from expgit.store.yamlload import BoundedSafeLoader
 from expgit.train.experience_usage import read_usage
 from expgit.train.track_record import ExperienceStats
 from expgit.train.trajectory_store import FOLDER, TrajectoryStore, added_files, folder_files
@@ -131,7 +132,6 @@ def parse_time(value: Any) -> datetime | None:
     return when.replace(tzinfo=UTC) if when is not None and when.tzinfo is None else when
 
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster
 
 
 def _front_matter(text: str) -> dict[str, Any] | None:
@@ -141,7 +141,7 @@ def _front_matter(text: str) -> dict[str, Any] | None:
     if not text.startswith("---\n") or end < 0:
         return None
     try:
-        data = yaml.load(text[4:end + 1], Loader=_Loader)  # a safe loader
+        data = yaml.load(text[4:end + 1], Loader=BoundedSafeLoader)
     except yaml.YAMLError:
         return None
     return data if isinstance(data, dict) else None

@@ -1,7 +1,8 @@
 """YAML loading that refuses duplicate keys (YAML forbids them; PyYAML keeps the last)
 and alias bombs.
 
-Experience front matter and cases files both load through :class:`UniqueKeyLoader`;
+Experience front matter and cases files both load through :class:`UniqueKeyLoader`, the
+front matter of stored trajectories through :class:`BoundedSafeLoader`;
 a subclass names what a key is in its messages and whether repeated ``<<`` merge keys
 are allowed.
 
@@ -24,11 +25,9 @@ import yaml
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class UniqueKeyLoader(_BaseLoader):  # type: ignore[valid-type,misc]
-    """The safe loader (libyaml when available), refusing duplicate keys."""
-
-    key_word = "key"
-    repeated_merge_keys = False
+class BoundedSafeLoader(_BaseLoader):  # type: ignore[valid-type,misc]
+    """The safe loader (libyaml when available), refusing an alias bomb: for YAML that
+    expgit wrote itself but reads back from a branch others can push to."""
 
     def get_single_data(self) -> Any:
         node = self.get_single_node()
@@ -36,6 +35,13 @@ class UniqueKeyLoader(_BaseLoader):  # type: ignore[valid-type,misc]
             return None
         check_alias_expansion(node)
         return self.construct_document(node)
+
+
+class UniqueKeyLoader(BoundedSafeLoader):
+    """:class:`BoundedSafeLoader`, also refusing duplicate keys."""
+
+    key_word = "key"
+    repeated_merge_keys = False
 
 
 ALIAS_EXPANSION_FLOOR = 10_000  # nodes that aliases may add to any document

@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 from conftest import fsck, git
 
+from expgit.errors import InvalidInputError
 from expgit.llm.port import LLMOutputError, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
+from expgit.outcomes.stats import trajectory_row
 from expgit.store.repository import ExperienceRepository
 from expgit.train.components.llm_fields import (
     CHARS_PER_TOKEN,
@@ -347,3 +349,14 @@ def test_a_reused_trajectory_stored_without_a_transcript_gets_one_once(
     analyze(TrajectoryRolloutAnalyzer(seeded_repo, llm()[0]), rollout)
     assert seeded_repo.git.ref(BRANCH) == tip  # it has one now: nothing written
     assert not store.add_transcript(rollout_id(make_rollout("other")), b"{}")  # no such one
+
+
+def test_a_trajectory_whose_front_matter_is_an_alias_bomb_is_unreadable() -> None:
+    """Trajectories live on a side branch anyone with push rights can write: their front
+    matter is read with the alias bound, as cases files and experiences are."""
+    levels = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    levels += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 8)]
+    text = "---\n" + "\n".join(levels) + "\n---\nbody\n"
+    with pytest.raises(InvalidInputError, match="no readable front matter"):
+        read_front_matter(text, "expgit-trajectory://t1")
+    assert trajectory_row("t1", text) is None

@@ -27,6 +27,7 @@ from expgit.llm.structured import StructuredLLM
 from expgit.store.repository import ExperienceRepository
 from expgit.store.templates import render, render_prompt
 from expgit.store.yamldump import safe_dump
+from expgit.store.yamlload import BoundedSafeLoader
 from expgit.train.components.llm_fields import AnalysisLimits, fits
 from expgit.train.components.llm_outputs import AnalyzeOutput, analyze_output
 from expgit.train.context import PipelineContext
@@ -117,7 +118,11 @@ def outcome_of(evaluation: RubricEvaluation) -> Literal["success", "failure", "p
 def read_front_matter(text: str, uri: str) -> dict[str, Any]:
     """The YAML front matter of a stored trajectory document."""
     end = text.find("\n---\n", 4)
-    data = yaml.safe_load(text[4:end + 1]) if text.startswith("---\n") and end > 0 else None
+    try:
+        data = yaml.load(text[4:end + 1], Loader=BoundedSafeLoader) \
+            if text.startswith("---\n") and end > 0 else None
+    except yaml.YAMLError:
+        data = None
     if not isinstance(data, dict):
         raise InvalidInputError(f"trajectory {uri} has no readable front matter")
     return data
