@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, Field, field_validator
 
 from expgit.errors import InvalidInputError
+from expgit.git.objects import GITLINK_MODE, SYMLINK_MODE
 from expgit.git.repo import RefMovedError, RefUpdate
 from expgit.store import trailers as tr
 from expgit.store.applied import NOTHING_APPLIED, AppliedIndex, applied_index, state_of
@@ -108,7 +109,7 @@ def propose(repo: ExperienceRepository, req: GradientRequest,
     # without loading the whole snapshot: its blob, and its version from the versions pass
     entry = git.path_entry(main_tree, path)
     current = entry.sha if entry is not None and not entry.is_tree \
-        and entry.mode != "120000" else None
+        and entry.mode not in (SYMLINK_MODE, GITLINK_MODE) else None
     if req.delete and current is None:
         raise InvalidInputError(f"cannot delete {req.name!r}: no such experience on "
                                 f"{repo.settings.main_branch}")

@@ -11,18 +11,28 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from expgit.errors import InvalidInputError, ValidationError
+from expgit.git.objects import GITLINK_MODE
 from expgit.store.experience import check_experience, decode_experience
 from expgit.store.repository import ExperienceRepository
 
 
-def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]]) -> list[str]:
-    """Problems of ``(path, blob)`` pairs under the experiences root; [] when all valid."""
+def _checked(repo: ExperienceRepository, path: str) -> bool:
+    """Whether ``path`` is one the rules apply to: under the root, not hidden."""
+    rel = path[len(repo.root) + 1:] if path.startswith(repo.root + "/") else None
+    return not (rel is None or rel.startswith(".") or "/." in rel)
+
+
+def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]],
+                gitlinks: Iterable[str] = ()) -> list[str]:
+    """Problems of ``(path, blob)`` pairs under the experiences root, and of the
+    ``gitlinks`` (submodule entries) there; [] when all valid."""
     files = list(files)
-    problems: list[str] = []
+    problems: list[str] = [f"{path}: not an experience file: a submodule (gitlink), "
+                           "whose content is in another repository"
+                           for path in gitlinks if _checked(repo, path)]
     blobs = repo.git.read_blobs(blob for _, blob in files)
     for path, blob in files:
-        rel = path[len(repo.root) + 1:] if path.startswith(repo.root + "/") else None
-        if rel is None or rel.startswith(".") or "/." in rel:
+        if not _checked(repo, path):
             continue
         name = repo.name_of(path)
         if name is None:
@@ -38,22 +48,31 @@ def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]]) ->
 
 
 def _tree_files(repo: ExperienceRepository, commit: str, old: str | None = None
-                ) -> list[tuple[str, str]]:
-    """Files under the root at ``commit`` (only those changed since ``old`` if given)."""
+                ) -> list[tuple[str, str, str]]:
+    """``(path, id, mode)`` of the files under the root at ``commit`` (only those changed
+    since ``old`` if given)."""
     args = (["diff-tree", "-r", "--no-renames", "--diff-filter=AMT", old, commit]
             if old else ["ls-tree", "-r", commit])
     text = repo.git.out(*args, "--", f"{repo.root}/")
     files = []
     for line in text.splitlines():
         meta, _, path = line.partition("\t")
-        sha = meta.split()[3] if old else meta.split()[2]
-        files.append((path, sha))
+        fields = meta.split()
+        files.append((path, *((fields[3], fields[1]) if old else (fields[2], fields[0]))))
     return files
+
+
+def _check_entries(repo: ExperienceRepository, entries: list[tuple[str, str, str]]
+                   ) -> list[str]:
+    """:func:`check_files` of tree entries: a submodule's is no blob to read."""
+    return check_files(repo, [(path, sha) for path, sha, mode in entries
+                              if mode != GITLINK_MODE],
+                       [path for path, _, mode in entries if mode == GITLINK_MODE])
 
 
 def validate_commit(repo: ExperienceRepository, commit: str, since: str | None = None
                     ) -> list[str]:
-    return check_files(repo, _tree_files(repo, commit, since))
+    return _check_entries(repo, _tree_files(repo, commit, since))
 
 
 def validate_index(repo: ExperienceRepository) -> list[str]:
@@ -65,8 +84,8 @@ def validate_index(repo: ExperienceRepository) -> list[str]:
     if not changed:
         return []
     staged = repo.git.out("ls-files", "-s", "--", *changed)
-    files = [(line.partition("\t")[2], line.split()[1]) for line in staged.splitlines()]
-    return check_files(repo, files)
+    return _check_entries(repo, [(line.partition("\t")[2], line.split()[1], line.split()[0])
+                                 for line in staged.splitlines()])
 
 
 def require_valid(problems: list[str], where: str) -> None:
