@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from expgit.errors import InvalidInputError, NotFoundError
+from expgit.store.settings import GRADIENT_BRANCHES, PROPOSAL_BRANCHES
 
 if TYPE_CHECKING:
     from expgit.store.repository import ExperienceRepository
 
 ID_LEN = 12
-GRADIENTS = "refs/heads/expgit/gradients/"
-PROPOSALS = "refs/heads/expgit/proposals/"
+GRADIENTS = f"refs/heads/{GRADIENT_BRANCHES}/"
+PROPOSALS = f"refs/heads/{PROPOSAL_BRANCHES}/"
 NOTES_REF = "refs/notes/expgit"
 
 

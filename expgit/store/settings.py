@@ -22,9 +22,11 @@ from pydantic import (
 
 from expgit.errors import InvalidInputError
 from expgit.git.refs import plain_ref_name
-from expgit.store.refnames import GRADIENTS, PROPOSALS
 
 SETTINGS_FILE = "expgit.toml"
+# the branch folders of open gradients and proposals (:mod:`expgit.store.refnames`)
+GRADIENT_BRANCHES = "expgit/gradients"
+PROPOSAL_BRANCHES = "expgit/proposals"
 
 
 def _branch_name(value: str) -> str:
@@ -41,8 +43,8 @@ def _branch_name(value: str) -> str:
 
 BranchName = Annotated[str, AfterValidator(_branch_name)]
 # the branches expgit keeps its own objects under: no setting may name one of them
-_RESERVED = {"expgit's gradient branches": GRADIENTS.removeprefix("refs/heads/")[:-1],
-             "expgit's proposal branches": PROPOSALS.removeprefix("refs/heads/")[:-1]}
+_RESERVED = {"expgit's gradient branches": GRADIENT_BRANCHES,
+             "expgit's proposal branches": PROPOSAL_BRANCHES}
 
 
 def _clash(one: str, other: str) -> bool:
