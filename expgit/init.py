@@ -1,12 +1,20 @@
 """``expgit init``: a new experience repository, optionally seeded from a folder.
 
 The seed folder (such as ``example_repo/``) may hold ``expgit.toml``, the experiences
-root and ``.expgit/templates/``. Everything is validated before anything is created;
-the first commit is built in the object database, then ``main`` is created by CAS.
+root and ``.expgit/templates/`` (with nested folders such as ``prompts/``). Everything is
+validated before anything is created; the first commit is built in the object database,
+then ``main`` is created by CAS.
+
+A symbolic link inside the seed is refused, naming it, and so is anything else that is
+not a regular file or folder (a named pipe would block the read). git stores a link as
+a link and never commits what it points at; expgit keeps no links at all, so following
+one would copy a file from outside the seed (a secret, say) into the first commit.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +37,53 @@ class InitResult:
     messages: list[str] = field(default_factory=list)
 
 
+def _not_regular(path: Path) -> str | None:
+    """Why ``path`` (not followed if a link) is no regular file or folder; None if it is."""
+    mode = path.lstat().st_mode
+    if stat.S_ISLNK(mode):
+        return "a symbolic link (expgit does not follow links out of the seed)"
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return "not a regular file"
+    return None
+
+
+def _check_inside(seed: Path, rel: str) -> None:
+    """Refuse ``seed/rel`` when it, or a folder on the way there, is a link (or no
+    regular file or folder). A path that does not exist passes."""
+    path = seed
+    for part in Path(rel).parts:
+        path = path / part
+        if not os.path.lexists(path):
+            return
+        reason = _not_regular(path)
+        if reason is not None:
+            raise InvalidInputError(f"{path}: {reason}",
+                                    hint="copy the file itself into the seed folder")
+
+
+def _tree_files(seed: Path, rel: str) -> dict[str, bytes]:
+    """``{rel/...: content}`` of every regular file below ``seed/rel``, nested folders
+    included, hidden ones (``.DS_Store``) left out; a link or special file is refused."""
+    _check_inside(seed, rel)
+    top = seed / rel
+    if not top.is_dir():
+        return {}
+    files: dict[str, bytes] = {}
+    problems = []
+    for folder, dirs, names in os.walk(top):  # never follows a linked folder
+        here = Path(folder)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted([*dirs, *(n for n in names if not n.startswith("."))]):
+            reason = _not_regular(here / name)
+            if reason is not None:
+                problems.append(f"{here / name}: {reason}")
+            elif name in names:
+                files[(here / name).relative_to(seed).as_posix()] = (here / name).read_bytes()
+        dirs[:] = [d for d in dirs if not (here / d).is_symlink()]
+    require_valid(problems, f"in {seed}")
+    return files
+
+
 def _seed_files(seed: Path | None) -> tuple[Settings, dict[str, bytes]]:
     """Settings and ``{repo path: content}`` of a seed folder, all validated."""
     if seed is None:
@@ -38,6 +93,7 @@ def _seed_files(seed: Path | None) -> tuple[Settings, dict[str, bytes]]:
     if not seed.is_dir():
         raise InvalidInputError(f"seed folder {seed} does not exist")
     settings_file = seed / SETTINGS_FILE
+    _check_inside(seed, SETTINGS_FILE)
     if not settings_file.is_file() and not (seed / Settings().experiences_root).is_dir():
         raise InvalidInputError(
             f"seed folder {seed} holds neither {SETTINGS_FILE} nor an experiences/ folder",
@@ -46,6 +102,7 @@ def _seed_files(seed: Path | None) -> tuple[Settings, dict[str, bytes]]:
                 if settings_file.is_file() else Settings())
     files = {SETTINGS_FILE: settings_file.read_bytes() if settings_file.is_file()
              else render_settings(settings).encode()}
+    _check_inside(seed, settings.experiences_root)
     root = seed / settings.experiences_root
     problems: list[str] = []
     if settings.layout == "skills":
@@ -54,6 +111,10 @@ def _seed_files(seed: Path | None) -> tuple[Settings, dict[str, bytes]]:
             settings.layout == "flat" else []:
         rel = f"{settings.experiences_root}/{path.name}"
         if path.name.startswith("."):
+            continue
+        reason = _not_regular(path)
+        if reason is not None:
+            problems.append(f"{path}: {reason}")
             continue
         if not path.is_file() or path.suffix != ".md":
             problems.append(f"{path}: not an experience file (<name>.md)")
@@ -66,9 +127,7 @@ def _seed_files(seed: Path | None) -> tuple[Settings, dict[str, bytes]]:
             problems.append(exc.message)
         files[rel] = data
     require_valid(problems, f"in {seed}")
-    templates = seed / OVERRIDE_DIR
-    for path in sorted(templates.glob("*")) if templates.is_dir() else []:
-        files[f"{OVERRIDE_DIR}/{path.name}"] = path.read_bytes()
+    files |= _tree_files(seed, OVERRIDE_DIR)
     if not any(p.startswith(settings.experiences_root + "/") for p in files):
         files[f"{settings.experiences_root}/.gitkeep"] = b""
     return settings, files

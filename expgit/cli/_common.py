@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from expgit.cli._json import json_printed, pretty_json
+from expgit.store.refnames import Stray, describe_strays
 from expgit.store.repository import ExperienceRepository, require_initialised
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -40,6 +41,15 @@ def emit(as_json: bool, data: Any, human: Callable[[], None]) -> None:
 def warn(messages: list[str]) -> None:
     for message in messages:
         click.echo(f"expgit: warning: {message}", err=True)
+
+
+def skipped_strays(strays: list[Stray]) -> dict[str, Any]:
+    """Say on stderr, in one line, which refs a listing skipped as not expgit's; return
+    the ``--json`` field naming them (no field without any: the shape stays as it was)."""
+    if not strays:
+        return {}
+    click.echo(f"expgit: {describe_strays(strays)}", err=True)
+    return {"skipped": [s.as_dict() for s in sorted(set(strays), key=lambda s: s.ref)]}
 
 
 def epoch(when: datetime | None) -> int | None:

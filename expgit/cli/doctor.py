@@ -27,6 +27,8 @@ def _view(repo: ExperienceRepository, d: Diagnosis) -> dict[str, object]:
             "due": d.maintenance.due, "loose_objects": d.maintenance.loose,
             "gc_auto": d.maintenance.threshold, "last_failure": d.maintenance.failure},
         "maintained": d.maintained, "maintenance_warning": d.maintenance_warning,
+        # only when there are some: the documented shape stays as it was otherwise
+        **({"strays": [s.as_dict() for s in d.strays]} if d.strays else {}),
     }
 
 
@@ -52,6 +54,9 @@ def _print(repo: ExperienceRepository, d: Diagnosis, fixed: bool) -> None:
         click.echo(f"{len(d.unsettled)} refs are kept where history no longer puts them "
                    f"(a proposal merged by a forge, or a crash): {', '.join(d.unsettled[:5])}"
                    + (" ..." if len(d.unsettled) > 5 else ""))
+    for stray in d.strays:
+        click.echo(f"stray: {stray.name} is not expgit's ({stray.reason}); every listing "
+                   f"skips it (look at it, then `git update-ref -d {stray.ref}`)")
     if d.maintained:
         click.echo("ran git's maintenance (packed loose objects, wrote the commit-graph)")
     if d.maintenance_warning:

@@ -4,11 +4,12 @@ from pathlib import Path
 
 import click
 
-from expgit.cli._common import emit, json_option, open_repo
+from expgit.cli._common import emit, json_option, open_repo, skipped_strays
 from expgit.cli._complete import open_ids
 from expgit.cli._views import proposal_view
 from expgit.errors import InvalidInputError
 from expgit.store.proposals import merge
+from expgit.store.refnames import Stray
 
 
 @click.command("merge")
@@ -34,5 +35,10 @@ def merge_cmd(ctx: click.Context, gradients: tuple[str, ...], merge_all: bool,
     """
     if merge_all == bool(gradients):
         raise InvalidInputError("name the gradients to merge, or use --all")
-    proposal = merge(open_repo(ctx), None if merge_all else list(gradients), pr_body=pr_body)
-    emit(as_json, proposal_view(proposal), lambda: click.echo(proposal.id))
+    strays: list[Stray] = []
+    try:
+        proposal = merge(open_repo(ctx), None if merge_all else list(gradients),
+                         pr_body=pr_body, strays=strays)
+    finally:  # said even when nothing is left to merge
+        skipped = skipped_strays(strays)
+    emit(as_json, proposal_view(proposal) | skipped, lambda: click.echo(proposal.id))

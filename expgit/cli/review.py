@@ -7,12 +7,13 @@ from datetime import UTC, datetime
 
 import click
 
-from expgit.cli._common import emit, json_option, open_repo, short
+from expgit.cli._common import emit, json_option, open_repo, short, skipped_strays
 from expgit.cli._complete import open_ids
 from expgit.cli._views import gradient_view, proposal_view
 from expgit.store.changes import FileChange, colour_diff
 from expgit.store.gradients import list_gradients
 from expgit.store.proposals import Proposal, hunks, list_proposals, open_proposal_gradients
+from expgit.store.refnames import Stray
 from expgit.store.review import find_any, read_note, reject
 
 STATE_CHOICE = click.Choice(["open", "applied", "rejected", "all"])
@@ -48,7 +49,9 @@ def gradients_cmd(ctx: click.Context, state: str, with_merged: bool, as_json: bo
     """
     repo = open_repo(ctx)
     holding = open_proposal_gradients(repo)
-    items = list_gradients(repo, _states(state))
+    strays: list[Stray] = []
+    items = list_gradients(repo, _states(state), strays=strays)
+    skipped = skipped_strays(strays)
     hidden = 0 if with_merged else sum(1 for g in items if g.commit in holding)
     if hidden:
         items = [g for g in items if g.commit not in holding]
@@ -67,7 +70,7 @@ def gradients_cmd(ctx: click.Context, state: str, with_merged: bool, as_json: bo
                        err=True)
 
     emit(as_json, {"gradients": [gradient_view(g) | {"proposal": holding.get(g.commit)}
-                                 for g in items], "hidden_merged": hidden}, human)
+                                 for g in items], "hidden_merged": hidden, **skipped}, human)
 
 
 @click.command("proposals")
@@ -83,7 +86,9 @@ def proposals_cmd(ctx: click.Context, state: str, as_json: bool) -> None:
       expgit proposals                    # the open ones, waiting for review
       expgit proposals --state all --json
     """
-    items = list_proposals(open_repo(ctx), _states(state))
+    strays: list[Stray] = []
+    items = list_proposals(open_repo(ctx), _states(state), strays=strays)
+    skipped = skipped_strays(strays)
 
     def human() -> None:
         if not items:
@@ -92,7 +97,7 @@ def proposals_cmd(ctx: click.Context, state: str, as_json: bool) -> None:
             click.echo(f"{p.id}  {p.state:<8} {_when(p.time)}  {len(p.gradient_commits)} "
                        f"gradient(s)  {p.subject}")
 
-    emit(as_json, {"proposals": [proposal_view(p) for p in items]}, human)
+    emit(as_json, {"proposals": [proposal_view(p) for p in items], **skipped}, human)
 
 
 def inline_diffs(text: str, changes: Sequence[FileChange]) -> tuple[str, list[FileChange]]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from expgit.cli._common import emit, json_option, open_repo, short
+from expgit.cli._common import emit, json_option, open_repo, short, skipped_strays
 from expgit.cli._views import gradient_view, proposal_view
 from expgit.cli.doctor import _view as diagnosis_view
 from expgit.status import MeasuredEffect, RepositoryStatus, repository_status
@@ -111,5 +111,6 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
     """
     repo = open_repo(ctx)
     result = repository_status(repo)
-    emit(as_json, status_view(repo, result),
+    skipped = skipped_strays(result.lock.strays)
+    emit(as_json, status_view(repo, result) | skipped,
          lambda: click.echo("\n".join(status_lines(repo, result))))

@@ -25,6 +25,8 @@ from typing import NamedTuple
 ZERO_SHA = "0" * 40
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 TREE_MODE = "40000"
+SYMLINK_MODE = "120000"
+GITLINK_MODE = "160000"  # a submodule: its commit is in another repository
 
 _TREE_ENTRY_RE = re.compile(rb"([0-7]+) ([^\0]*)\0(.{20})", re.DOTALL)
 _HEX = frozenset("0123456789abcdef")

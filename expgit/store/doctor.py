@@ -9,6 +9,9 @@ It looks for:
   crash of a process that took no expgit lock left them; never removed here;
 * a repository git's automatic maintenance is overdue for (loose objects past
   ``gc.auto``, :mod:`expgit.git.maintenance`), and a maintenance that failed;
+* refs in expgit's namespaces whose commits expgit did not make (an ordinary commit
+  pushed to ``expgit/gradients/...``): every listing skips them; named here, never
+  deleted (they are someone's work: ``git branch -D`` removes one after a look);
 * refs kept in a namespace that disagrees with history: the branch of a proposal a
   forge merged, or refs a crash moved half-way. State is read from history anyway
   (:mod:`expgit.store.applied`); settling only tidies where the commits are kept.
@@ -29,7 +32,7 @@ from expgit.store.apply import settling_updates
 from expgit.store.crash import Recovery, behind, pending_of
 from expgit.store.gradients import list_gradients
 from expgit.store.proposals import list_proposals
-from expgit.store.refnames import GRADIENT_STATES, PROPOSAL_STATES
+from expgit.store.refnames import GRADIENT_STATES, PROPOSAL_STATES, Stray
 from expgit.store.repository import ExperienceRepository
 from expgit.store.versions_refresh import refresh_checkpoint
 
@@ -45,6 +48,7 @@ class Diagnosis:
     behind: list[str] = field(default_factory=list)  # branches a working tree lags
     foreign_locks: list[str] = field(default_factory=list)
     unsettled: list[str] = field(default_factory=list)  # refs to move to their state
+    strays: list[Stray] = field(default_factory=list)  # refs of commits expgit did not make
     recovered: Recovery | None = None  # what fix() cleared
     settled: list[str] = field(default_factory=list)  # what fix() moved
     maintenance: maintenance.Status | None = None  # git's automatic maintenance
@@ -66,7 +70,7 @@ class Diagnosis:
 
     @property
     def healthy(self) -> bool:
-        return not (self.held_by_others or self.needs_fix)
+        return not (self.held_by_others or self.needs_fix or self.strays)
 
 
 def _lock_files(repo: ExperienceRepository) -> list[str]:
@@ -80,13 +84,15 @@ def _lock_files(repo: ExperienceRepository) -> list[str]:
     return sorted(set(found))
 
 
-def unsettled_updates(repo: ExperienceRepository) -> list[RefUpdate]:
+def unsettled_updates(repo: ExperienceRepository, strays: list[Stray] | None = None
+                      ) -> list[RefUpdate]:
     """The moves that keep each proposal and gradient under its state as history
-    decides it, one ref each."""
+    decides it, one ref each; the refs expgit did not make are added to ``strays``."""
     items: list[tuple[dict[str, str], str, str]] = []
-    for p in list_proposals(repo, ALL_STATES):
+    for p in list_proposals(repo, ALL_STATES, strays=strays):
         items.append((PROPOSAL_STATES, p.commit, p.state))
-    items += [(GRADIENT_STATES, g.commit, g.state) for g in list_gradients(repo, ALL_STATES)]
+    items += [(GRADIENT_STATES, g.commit, g.state)
+              for g in list_gradients(repo, ALL_STATES, strays=strays)]
     updates: dict[str, RefUpdate] = {}
     for states, commit, state in items:
         for u in settling_updates(repo, [(states, commit)], state):
@@ -110,7 +116,7 @@ def diagnose(repo: ExperienceRepository) -> Diagnosis:
                             if u.new is not None and behind(repo.git, u.ref, u.new)]
     owned = set(diagnosis.dead_writer_locks)
     diagnosis.foreign_locks = [p for p in _lock_files(repo) if p not in owned]
-    diagnosis.unsettled = [u.ref for u in unsettled_updates(repo)]
+    diagnosis.unsettled = [u.ref for u in unsettled_updates(repo, diagnosis.strays)]
     diagnosis.maintenance = maintenance.status(repo.git.maintenance.target)
     return diagnosis
 

@@ -18,12 +18,21 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, Field, field_validator
 
 from expgit.errors import InvalidInputError
+from expgit.git.objects import GITLINK_MODE, SYMLINK_MODE
 from expgit.git.repo import RefMovedError, RefUpdate
 from expgit.store import trailers as tr
 from expgit.store.applied import NOTHING_APPLIED, AppliedIndex, applied_index, state_of
 from expgit.store.changes import FileChange, Operation, tree_changes
 from expgit.store.experience import check_experience, check_name, decode_experience
-from expgit.store.refnames import GRADIENT_STATES, GRADIENTS, ID_LEN, find_by_id, kept_commits
+from expgit.store.refnames import (
+    GRADIENT_STATES,
+    GRADIENTS,
+    ID_LEN,
+    NotMadeByExpgit,
+    Stray,
+    find_by_id,
+    kept_refs,
+)
 from expgit.store.repository import ExperienceRepository
 
 
@@ -100,7 +109,7 @@ def propose(repo: ExperienceRepository, req: GradientRequest,
     # without loading the whole snapshot: its blob, and its version from the versions pass
     entry = git.path_entry(main_tree, path)
     current = entry.sha if entry is not None and not entry.is_tree \
-        and entry.mode != "120000" else None
+        and entry.mode not in (SYMLINK_MODE, GITLINK_MODE) else None
     if req.delete and current is None:
         raise InvalidInputError(f"cannot delete {req.name!r}: no such experience on "
                                 f"{repo.settings.main_branch}")
@@ -145,41 +154,58 @@ def propose(repo: ExperienceRepository, req: GradientRequest,
 def load_gradient(repo: ExperienceRepository, commit: str, location: str,
                   index: AppliedIndex | None = None) -> Gradient:
     """The gradient at ``commit``, kept in the ``location`` namespace; its state from
-    main's history (``index``, read now if not given)."""
+    main's history (``index``, read now if not given). A commit expgit did not make
+    (no target trailer, not one parent, not one change of that experience, trailers
+    that do not parse) raises :class:`NotMadeByExpgit`."""
     applied_in = (index or applied_index(repo)).gradient(commit)
     info = repo.git.read_commit(commit)
     msg = tr.parse_message(info.message)
     target = msg.value(tr.TARGET)
-    if target is None or len(info.parents) != 1:
-        raise InvalidInputError(f"commit {commit[:12]} is not an expgit gradient")
+    if target is None:
+        raise NotMadeByExpgit(commit, "gradient", "no expgit trailers")
+    if len(info.parents) != 1:
+        raise NotMadeByExpgit(commit, "gradient", f"{len(info.parents)} parents, not 1")
     changes = tree_changes(repo.git, info.parents[0], commit, repo.layout)
     # one experience's file (in the skills layout, its folder's other files go with it)
     files = [c for c in changes if repo.name_of(c.path) is not None]
-    if len(files) != 1 or any(c.name != files[0].name for c in changes):
-        raise InvalidInputError(f"gradient {commit[:12]} changes {len(files)} experience "
-                                "files, not 1")
+    if len(files) != 1 or files[0].name != target \
+            or any(c.name != files[0].name for c in changes):
+        raise NotMadeByExpgit(commit, "gradient",
+                              f"changes {len(files)} experiences, not its target alone")
     changes = files
     base_blob = msg.value(tr.BASE_BLOB)
     known = {tr.TARGET, tr.BASE_VERSION, tr.BASE_BLOB, tr.CONFIDENCE, tr.EVIDENCE}
+    try:
+        base_version = int(msg.value(tr.BASE_VERSION) or 0)
+        confidence = float(msg.value(tr.CONFIDENCE) or 0.0)
+    except ValueError:
+        raise NotMadeByExpgit(commit, "gradient", "a trailer that is not a number") from None
     return Gradient(
         id=commit[:ID_LEN], commit=commit, parent=info.parents[0],
         state=state_of(location, applied_in), location=location, applied_in=applied_in,
-        target=target, base_version=int(msg.value(tr.BASE_VERSION) or 0),
+        target=target, base_version=base_version,
         base_blob=None if base_blob in (None, "none") else base_blob,
-        confidence=float(msg.value(tr.CONFIDENCE) or 0.0), rationale=msg.body,
+        confidence=confidence, rationale=msg.body,
         evidence=msg.values(tr.EVIDENCE), author=info.author, time=info.author_time,
         change=changes[0], extra_trailers=[t for t in msg.trailers if t[0] not in known])
 
 
-def list_gradients(repo: ExperienceRepository, states: tuple[str, ...] = ("open",)
-                   ) -> list[Gradient]:
+def list_gradients(repo: ExperienceRepository, states: tuple[str, ...] = ("open",),
+                   *, strays: list[Stray] | None = None) -> list[Gradient]:
     """The gradients in ``states``, as main's history decides them: a gradient is
     applied when a commit of main carries it, wherever its ref is kept. Only those
-    wanted are read."""
+    wanted are read. A ref whose commit expgit did not make is skipped, and added to
+    ``strays`` when given."""
     index = applied_index(repo)
-    seen = kept_commits(repo, GRADIENT_STATES)
-    found = [load_gradient(repo, sha, location, index) for sha, location in seen.items()
-             if state_of(location, index.gradient(sha)) in states]
+    found = []
+    for sha, (location, ref) in kept_refs(repo, GRADIENT_STATES, strays).items():
+        if state_of(location, index.gradient(sha)) not in states:
+            continue
+        try:
+            found.append(load_gradient(repo, sha, location, index))
+        except NotMadeByExpgit as stray:
+            if strays is not None:
+                strays.append(Stray(ref, stray.reason))
     return sorted(found, key=lambda g: (g.time, g.id))
 
 

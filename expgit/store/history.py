@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from expgit.errors import InvalidInputError, NotFoundError
+from expgit.git.objects import GITLINK_MODE, SYMLINK_MODE
 from expgit.git.operands import END_OF_OPTIONS
 from expgit.git.repo import GitRepo
 from expgit.store import trailers as tr
@@ -176,7 +177,8 @@ def show_experience(repo: ExperienceRepository, name: str, *, rev: str | None = 
         # would count its whole history again)
         tip = _version_commit(repo, name, path, tip, version)
         found = repo.git.path_entry(repo.git.read_commit(tip).tree, path)
-        if found is not None and not found.is_tree and found.mode != "120000":
+        if found is not None and not found.is_tree \
+                and found.mode not in (SYMLINK_MODE, GITLINK_MODE):
             text = decode_experience(repo.git.read_blob(found.sha), path)
             return ShownExperience(name, tip, version, found.sha, text)
     snapshot = repo.snapshots.load(tip) if version is None else None

@@ -34,7 +34,15 @@ from expgit.store.predictions import (
     trainer_model,
 )
 from expgit.store.provenance import Provenance
-from expgit.store.refnames import ID_LEN, PROPOSAL_STATES, PROPOSALS, find_by_id, kept_commits
+from expgit.store.refnames import (
+    ID_LEN,
+    PROPOSAL_STATES,
+    PROPOSALS,
+    NotMadeByExpgit,
+    Stray,
+    find_by_id,
+    kept_refs,
+)
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
 
@@ -148,9 +156,7 @@ def load_proposal(repo: ExperienceRepository, commit: str, location: str,
     main's history (``index``, read now if not given)."""
     info = repo.git.read_commit(commit)
     msg = tr.parse_message(info.message)
-    if not info.parents:
-        raise InvalidInputError(f"commit {commit[:12]} is not an expgit proposal")
-    gradients = msg.values(tr.GRADIENT)
+    gradients = _made_by_expgit(commit, len(info.parents), msg)
     applied_in = (index or applied_index(repo)).proposal(commit, gradients)
     return Proposal(
         id=commit[:ID_LEN], commit=commit, base=info.parents[0],
@@ -161,47 +167,76 @@ def load_proposal(repo: ExperienceRepository, commit: str, location: str,
         rebased_from=msg.value(tr.REBASED_FROM), location=location, applied_in=applied_in)
 
 
-def _kept(repo: ExperienceRepository) -> list[tuple[str, str]]:
-    """``(location, commit)`` of every proposal ref, each commit once."""
-    return [(location, sha) for sha, location in kept_commits(repo, PROPOSAL_STATES).items()]
+_SHA = re.compile(r"[0-9a-f]{40}")
+
+
+def _made_by_expgit(commit: str, parents: int, msg: tr.Message) -> list[str]:
+    """The gradient commits a proposal's trailers name; :class:`NotMadeByExpgit` for a
+    commit that is none: expgit's proposals have one parent and expgit's trailers."""
+    gradients = msg.values(tr.GRADIENT)
+    if not any(key.lower().startswith("expgit-") for key, _ in msg.trailers):
+        raise NotMadeByExpgit(commit, "proposal", "no expgit trailers")
+    if parents != 1:
+        raise NotMadeByExpgit(commit, "proposal", f"{parents} parents, not 1")
+    if not all(_SHA.fullmatch(g) for g in gradients):
+        raise NotMadeByExpgit(commit, "proposal", "a gradient trailer that is no commit id")
+    return gradients
+
+
+def _kept(repo: ExperienceRepository, strays: list[Stray] | None = None
+          ) -> list[tuple[str, str, str]]:
+    """``(location, commit, ref)`` of every proposal ref, each commit once."""
+    return [(location, sha, ref) for sha, (location, ref)
+            in kept_refs(repo, PROPOSAL_STATES, strays).items()]
 
 
 def _headline(repo: ExperienceRepository, sha: str) -> tuple[int, list[str]]:
     info = repo.git.read_commit(sha)
-    if not info.parents:
-        raise InvalidInputError(f"commit {sha[:12]} is not an expgit proposal")
-    return info.author_time, tr.parse_message(info.message).values(tr.GRADIENT)
+    msg = tr.parse_message(info.message)
+    return info.author_time, _made_by_expgit(sha, len(info.parents), msg)
 
 
-def _in_states(repo: ExperienceRepository, index: AppliedIndex, states: tuple[str, ...]
-               ) -> list[tuple[str, str, int, list[str]]]:
+def _in_states(repo: ExperienceRepository, index: AppliedIndex, states: tuple[str, ...],
+               strays: list[Stray] | None = None) -> list[tuple[str, str, int, list[str]]]:
     """``(location, commit, time, gradient commits)`` of the kept proposals whose state
     is one of ``states``. One applied by id (the common case of the archive) is decided
-    without reading its commit."""
+    without reading its commit. A ref whose commit expgit did not make is skipped, and
+    added to ``strays`` when given."""
     found = []
-    for location, sha in _kept(repo):
-        if sha[:ID_LEN] in index.proposals:
-            if "applied" in states:
-                found.append((location, sha, *_headline(repo, sha)))
+    for location, sha, ref in _kept(repo, strays):
+        applied_by_id = sha[:ID_LEN] in index.proposals
+        if applied_by_id and "applied" not in states:
             continue
-        when, gradients = _headline(repo, sha)
-        if state_of(location, index.proposal(sha, gradients)) in states:
+        try:
+            when, gradients = _headline(repo, sha)
+        except NotMadeByExpgit as stray:
+            if strays is not None:
+                strays.append(Stray(ref, stray.reason))
+            continue
+        if applied_by_id or state_of(location, index.proposal(sha, gradients)) in states:
             found.append((location, sha, when, gradients))
     return found
 
 
 def kept_gradient_sets(repo: ExperienceRepository) -> dict[frozenset[str], str]:
-    """``{its gradient commits: proposal id}`` of every kept proposal."""
-    return {frozenset(_headline(repo, sha)[1]): sha[:ID_LEN] for _, sha in _kept(repo)}
+    """``{its gradient commits: proposal id}`` of every kept proposal expgit made."""
+    found = {}
+    for _, sha, _ in _kept(repo):
+        try:
+            found[frozenset(_headline(repo, sha)[1])] = sha[:ID_LEN]
+        except NotMadeByExpgit:
+            continue  # listings name it, and doctor
+    return found
 
 
-def list_proposals(repo: ExperienceRepository, states: tuple[str, ...] = ("open",)
-                   ) -> list[Proposal]:
+def list_proposals(repo: ExperienceRepository, states: tuple[str, ...] = ("open",),
+                   *, strays: list[Stray] | None = None) -> list[Proposal]:
     """The proposals in ``states``, as main's history decides them (a proposal merged
-    by a forge is applied although its branch is still there)."""
+    by a forge is applied although its branch is still there). A ref whose commit
+    expgit did not make is skipped, and added to ``strays`` when given."""
     index = applied_index(repo)
     found = [load_proposal(repo, sha, location, index)
-             for location, sha, _, _ in _in_states(repo, index, states)]
+             for location, sha, _, _ in _in_states(repo, index, states, strays)]
     return sorted(found, key=lambda p: (p.time, p.id))
 
 
@@ -247,12 +282,15 @@ def _fence(diff: str) -> str:
 
 
 def merge(repo: ExperienceRepository, gradient_ids: Sequence[str] | None = None, *,
-          merger: GradientMerger | None = None, pr_body: Path | None = None) -> Proposal:
-    """Merge the named gradients (all unmerged open ones if None) into a proposal."""
+          merger: GradientMerger | None = None, pr_body: Path | None = None,
+          strays: list[Stray] | None = None) -> Proposal:
+    """Merge the named gradients (all unmerged open ones if None) into a proposal; the
+    refs of gradients expgit did not make are skipped, and added to ``strays``."""
     merger = merger or MechanicalMerger()
     in_proposals = open_proposal_gradients(repo)
     if gradient_ids is None:
-        gradients = [g for g in list_gradients(repo) if g.commit not in in_proposals]
+        gradients = [g for g in list_gradients(repo, strays=strays)
+                     if g.commit not in in_proposals]
         if not gradients:
             raise InvalidInputError("no open gradients to merge",
                                     hint="make one with `expgit propose`")

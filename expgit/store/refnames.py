@@ -10,16 +10,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from expgit.errors import InvalidInputError, NotFoundError
+from expgit.store.settings import GRADIENT_BRANCHES, PROPOSAL_BRANCHES
 
 if TYPE_CHECKING:
     from expgit.store.repository import ExperienceRepository
 
 ID_LEN = 12
-GRADIENTS = "refs/heads/expgit/gradients/"
-PROPOSALS = "refs/heads/expgit/proposals/"
+GRADIENTS = f"refs/heads/{GRADIENT_BRANCHES}/"
+PROPOSALS = f"refs/heads/{PROPOSAL_BRANCHES}/"
 NOTES_REF = "refs/notes/expgit"
 
 
@@ -32,14 +34,62 @@ GRADIENT_STATES = _states("gradients", GRADIENTS)
 PROPOSAL_STATES = _states("proposals", PROPOSALS)
 
 
-def kept_commits(repo: ExperienceRepository, states: dict[str, str]) -> dict[str, str]:
-    """``{commit: location}`` of every ref in ``states``' namespaces, each commit once: a
-    crash between namespaces may leave two refs of one object, and the open one wins."""
-    seen: dict[str, str] = {}
+class NotMadeByExpgit(InvalidInputError):
+    """A commit in expgit's namespaces that expgit did not make (an ordinary commit
+    pushed there, say); ``reason`` says what gave it away."""
+
+    def __init__(self, commit: str, what: str, reason: str) -> None:
+        super().__init__(f"commit {commit[:12]} is not an expgit {what} ({reason})",
+                         hint="expgit lists it nowhere; `expgit doctor` names its ref")
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Stray:
+    """A ref in expgit's namespaces whose commit expgit did not make: listings skip it,
+    report it in one line, and ``expgit doctor`` names it."""
+
+    ref: str
+    reason: str
+
+    @property
+    def name(self) -> str:
+        """The ref as a user names it: a branch without ``refs/heads/``."""
+        return self.ref.removeprefix("refs/heads/")
+
+    def as_dict(self) -> dict[str, str]:
+        return {"ref": self.name, "reason": self.reason}
+
+
+def describe_strays(strays: list[Stray]) -> str:
+    """The one line a listing prints about the refs it skipped."""
+    unique = sorted(set(strays), key=lambda s: s.ref)
+    count = len(unique)
+    return (f"skipped {count} branch{'es' if count != 1 else ''} expgit did not make: "
+            + ", ".join(f"{s.name} ({s.reason})" for s in unique))
+
+
+def kept_refs(repo: ExperienceRepository, states: dict[str, str],
+              strays: list[Stray] | None = None) -> dict[str, tuple[str, str]]:
+    """``{commit: (location, ref)}`` of every ref in ``states``' namespaces, each commit
+    once: a crash between namespaces may leave two refs of one object, and the open one
+    wins. A ref not named by its commit's id is none that expgit made: it is left out,
+    and added to ``strays`` when given."""
+    seen: dict[str, tuple[str, str]] = {}
     for location in ("open", "rejected", "applied"):
-        for sha in repo.git.refs(states[location]).values():
-            seen.setdefault(sha, location)
+        prefix = states[location]
+        for ref, sha in repo.git.refs(prefix).items():
+            if ref[len(prefix):] != sha[:ID_LEN]:
+                if strays is not None:
+                    strays.append(Stray(ref, "its name is not its commit's id"))
+                continue
+            seen.setdefault(sha, (location, ref))
     return seen
+
+
+def kept_commits(repo: ExperienceRepository, states: dict[str, str]) -> dict[str, str]:
+    """``{commit: location}`` of :func:`kept_refs`."""
+    return {sha: location for sha, (location, _) in kept_refs(repo, states).items()}
 
 
 def find_by_id(repo: ExperienceRepository, states: dict[str, str], prefix_id: str,

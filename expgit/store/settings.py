@@ -8,13 +8,49 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import PurePosixPath
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from expgit.errors import InvalidInputError
+from expgit.git.refs import plain_ref_name
 
 SETTINGS_FILE = "expgit.toml"
+# the branch folders of open gradients and proposals (:mod:`expgit.store.refnames`)
+GRADIENT_BRANCHES = "expgit/gradients"
+PROPOSAL_BRANCHES = "expgit/proposals"
+
+
+def _branch_name(value: str) -> str:
+    """A branch name as ``git check-ref-format --branch`` takes it (no control character,
+    space, ``..``, ``~^:?*[\\``, ``@{``, leading ``-`` or ``.``, trailing ``.lock``), and
+    not ``HEAD`` or a full ``refs/...`` name."""
+    if (not value or value.startswith(("-", ".", "refs/")) or value in ("HEAD", "@")
+            or not plain_ref_name(f"refs/heads/{value}")):
+        shown = repr(value) if len(value) <= 60 else repr(value[:57]) + "..."
+        raise ValueError(f"must be a plain branch name such as 'main' (as git "
+                         f"check-ref-format --branch takes it), not {shown}")
+    return value
+
+
+BranchName = Annotated[str, AfterValidator(_branch_name)]
+# the branches expgit keeps its own objects under: no setting may name one of them
+_RESERVED = {"expgit's gradient branches": GRADIENT_BRANCHES,
+             "expgit's proposal branches": PROPOSAL_BRANCHES}
+
+
+def _clash(one: str, other: str) -> bool:
+    """Whether two branches are one, or one is a folder of the other (git cannot keep
+    ``a`` and ``a/b`` both)."""
+    return one == other or one.startswith(other + "/") or other.startswith(one + "/")
 
 
 class Price(BaseModel):
@@ -66,7 +102,7 @@ class TrainSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    trajectories_branch: str = "expgit/trajectories"
+    trajectories_branch: BranchName = "expgit/trajectories"
     tool_output_chars: int = Field(default=2000, gt=0)
     relevant_experiences: int = Field(default=5, ge=0)
     # ... of which those scoring under this share of the best match are left out (a file
@@ -112,7 +148,7 @@ class SessionSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    branch: str = "expgit/sessions"
+    branch: BranchName = "expgit/sessions"
     window_tokens: int = Field(default=6000, gt=0)  # segmentation window, estimated tokens
     memory_threshold: float = Field(default=0.7, ge=0, le=1)
     sft_threshold: float = Field(default=0.8, ge=0, le=1)
@@ -124,7 +160,7 @@ class OutcomeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    branch: str = "expgit/outcomes"
+    branch: BranchName = "expgit/outcomes"
     reask_window_seconds: float = Field(default=600.0, gt=0)
 
 
@@ -220,7 +256,7 @@ class Settings(BaseModel):
     experiences_root: str = "experiences"
     # "flat": <root>/<name>.md; "skills": <root>/<name>/SKILL.md (Agent Skills folders)
     layout: Literal["flat", "skills"] = "flat"
-    main_branch: str = "main"
+    main_branch: BranchName = "main"
     token_budget: int = Field(default=800, gt=0)
     lock_wait_seconds: float = Field(default=30.0, ge=0)
     lock_stale_seconds: float = Field(default=600.0, gt=0)
@@ -245,12 +281,28 @@ class Settings(BaseModel):
 
     @field_validator("main_branch")
     @classmethod
-    def _branch_name(cls, value: str) -> str:
-        if not value or value.startswith(("-", "/", "refs/")) or ".." in value or " " in value:
-            raise ValueError("must be a plain branch name such as 'main'")
+    def _main_branch(cls, value: str) -> str:
         if value.startswith("expgit/"):
             raise ValueError("must not be under expgit/, where expgit keeps its own branches")
         return value
+
+    @model_validator(mode="after")
+    def _branches_apart(self) -> Settings:
+        """Each branch expgit uses is its own: none is another, or inside another, or
+        inside the namespaces of gradients and proposals (where a record would list as a
+        proposal)."""
+        taken = dict(_RESERVED)
+        for key, name in (("main_branch", self.main_branch),
+                          ("train.trajectories_branch", self.train.trajectories_branch),
+                          ("sessions.branch", self.sessions.branch),
+                          ("outcomes.branch", self.outcomes.branch)):
+            for what, other in taken.items():
+                if _clash(name, other):
+                    raise ValueError(f"{key}: {name!r} clashes with {what} ({other!r}): "
+                                     "each branch expgit uses must be its own, none "
+                                     "inside another")
+            taken[key] = name
+        return self
 
     @property
     def main_ref(self) -> str:
@@ -265,8 +317,9 @@ def parse_settings(text: str, origin: str = SETTINGS_FILE) -> Settings:
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                             for e in exc.errors())
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
+            for e in exc.errors())
         raise InvalidInputError(f"{origin}: {problems}") from None
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from expgit.errors import GitError
+from expgit.git.objects import GITLINK_MODE, SYMLINK_MODE
 from expgit.git.repo import EMPTY_TREE, GitRepo, TreeEntry
 from expgit.git.zlist import fields
 from expgit.store import version_checkpoint
@@ -277,8 +278,10 @@ class SnapshotLoader:
 
     # ------------------------------------------------------------- snapshots
     def _is_file(self, entry: TreeEntry) -> bool:
-        """Whether a root tree entry is an experience file (else: hidden or a stray)."""
-        return not entry.is_tree and entry.name.endswith(".md") and entry.mode != "120000"
+        """Whether a root tree entry is an experience file (else: hidden or a stray); a
+    symlink or a submodule (gitlink, whose commit is in another repository) is a stray."""
+        return not entry.is_tree and entry.name.endswith(".md") \
+            and entry.mode not in (SYMLINK_MODE, GITLINK_MODE)
 
     def _cache_listing(self, tree: str, listing: _Listing) -> _Listing:
         self._listings[tree] = listing

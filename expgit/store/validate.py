@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from expgit.errors import InvalidInputError, ValidationError
-from expgit.git.objects import EMPTY_TREE
+from expgit.git.objects import EMPTY_TREE, GITLINK_MODE
 from expgit.git.zlist import ls_tree, raw_diff, shown_path
 from expgit.store import skill_check
 from expgit.store.experience import check_experience, check_name, decode_experience
@@ -27,18 +27,27 @@ from expgit.store.skill_scanner import scan_experiences
 from expgit.store.templates import OVERRIDE_DIR, check_overrides
 
 
-def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]]) -> list[str]:
-    """Problems of ``(path, blob)`` pairs under the experiences root; [] when all valid.
-    A path is named as git shows it (quoted when it holds a tab, a quote, a newline)."""
+def _checked(repo: ExperienceRepository, path: str) -> bool:
+    """Whether ``path`` is one the rules apply to: under the root, not hidden."""
+    rel = path[len(repo.root) + 1:] if path.startswith(repo.root + "/") else None
+    return not (rel is None or rel.startswith(".") or "/." in rel)
+
+
+def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]],
+                gitlinks: Iterable[str] = ()) -> list[str]:
+    """Problems of ``(path, blob)`` pairs under the experiences root, and of the
+    ``gitlinks`` (submodule entries) there; [] when all valid. A path is named as git
+    shows it (quoted when it holds a tab, a quote, a newline)."""
     files = list(files)
     if repo.layout.skills:
         return skill_check.check_files(repo, files)
-    problems: list[str] = []
+    problems: list[str] = [f"{shown_path(path)}: not an experience file: a submodule "
+                           "(gitlink), whose content is in another repository"
+                           for path in gitlinks if _checked(repo, path)]
     valid: list[tuple[str, str, str]] = []  # (path, name, text)
     blobs = repo.git.read_blobs(blob for _, blob in files)
     for path, blob in files:
-        rel = path[len(repo.root) + 1:] if path.startswith(repo.root + "/") else None
-        if rel is None or rel.startswith(".") or "/." in rel:
+        if not _checked(repo, path):
             continue
         name = repo.name_of(path)
         shown = shown_path(path)
@@ -64,15 +73,24 @@ def check_files(repo: ExperienceRepository, files: Iterable[tuple[str, str]]) ->
 
 
 def _tree_files(repo: ExperienceRepository, commit: str, old: str | None = None
-                ) -> list[tuple[str, str]]:
-    """Files under the root at ``commit`` (only those changed since ``old`` if given)."""
+                ) -> list[tuple[str, str, str]]:
+    """``(path, id, mode)`` of the files under the root at ``commit`` (only those changed
+    since ``old`` if given)."""
     root = f"{repo.root}/"
     if old:
         raw = repo.git.run("diff-tree", "-r", "-z", "--raw", "--no-renames",
                            "--diff-filter=AMT", old, commit, "--", root).stdout
-        return [(change.path, change.new_sha) for change in raw_diff(raw)]
+        return [(c.path, c.new_sha, c.new_mode) for c in raw_diff(raw)]
     listed = repo.git.run("ls-tree", "-r", "-z", commit, "--", root).stdout
-    return [(entry.path, entry.sha) for entry in ls_tree(listed)]
+    return [(entry.path, entry.sha, entry.mode) for entry in ls_tree(listed)]
+
+
+def _check_entries(repo: ExperienceRepository, entries: list[tuple[str, str, str]]
+                   ) -> list[str]:
+    """:func:`check_files` of tree entries: a submodule's is no blob to read."""
+    return check_files(repo, [(path, sha) for path, sha, mode in entries
+                              if mode != GITLINK_MODE],
+                       [path for path, _, mode in entries if mode == GITLINK_MODE])
 
 
 def validate_commit(repo: ExperienceRepository, commit: str, since: str | None = None
@@ -82,7 +100,7 @@ def validate_commit(repo: ExperienceRepository, commit: str, since: str | None =
     overrides = check_overrides(repo, repo.git.read_commit(commit).tree)
     if repo.layout.skills:
         return skill_check.validate_commit(repo, commit, since) + overrides
-    return check_files(repo, _tree_files(repo, commit, since)) + overrides
+    return _check_entries(repo, _tree_files(repo, commit, since)) + overrides
 
 
 def validate_index(repo: ExperienceRepository) -> list[str]:
@@ -92,7 +110,7 @@ def validate_index(repo: ExperienceRepository) -> list[str]:
     head = repo.git.resolve("HEAD")
     raw = repo.git.run("diff-index", "--cached", "-z", "--raw", "--no-renames",
                        "--diff-filter=AMT", head or EMPTY_TREE, "--", f"{repo.root}/").stdout
-    return check_files(repo, [(change.path, change.new_sha) for change in raw_diff(raw)])
+    return _check_entries(repo, [(c.path, c.new_sha, c.new_mode) for c in raw_diff(raw)])
 
 
 def validate_staged_templates(repo: ExperienceRepository) -> list[str]:
