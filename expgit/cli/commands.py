@@ -78,7 +78,7 @@ REGISTRY: tuple[CommandEntry, ...] = (
                  "changing anything."),
     CommandEntry("validate", "expgit.cli.validate:validate_cmd",
                  "Check every experience file at REV (default: main): schema, name = file "
-                 "name, token budget, layout."),
+                 "name, token budget, layout, injection."),
     CommandEntry("hooks", "expgit.cli.hooks:hooks_group",
                  "Git hooks that refuse invalid experiences on commit and on push."),
     CommandEntry("outcomes", "expgit.cli.outcomes:outcomes_group",

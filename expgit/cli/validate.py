@@ -13,8 +13,9 @@ from expgit.store.validate import require_valid, validate_commit
 @click.pass_context
 def validate_cmd(ctx: click.Context, rev: str | None, as_json: bool) -> None:
     """Check every experience file at REV (default: main): schema, name = file name,
-    token budget, layout, and no prompt-injection payload (an instruction override, a
-    download piped to a shell, secrets sent away, hidden characters...). With [skills]
+    token budget, layout, injection. A prompt-injection payload (an instruction override,
+    a download piped to a shell, secrets sent away, hidden characters...) is a problem,
+    and so is a template override that does not render. With [skills]
     scanner = "cisco" in expgit.toml, Cisco's skill-scanner scans them too (exit 2 when
     it is not installed: pip install 'expgit[scanner]'). Exit 5 and one line per problem
     when any file is invalid.

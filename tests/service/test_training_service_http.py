@@ -142,7 +142,7 @@ def test_guards_and_bad_input_write_nothing(seeded_repo: ExperienceRepository) -
                               (json.dumps({**json.loads(body), "extra": 1}), "extra"),
                               ("[]", "invalid request")):
             answer = httpx.post(f"{url}/v1/train/rollouts", content=bad,
-                                headers={**auth(), "Content-Type": "application/json"})
+                                headers=auth() | JSON)
             assert answer.status_code == 422, (bad[:40], answer.text)
             assert expected in answer.json()["error"]
         missing = httpx.get(f"{url}/v1/train/jobs/train_job_nope", headers=auth())
@@ -251,7 +251,7 @@ def test_a_backtracking_rubric_does_not_hold_health(seeded_repo: ExperienceRepos
     with start_service(path, handles(chat), batch=1, max_concurrency=1) as server:
         url = server.url
         posted = httpx.post(f"{url}/v1/train/rollouts", content=rollout.model_dump_json(),
-                            headers=auth())
+                            headers=auth() | JSON)
         assert posted.status_code == 202, posted.text
         job_id = posted.json()["job_id"]
         deadline = time.monotonic() + 60
