@@ -34,8 +34,7 @@ def _misbehave() -> None:
         sys.stderr.flush()
         os._exit(3)
     if MODE == "garbage":
-        sys.stdout.write("this is not json-rpc\n")
-        sys.stdout.flush()
+        os.write(1, b"this is not json-rpc\n")  # the fd: the SDK guards sys.stdout
     if MODE == "hang":
         time.sleep(3600)
 

@@ -261,8 +261,10 @@ class McpSettings(BaseModel):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     url: str | None = Field(default=None, pattern=r"^https?://")
-    # each tool call (and the server's start) is given this long, then the rollout ends
+    # each tool call is given this long, the server's start (and its tool listing) the
+    # other; then the rollout ends with that cause
     call_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    start_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
     # set: every call gets this argument set to the rollout's own key (hidden from the model)
     state_key_argument: str | None = Field(default=None, min_length=1)
 

@@ -13,7 +13,8 @@ SDK's client (``pip install 'expgit[mcp]'``), configured by ``[agent.mcp]``
 - **State key.** With ``state_key_argument``, that argument is taken out of every
   schema the model sees and set on every call to the rollout's own key
   (:attr:`McpToolEnvironment.state_key`), for servers that keep per-conversation state.
-- **Bounds.** Each call (and the server's start) gets ``call_timeout_seconds``; a result
+- **Bounds.** Each call gets ``call_timeout_seconds`` (the start and the listing
+  ``start_timeout_seconds``); a result
   past ``max_output_chars`` is cut with :func:`expgit.store.redact.cap_text`'s marker.
   Results are untrusted text: the run's redactor redacts the rollout before it is stored.
 - **Failures.** A result with ``isError`` or a JSON-RPC error answer is a ToolError (the
@@ -137,12 +138,13 @@ class _Connection:
 
     async def _started(self) -> None:
         assert self._ready is not None and self._closing is not None
-        with anyio.move_on_after(self.settings.call_timeout_seconds):
+        with anyio.move_on_after(self.settings.start_timeout_seconds):
             await self._ready.wait()
         if self._client is None:
             self._closing.set()
             raise self._error("did not start", self._failure or "no answer to initialize "
-                              f"within {self.settings.call_timeout_seconds:g}s")
+                              f"within {self.settings.start_timeout_seconds:g}s "
+                              "([agent.mcp] start_timeout_seconds)")
 
     async def _serve(self) -> None:
         from mcp import Client, StdioServerParameters
