@@ -107,6 +107,12 @@ class RunErrorsError(ExpgitError):
     meaning = "a run finished with errors (failed LLM calls, steps or rollouts, spent budget)"
 
 
+class ToolServerError(RunErrorsError):
+    """A rollout's tool environment itself failed (its MCP server did not start, died,
+    hung past the call time limit, answered malformed JSON-RPC): that rollout ends with
+    this cause, recorded as its error; the run goes on (and exits 7)."""
+
+
 class GitError(ExpgitError):
     """A git command failed in a way expgit did not expect."""
 

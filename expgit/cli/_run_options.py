@@ -3,13 +3,16 @@ train-rollouts, apply); light: importing this loads no LLM or HTTP stack."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+from pydantic import ValidationError
 
 from expgit.errors import UsageError
 from expgit.store.repository import ExperienceRepository
+from expgit.store.settings import McpSettings
 from expgit.train.candidate import Gate
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -74,3 +77,46 @@ def make_gate(repo: ExperienceRepository, gate: bool | None, min_delta: float | 
                            else min_delta / 100),
                 max_regressions=(settings.gate_max_regressions if max_regressions is None
                                  else max_regressions))
+
+
+def mcp_options(func: F) -> F:
+    """``--mcp-command``, ``--mcp-url``: the MCP server of the agent's tools."""
+    for option in reversed([
+        click.option("--mcp-command", metavar="CMD", help="Take the agent's tools from "
+                     "this MCP server over stdio, one process per rollout (a command line, "
+                     "split as a shell would; overrides [agent.mcp]).  Needs "
+                     "pip install 'expgit[mcp]'."),
+        click.option("--mcp-url", metavar="URL", help="Take the agent's tools from this "
+                     "streamable HTTP MCP server, one session per rollout (overrides "
+                     "[agent.mcp])."),
+    ]):
+        func = option(func)
+    return func
+
+
+def make_mcp(repo: ExperienceRepository, command: str | None, url: str | None
+             ) -> McpSettings | None:
+    """The command line's MCP server, the other ``[agent.mcp]`` options kept; None when
+    neither option is given (then ``[agent.mcp]`` applies). Exit 2 for both, or for a
+    command or URL that cannot be used."""
+    if command is None and url is None:
+        return None
+    if command is not None and url is not None:
+        raise UsageError("give --mcp-command CMD or --mcp-url URL, not both")
+    words: list[str] = []
+    if command is not None:
+        try:
+            words = shlex.split(command)
+        except ValueError as exc:
+            raise UsageError(f"--mcp-command: {exc}") from None
+        if not words:
+            raise UsageError("--mcp-command: the command is empty")
+    base = repo.settings.agent.mcp
+    options = base.model_dump() if base is not None else {}
+    options.update(command=words[0] if words else None, args=words[1:], url=url,
+                   env=options.get("env", {}) if command is not None else {})
+    try:
+        return McpSettings.model_validate(options)
+    except ValidationError as exc:
+        flag = "--mcp-command" if command is not None else "--mcp-url"
+        raise UsageError(f"{flag}: {exc.errors()[0]['msg']}") from None

@@ -9,7 +9,13 @@ import click
 
 from expgit.cli._common import json_option, open_repo
 from expgit.cli._progress import progress_display
-from expgit.cli._run_options import gate_options, make_gate, trials_option
+from expgit.cli._run_options import (
+    gate_options,
+    make_gate,
+    make_mcp,
+    mcp_options,
+    trials_option,
+)
 from expgit.cli.train_common import (
     budget_options,
     case_source,
@@ -51,6 +57,7 @@ from expgit.runs.build import RunOptions, run_train
 @train_write_options
 @report_html_option
 @llm_options
+@mcp_options
 @budget_options
 @json_option
 @click.pass_context
@@ -63,6 +70,7 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
               mode: str, pr_body: Path | None, report: Path | None,
               remote: str | None, report_html: Path | None, llm_choice: str | None,
               model: str | None, base_url: str | None, concurrency: int,
+              mcp_command: str | None, mcp_url: str | None,
               max_calls: int | None, max_cost: float | None,
               as_json: bool) -> None:
     """Train the experiences on the --cases FILE: run each case, turn the runs into trajectories (on
@@ -115,7 +123,8 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
                              trials=trials, candidate_eval=candidate_eval,
                              gate=gate_settings,
                              max_calls=max_calls, max_cost=max_cost,
-                             announce=print_estimate, group_size=group_size)
+                             announce=print_estimate, group_size=group_size,
+                             mcp=make_mcp(repo, mcp_command, mcp_url))
         result = asyncio.run(run_train(repo, train_set, options, eval_cases=eval_set,
                                        epochs=epochs, batch_size=batch_size))
     output(result, as_json, report, report_html=report_html, repo=repo)

@@ -9,7 +9,13 @@ import click
 
 from expgit.cli._common import json_option, open_repo
 from expgit.cli._progress import progress_display
-from expgit.cli._run_options import gate_options, make_gate, trials_option
+from expgit.cli._run_options import (
+    gate_options,
+    make_gate,
+    make_mcp,
+    mcp_options,
+    trials_option,
+)
 from expgit.cli.train_common import (
     budget_options,
     case_source,
@@ -45,6 +51,7 @@ from expgit.runs.gate_comment import GATE_MARKER, write_comment
               f"{GATE_MARKER}, so a CI job finds and updates its one comment).")
 @trials_option
 @llm_options
+@mcp_options
 @budget_options
 @json_option
 @click.pass_context
@@ -55,6 +62,7 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
              min_delta: float | None, max_regressions: int | None, comment: Path | None,
              trials: int, llm_choice: str | None,
              model: str | None, base_url: str | None, concurrency: int,
+             mcp_command: str | None, mcp_url: str | None,
              max_calls: int | None, max_cost: float | None,
              as_json: bool) -> None:
     """Evaluate the experiences on main with CASES: one rollout per case, scored by its
@@ -93,7 +101,8 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
         options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
                              concurrency=concurrency, progress=progress, trials=trials,
                              max_calls=max_calls, max_cost=max_cost, gate=checked,
-                             announce=print_estimate)
+                             announce=print_estimate,
+                             mcp=make_mcp(repo, mcp_command, mcp_url))
         result = asyncio.run(run_eval(repo, eval_set, options, at=at,
                                       compare=compare or None))
     if comment is not None:

@@ -4,6 +4,8 @@ Cases come from a cases file (a Path) or from an environment service (RemoteCase
 ``--env-url``): then the service runs the rollouts too, its ``/health`` is checked and
 its cases fetched before any model is started, and ``eval`` starts no model at all.
 Cases and rollouts files are read (and refused, exit 5) before any model is started.
+With an MCP server (``[agent.mcp]``, ``--mcp-command`` / ``--mcp-url``) every case of a
+file runs as a tool-calling conversation with its tools (docs/mcp-tools.md).
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from expgit.runs import budget as run_budget
 from expgit.runs import provenance as run_provenance
 from expgit.runs.relabel import by_feedback
 from expgit.runs.run_files import load_rollouts, write_pr_body
-from expgit.runs.wiring import build_pipeline
+from expgit.runs.wiring import build_pipeline, mcp_tools
 from expgit.store.refnames import ID_LEN
 from expgit.store.repository import ExperienceRepository
+from expgit.store.settings import McpSettings
 from expgit.train.candidate import Gate
 from expgit.train.candidate import compare as compare_runs
 from expgit.train.candidate_stage import CandidateStage
@@ -44,6 +47,8 @@ from expgit.train.phase_metrics import (
 from expgit.train.pipeline import OfflinePolicyOptimizationPipeline, PipelineObserver
 from expgit.train.remote_push import RemotePublisher
 from expgit.train.report import RunReport, UsageReport
+from expgit.train.tools.environment import EnvironmentFactory
+from expgit.train.tools.users import check_user_input
 
 if TYPE_CHECKING:
     from expgit.llm.factory import LLMRuntime
@@ -88,6 +93,8 @@ class RunOptions:
     max_cost: float | None = None
     announce: run_budget.Announce | None = None  # told the estimate before the run
     group_size: int | None = None  # train: runs of each case; None: [train] group_size
+    # the agent's tools from an MCP server (--mcp-command / --mcp-url); None: [agent.mcp]
+    mcp: McpSettings | None = None
 
 
 def _report(command: str, repo: ExperienceRepository, runtime: LLMRuntime | None,
@@ -162,6 +169,18 @@ async def _cases(source: CaseSource, trials: int = 1) -> list[Case]:
     return [case for case in cases for _ in range(trials)]
 
 
+def _tools(repo: ExperienceRepository, options: RunOptions, *case_sets: list[Case] | None
+           ) -> EnvironmentFactory | None:
+    """The agent's MCP tools (the command line's server, else ``[agent.mcp]``), with
+    every case checked to say who its user is (exit 5), before any model starts."""
+    tools = mcp_tools(repo, options.mcp or repo.settings.agent.mcp)
+    if tools is not None:
+        for cases in case_sets:
+            for i, case in enumerate(cases or []):
+                check_user_input(case, f"case {i} ({case.name!r}), run with MCP tools")
+    return tools
+
+
 async def _remote_executor(repo: ExperienceRepository, source: CaseSource,
                            options: RunOptions) -> tuple[RolloutExecutor | None, str | None]:
     """The service's executor when the cases are remote (checked first: /health), and
@@ -193,6 +212,7 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
     executor, agent = await _remote_executor(repo, cases, options)
     train_set = await _cases(cases)
     eval_set = await _cases(eval_cases, options.trials) if eval_cases is not None else None
+    tools = _tools(repo, options, train_set, eval_set) if executor is None else None
     started = time.monotonic()
     totals = {"train_epoch": len(train_set) * group_size,
               "baseline_eval": len(eval_set or []),
@@ -212,7 +232,7 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
         pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
                                   observer=observer, executor=executor,
                                   publisher=publisher, candidates=stage,
-                                  group_size=group_size, provenance=made_by)
+                                  group_size=group_size, provenance=made_by, tools=tools)
         result = await pipeline.train(
             ListCaseLoader(train_set, batch_size or len(train_set)),
             PipelineContext(max_epochs=epochs, mode=options.mode),
@@ -260,12 +280,13 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
         report.provenance = run_provenance.of_runtime(None, agent, service_url=cases.service.url
                                                   if isinstance(cases, RemoteCases) else None)
     else:
+        tools = _tools(repo, options, eval_set)
         plan = run_budget.RunPlan(repo).evals(eval_set, len(commits))
         runtime, estimate = _open_planned(repo, options, plan)
         async with runtime:
             _listen(runtime, observer)
             pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
-                                      observer=observer)
+                                      observer=observer, tools=tools)
             results = await evaluate(pipeline)
             report = _report("eval", repo, runtime, options, [r.metrics for r in results],
                              started, estimate)

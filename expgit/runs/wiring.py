@@ -11,6 +11,7 @@ from expgit.llm.structured import StructuredLLM
 from expgit.outcomes.stats import experience_stats
 from expgit.store.provenance import Provenance
 from expgit.store.repository import ExperienceRepository
+from expgit.store.settings import McpSettings
 from expgit.train.candidate_stage import CandidateStage
 from expgit.train.components.evaluator import RubricRolloutEvaluator
 from expgit.train.components.executor import LOCAL_ROLLOUT_TOKENS, SingleTurnLLMRolloutExecutor
@@ -42,6 +43,7 @@ from expgit.train.pipeline import (
 from expgit.train.redaction import Redactor
 from expgit.train.relevance import EmbeddingRanker, ExperienceRanker
 from expgit.train.remote_push import RemotePublisher
+from expgit.train.tools.environment import EnvironmentFactory
 
 
 class LLMHandles(Protocol):
@@ -61,14 +63,17 @@ def _ranker(runtime: LLMHandles) -> ExperienceRanker | None:
 
 def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
                      concurrency: int = 4, top_k: int | None = None,
-                     token_budget: int | None = None) -> RoutingRolloutExecutor:
+                     token_budget: int | None = None,
+                     tools: EnvironmentFactory | None = None) -> RoutingRolloutExecutor:
     """The in-process executor of the default chain (also the example environment's):
     single-turn, or tool-calling for the cases a cases file binds to a tool environment
     (``environment:``, limits from ``[train] tool_max_steps`` / ``tool_max_user_turns``);
     rubric-evaluated. Each prompt's experiences by
     :func:`expgit.train.retrieval.select_context` within the repository's ``[context]``
     settings (for the embedded model at most ``embedded_token_budget``), ``top_k`` and
-    ``token_budget`` overriding them."""
+    ``token_budget`` overriding them. ``tools`` (the tools of an MCP server,
+    :func:`mcp_tools`): every case not bound to an environment runs as a tool-calling
+    conversation with them."""
     embedded = bool(getattr(runtime, "is_local", False))
     if token_budget is None:
         token_budget = repo.settings.context.budget_for(embedded)
@@ -78,11 +83,11 @@ def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
         concurrency=concurrency, repo=repo,
         reply_tokens=LOCAL_ROLLOUT_TOKENS if embedded else None)
     train = repo.settings.train
-    tools = ToolCallingRolloutExecutor(
+    tool_calling = ToolCallingRolloutExecutor(
         runtime.structured, evaluator, single.experiences_for,
         max_steps=train.tool_max_steps, max_user_turns=train.tool_max_user_turns,
-        concurrency=concurrency, repo=repo)
-    return RoutingRolloutExecutor(single, tools)
+        concurrency=concurrency, repo=repo, default=tools)
+    return RoutingRolloutExecutor(single, tool_calling, every_case=tools is not None)
 
 
 def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurrency: int = 4,
@@ -90,7 +95,8 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
                    executor: RolloutExecutor | None = None,
                    publisher: RemotePublisher | None = None,
                    candidates: CandidateStage | None = None, group_size: int = 1,
-                   provenance: Provenance | None = None
+                   provenance: Provenance | None = None,
+                   tools: EnvironmentFactory | None = None
                    ) -> OfflinePolicyOptimizationPipeline:
     """The RFC's default chain on ``repo``: single-turn executor with the rubric
     evaluator (unless another ``executor`` is given, e.g. a remote one), trajectory
@@ -101,13 +107,15 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
     update is pushed to its remote, and applied there in apply mode. ``group_size`` > 1:
     each training case runs that many times and a group trainer reflects on each group
     in one call (:mod:`expgit.train.components.group_trainer`). ``provenance``: the
-    models, in the trailers of every gradient and proposal commit."""
+    models, in the trailers of every gradient and proposal commit. ``tools``: the
+    agent's tools from an MCP server (:func:`rollout_executor`)."""
     llm = runtime.structured
     ranker = _ranker(runtime)
     redactor = Redactor(repo.settings.limits.max_message_chars)
     evaluator = RubricRolloutEvaluator(llm, repo=repo)
     if executor is None:
-        executor = rollout_executor(repo, runtime, concurrency=concurrency, top_k=top_k)
+        executor = rollout_executor(repo, runtime, concurrency=concurrency, top_k=top_k,
+                                    tools=tools)
     # The embedded model gets tighter output bounds and smaller prompts (its context is
     # 8k tokens and it is slow); API endpoints keep the components' defaults.
     local = bool(getattr(runtime, "is_local", False))
@@ -137,3 +145,15 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
                                              trainer, observer=observer,
                                              candidates=candidates, redactor=redactor,
                                              group_size=group_size)
+
+
+def mcp_tools(repo: ExperienceRepository, settings: McpSettings | None
+              ) -> EnvironmentFactory | None:
+    """The tools of the MCP server of ``settings`` (``[agent.mcp]``, or the command
+    line's), each result bounded by ``[limits] max_message_chars``; None without one.
+    UsageError (exit 2) naming the install command if the mcp SDK is missing."""
+    if settings is None:
+        return None
+    from expgit.train.tools.mcp_tools import McpToolFactory  # the SDK loads only here
+
+    return McpToolFactory(settings, max_output_chars=repo.settings.limits.max_message_chars)

@@ -250,6 +250,40 @@ class SkillSettings(BaseModel):
     max_file_bytes: int = Field(default=1024 * 1024, gt=0)
 
 
+class McpSettings(BaseModel):
+    """``[agent.mcp]``: the MCP server the tool-calling agent takes its tools from: a
+    ``command`` (with ``args`` and ``env``: a stdio server, one process per rollout) or a
+    ``url`` (streamable HTTP, one session per rollout). See docs/mcp-tools.md."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: str | None = Field(default=None, min_length=1)
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    url: str | None = Field(default=None, pattern=r"^https?://")
+    # each tool call is given this long, the server's start (and its tool listing) the
+    # other; then the rollout ends with that cause
+    call_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    start_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    # set: every call gets this argument set to the rollout's own key (hidden from the model)
+    state_key_argument: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpSettings:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either command (a stdio server) or url (streamable "
+                             "HTTP), not both and not neither")
+        return self
+
+
+class AgentSettings(BaseModel):
+    """``[agent]``: where the tool-calling agent's tools come from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mcp: McpSettings | None = None
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -269,6 +303,7 @@ class Settings(BaseModel):
     context: ContextSettings = Field(default_factory=ContextSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     skills: SkillSettings = Field(default_factory=SkillSettings)
+    agent: AgentSettings = Field(default_factory=AgentSettings)
 
     @field_validator("experiences_root")
     @classmethod

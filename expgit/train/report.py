@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, computed_field
 
-from expgit.errors import InvalidInputError
+from expgit.errors import InvalidInputError, ToolServerError
 from expgit.llm.budget import SPENT, RunEstimate, money
 from expgit.llm.port import NOT_CALLED, Failure, StageUsage, UsageMeter
 from expgit.store.predictions import PredictionRecords, TrackRecord
@@ -30,6 +30,7 @@ from expgit.train.remote_push import RemoteReport
 STAGE_ORDER = ("rollout", "judge", "reflect", "analyze", "estimate", "merge", "compress")
 TRAINING_PHASES = ("train_epoch", "train_rollouts")
 BUDGET_SPENT = NOT_CALLED + SPENT  # the error of a call the budget refused
+TOOL_SERVER = f"{ToolServerError.__name__}: "  # a rollout whose tool server broke
 
 
 class UsageReport(BaseModel):
@@ -122,7 +123,10 @@ class RunReport(BaseModel):
             if m.phase == "train_rollouts" or m.reused is not None:
                 continue
             failed = [r for r in m.rollouts if r.error]
-            if all(BUDGET_SPENT in (r.error or "") for r in failed):
+            # not the model's fault either: a broken tool server (its cause is counted
+            # as a failed rollout, exit 7)
+            if all(BUDGET_SPENT in (r.error or "") or TOOL_SERVER in (r.error or "")
+                   for r in failed):
                 continue
             if m.rollouts and len(failed) == len(m.rollouts):
                 self.problems.append(

@@ -12,7 +12,12 @@ arguments that are not a JSON object or fail the tool's schema, or whose tool ra
 gets an error result (``tool_status: error``) that the agent sees. The environment is
 fresh per rollout; its final state is ``metadata.final_state``, and
 ``metadata.stopped`` says why the conversation ended (``user done``, ``step limit``,
-``user turn limit``). A failed LLM call or evaluation is a Rollout with ``error``.
+``user turn limit``). A failed LLM call or evaluation is a Rollout with ``error``,
+and so is an environment that itself breaks (:class:`~expgit.errors.ToolServerError`: an
+MCP server that died, hung or answered garbage). With a ``default`` environment factory
+(tools from an MCP server, :mod:`expgit.train.tools.mcp_tools`), a case bound to no
+environment runs against it. The environment's methods are called off the event loop
+(they may wait for a server), and its ``close()``, if it has one, when the rollout ends.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from expgit.errors import ExpgitError, UsageError
+from expgit.errors import ExpgitError, ToolServerError, UsageError
 from expgit.llm.port import ToolCall, ToolMessages
 from expgit.llm.structured import StructuredLLM
 from expgit.store.repository import ExperienceRepository
@@ -37,9 +42,13 @@ from expgit.train.groups import sampling_of
 from expgit.train.interfaces import RolloutEvaluator, RolloutExecutor
 from expgit.train.retrieval import ContextItem
 from expgit.train.tools.binding import binding
-from expgit.train.tools.environment import ToolEnvironment
+from expgit.train.tools.environment import (
+    EnvironmentFactory,
+    ToolEnvironment,
+    close_environment,
+)
 from expgit.train.tools.registry import open_environment
-from expgit.train.tools.users import Turn, user_for
+from expgit.train.tools.users import Turn, check_user_input, user_for
 
 ExperienceSelector = Callable[[str, Snapshot], Awaitable[list[ContextItem]]]
 
@@ -60,6 +69,8 @@ def run_tool_call(env: ToolEnvironment, known: set[str], call: ToolCall) -> Tool
                         f"; the tools are {', '.join(sorted(known))}")
     try:
         output = env.execute(call.name, args)
+    except ToolServerError:
+        raise  # the environment broke: the rollout ends with the cause
     except Exception as exc:  # any failure of the tool is the agent's to see, not a crash
         return ToolPart(tool_id=call.id, tool_name=call.name, tool_input=args,
                         tool_status="error", tool_output=f"error: {exc}")
@@ -85,7 +96,8 @@ class ToolCallingRolloutExecutor:
     def __init__(self, llm: StructuredLLM, evaluator: RolloutEvaluator,
                  experiences: ExperienceSelector, *, max_steps: int = 30,
                  max_user_turns: int = 10, concurrency: int = 4,
-                 repo: ExperienceRepository | None = None) -> None:
+                 repo: ExperienceRepository | None = None,
+                 default: EnvironmentFactory | None = None) -> None:
         if concurrency < 1 or max_steps < 1 or max_user_turns < 1:
             raise UsageError("concurrency, max_steps and max_user_turns must be at least 1")
         self.llm = llm
@@ -95,6 +107,7 @@ class ToolCallingRolloutExecutor:
         self.max_user_turns = max_user_turns
         self.concurrency = concurrency
         self.repo = repo
+        self.default = default
 
     async def execute(self, cases: Sequence[Case], policy_set: Snapshot,
                       context: ExecutionContext) -> list[Rollout]:
@@ -115,13 +128,20 @@ class ToolCallingRolloutExecutor:
         stage = "rollout"
         try:
             bound = binding(case)
-            if bound is None:
+            if bound is None and self.default is None:
                 raise UsageError(f"case {case.name!r} is not bound to a tool environment")
-            env = open_environment(*bound).new()
-            metadata["environment"] = bound[0]
-            metadata["stopped"] = await self._converse(case, policy_set, env, messages,
-                                                       metadata)
-            metadata["final_state"] = env.final_state()
+            factory = open_environment(*bound) if bound is not None else self.default
+            assert factory is not None
+            if bound is None:
+                check_user_input(case, f"case {case.name!r}")
+            env = factory.new()
+            metadata["environment"] = bound[0] if bound is not None else "mcp"
+            try:
+                metadata["stopped"] = await self._converse(case, policy_set, env, messages,
+                                                           metadata)
+                metadata["final_state"] = await asyncio.to_thread(env.final_state)
+            finally:
+                await asyncio.to_thread(close_environment, env)
             rollout = Rollout(case=case, messages=messages, metadata=metadata,
                               policy_snapshot_id=context.policy_snapshot_id)
             stage = "evaluation"
@@ -144,10 +164,11 @@ class ToolCallingRolloutExecutor:
         experiences = await self.experiences(said, policy_set)
         metadata[USAGE_KEY] = usage_records(
             [p.usage() for p in experiences])
-        now = env.final_state().get("now")  # the environment's clock, if it has one
+        # the environment's clock, if it has one
+        now = (await asyncio.to_thread(env.final_state)).get("now")
         system, _ = render_prompt("tool_rollout", self.repo, experiences=experiences,
                                   case=case, now=now if isinstance(now, str) else None)
-        schemas = env.tool_schemas()
+        schemas = await asyncio.to_thread(env.tool_schemas)
         known = {str(s["function"]["name"]) for s in schemas}
         chat: ToolMessages = [{"role": "system", "content": system}]
         user_turns, steps = 0, 0
@@ -164,7 +185,7 @@ class ToolCallingRolloutExecutor:
                 chat.append(_assistant_message(turn.text, turn.tool_calls))
                 parts: list[Part] = [TextPart(text=turn.text)] if turn.text else []
                 for call in turn.tool_calls:
-                    part = run_tool_call(env, known, call)
+                    part = await asyncio.to_thread(run_tool_call, env, known, call)
                     parts.append(part)
                     chat.append({"role": "tool", "tool_call_id": call.id,
                                  "content": part.tool_output or ""})
@@ -179,16 +200,19 @@ class ToolCallingRolloutExecutor:
 
 
 class RoutingRolloutExecutor:
-    """Cases bound to a tool environment go to ``tools``, the others to ``plain``;
-    rollouts come back in the order of the cases."""
+    """Cases bound to a tool environment go to ``tools``, the others to ``plain`` (or
+    to ``tools`` as well, with ``every_case``: the agent's tools come from an MCP
+    server); rollouts come back in the order of the cases."""
 
-    def __init__(self, plain: RolloutExecutor, tools: RolloutExecutor) -> None:
+    def __init__(self, plain: RolloutExecutor, tools: RolloutExecutor, *,
+                 every_case: bool = False) -> None:
         self.plain = plain
         self.tools = tools
+        self.every_case = every_case
 
     async def execute(self, cases: Sequence[Case], policy_set: Snapshot,
                       context: ExecutionContext) -> list[Rollout]:
-        bound = [binding(case) is not None for case in cases]
+        bound = [self.every_case or binding(case) is not None for case in cases]
         plain_cases = [c for c, b in zip(cases, bound, strict=True) if not b]
         tool_cases = [c for c, b in zip(cases, bound, strict=True) if b]
         plain, tools = await asyncio.gather(

@@ -36,7 +36,12 @@ class ToolError(Exception):
 class ToolEnvironment(Protocol):
     """One rollout's tools and state. ``execute`` returns the result text the agent sees
     and raises (ToolError or anything else) for an error result; the executor refuses
-    a tool not in ``tool_schemas`` before calling it."""
+    a tool not in ``tool_schemas`` before calling it. ``execute`` raising
+    :class:`~expgit.errors.ToolServerError` is no result: the environment itself broke,
+    and the rollout ends with that cause. The methods may block (a server's round trip):
+    the executor calls them off its event loop. An environment that holds a resource (a
+    server process, a session) also has ``close()``, which the executor calls once when
+    the rollout ends (:func:`close_environment`)."""
 
     def tool_schemas(self) -> list[dict[str, Any]]: ...
 
@@ -64,6 +69,13 @@ class EnvironmentKind(Protocol):
     def open(self, database: Path) -> EnvironmentFactory:
         """The factory of ``database``; InvalidInputError if it does not parse."""
         ...
+
+
+def close_environment(env: ToolEnvironment) -> None:
+    """``env.close()``, for an environment that has one."""
+    close = getattr(env, "close", None)
+    if callable(close):
+        close()
 
 
 @dataclass(frozen=True)
