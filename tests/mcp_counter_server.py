@@ -22,6 +22,9 @@ from mcp.server.mcpserver import MCPServer
 MODE = next((a for a in sys.argv[1:] if not a.startswith("--") and not a.isdigit()),
             "normal")
 server = MCPServer("counters")
+# the wire, taken before the SDK's stdio server points fd 1 at stderr (it guards the
+# protocol against stray prints): a garbage line must reach the client's reader
+WIRE = os.dup(1)
 counters: Counter[str] = Counter()
 calls = 0
 
@@ -34,7 +37,7 @@ def _misbehave() -> None:
         sys.stderr.flush()
         os._exit(3)
     if MODE == "garbage":
-        os.write(1, b"this is not json-rpc\n")  # the fd: the SDK guards sys.stdout
+        os.write(WIRE, b"this is not json-rpc\n")
     if MODE == "hang":
         time.sleep(3600)
 
