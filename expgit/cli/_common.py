@@ -44,11 +44,10 @@ def warn(messages: list[str]) -> None:
 
 
 def skipped_strays(strays: list[Stray]) -> dict[str, Any]:
-    """Say on stderr, in one line, which refs a listing skipped as not expgit's; return
-    the ``--json`` field naming them (no field without any: the shape stays as it was)."""
-    if not strays:
-        return {}
-    click.echo(f"expgit: {describe_strays(strays)}", err=True)
+    """Say on stderr, in one line, which refs a listing skipped as not expgit's (nothing
+    when none); return the ``--json`` field naming them (``[]`` when none)."""
+    if strays:
+        click.echo(f"expgit: {describe_strays(strays)}", err=True)
     return {"skipped": [s.as_dict() for s in sorted(set(strays), key=lambda s: s.ref)]}
 
 

@@ -27,8 +27,7 @@ def _view(repo: ExperienceRepository, d: Diagnosis) -> dict[str, object]:
             "due": d.maintenance.due, "loose_objects": d.maintenance.loose,
             "gc_auto": d.maintenance.threshold, "last_failure": d.maintenance.failure},
         "maintained": d.maintained, "maintenance_warning": d.maintenance_warning,
-        # only when there are some: the documented shape stays as it was otherwise
-        **({"strays": [s.as_dict() for s in d.strays]} if d.strays else {}),
+        "strays": [s.as_dict() for s in d.strays],
     }
 
 

@@ -100,7 +100,7 @@ def shape(label: str, result: CliResult) -> dict[str, Any]:
 
 def test_the_tables_parse_into_key_sets() -> None:
     """The check below can fail: the README's rows are read, spreads resolved."""
-    assert documented_keys("proposals") == {"proposals"}
+    assert documented_keys("proposals") == {"proposals", "skipped"}
     assert documented_keys("review GRADIENT") == documented_keys("propose") | {"diffs",
                                                                                "note"}
     assert "gradient_commits" in documented_keys("merge")
@@ -134,7 +134,9 @@ def test_the_workflow_commands(driver: Driver, seeded_repo: ExperienceRepository
     merged = shape("gradients", driver("gradients", "--merged", "--json"))
     assert {g["id"]: g["proposal"] for g in merged["gradients"]} == {
         gradient["id"]: proposal["id"], other: None} and merged["hidden_merged"] == 0
-    assert shape("proposals", driver("proposals", "--json"))["proposals"] == [proposal]
+    merged_view = {k: v for k, v in proposal.items() if k != "skipped"}
+    assert proposal["skipped"] == []  # no stray branch here
+    assert shape("proposals", driver("proposals", "--json"))["proposals"] == [merged_view]
     shape("review PROPOSAL", driver("review", proposal["id"], "--json"))
     shape("review GRADIENT", driver("review", other, "--json"))
     applied = shape("apply", driver("apply", proposal["id"], "--json"))
@@ -155,7 +157,7 @@ def test_the_workflow_commands(driver: Driver, seeded_repo: ExperienceRepository
     assert log["updates"][1]["reverted_by"] == [reverted["commit"]]
     shape("validate", driver("validate", "--json"))
     shape("reject", driver("reject", other, "--reason", "not now", "--json"))
-    assert shape("proposals", driver("proposals", "--json")) == {"proposals": []}
+    assert shape("proposals", driver("proposals", "--json")) == {"proposals": [], "skipped": []}
 
 
 def test_a_proposal_rejected_names_its_gradients_by_id(
