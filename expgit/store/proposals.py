@@ -20,8 +20,8 @@ from typing import Protocol
 from expgit.errors import ConflictError, InvalidInputError
 from expgit.git.repo import RefUpdate
 from expgit.store import templates
-from expgit.store.always_on import experience_tree
 from expgit.store import trailers as tr
+from expgit.store.always_on import experience_tree
 from expgit.store.applied import NOTHING_APPLIED, AppliedIndex, applied_index, state_of
 from expgit.store.changes import FileChange, tree_changes
 from expgit.store.experience import check_experience
