@@ -129,7 +129,7 @@ def _regular(repo: ExperienceRepository, tree: str, path: str) -> bytes | None:
 def planned(repo: ExperienceRepository, tree: str) -> dict[str, bytes]:
     """``{path: new bytes}`` of the always-on files that differ from what ``tree``
     holds; raises InvalidInputError for a damaged block or a file grown too large."""
-    if not repo.layout.skills:
+    if not repo.layout.skills or not repo.settings.skills.always_on_files:
         return {}
     skills = always_on_skills(repo, tree)
     block: bytes | None = None

@@ -231,13 +231,14 @@ class _Exporter:
             clashes += _clashes(self.agents / name, disk, odd, files, wanted)
             same = disk == wanted
             link = self.claude / name
-            if claude == "symlink" and os.path.lexists(link):
+            mode = "copy" if before is not None and before.claude == "copy" else claude
+            if mode == "symlink" and os.path.lexists(link):
                 ours = link.is_symlink() and os.readlink(link) == self.link_target(name)
                 if not ours and name in skills:
                     clashes.append(f"{link} (not written by expgit)")
-            elif claude == "symlink":
+            elif mode == "symlink":
                 same = same and name not in skills
-            elif claude == "copy":
+            elif mode == "copy":
                 copy, odd = ({}, [f"{link} (a symlink)"]) if link.is_symlink() \
                     else _on_disk(link, self.sha_len)
                 copied = files if before is not None and before.claude == "copy" else {}
@@ -403,11 +404,12 @@ def _remove_skill(job: _Exporter, manifest: Manifest, name: str) -> None:
 
 def _write_skill(job: _Exporter, manifest: Manifest, name: str, files: Files,
                  blobs: dict[str, bytes], claude: ClaudeMode) -> None:
+    before = manifest.skills.get(name)
+    mode: ClaudeMode = "copy" if before is not None and before.claude == "copy" else claude
     job.write_folder(job.agents / name, files, blobs, manifest, name, record=True)
     entry = manifest.skills[name]
     link = job.claude / name
-    mode = claude
-    if claude == "symlink" and not os.path.lexists(link):
+    if mode == "symlink" and not os.path.lexists(link):
         link.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.symlink(job.link_target(name), link, target_is_directory=True)

@@ -237,3 +237,29 @@ def test_a_failure_midway_leaves_a_true_manifest(skills: Driver, project: Path,
 def test_a_flat_repository_is_refused(driver: Driver, project: Path) -> None:
     assert "flat layout" in driver.fails(2, "export", "--to", project).err
     _ = human_commit
+
+
+def test_copies_where_symlinks_are_refused(skills: Driver, project: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_symlinks(*args: Any, **kwargs: Any) -> None:
+        raise OSError("symlinks are not supported here")
+
+    monkeypatch.setattr(skill_export.os, "symlink", no_symlinks)
+    export(skills, project)
+    copy = project / ".claude/skills" / FLAKY
+    assert copy.is_dir() and not copy.is_symlink()
+    assert (copy / "SKILL.md").read_bytes() == FLAKY_MD.encode()
+    assert (copy / "scripts/run.sh").stat().st_mode & stat.S_IXUSR
+    manifest = json.loads((project / ".agents/skills/.expgit-export.json").read_text())
+    assert manifest["skills"][FLAKY]["claude"] == "copy"
+    before = state(project)
+    monkeypatch.undo()  # symlinks work again: the copies stay copies, nothing rewritten
+    assert actions(export(skills, project)) == {FLAKY: "unchanged", REFUND: "unchanged"}
+    assert state(project) == before
+    (copy / "references/guide.md").write_bytes(b"edited in the copy\n")
+    assert "changed since the export" in export(skills, project, code=3).err
+    (copy / "references/guide.md").write_bytes(GUIDE)
+    deprecated = FLAKY_MD.replace("expgit-status: active", "expgit-status: deprecated")
+    skills.apply(skills.merge(skills.propose(FLAKY, deprecated)))
+    assert actions(export(skills, project))[FLAKY] == "removed"
+    assert not os.path.lexists(copy)
