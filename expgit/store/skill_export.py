@@ -29,11 +29,8 @@ repository, the commit, and per skill its files with their blob ids and modes. F
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -41,9 +38,17 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from expgit.errors import ConflictError, InvalidInputError, UsageError
-from expgit.git.objects import GITLINK_MODE, SYMLINK_MODE
+from expgit.git.objects import GITLINK_MODE
 from expgit.git.zlist import ls_tree
 from expgit.store import always_on
+from expgit.store.folder_files import (
+    ExportedFile,
+    Files,
+    folder_clashes,
+    on_disk,
+    remove_file,
+    write_file,
+)
 from expgit.store.jsonl import loads_untrusted
 from expgit.store.repository import ExperienceRepository
 from expgit.store.skill_check import validate_commit
@@ -53,16 +58,8 @@ from expgit.store.validate import require_valid
 AGENTS_SKILLS = ".agents/skills"
 CLAUDE_SKILLS = ".claude/skills"
 MANIFEST = ".expgit-export.json"
-EXECUTABLE = "100755"
 Action = Literal["added", "updated", "removed", "unchanged"]
 ClaudeMode = Literal["symlink", "copy", "shared"]
-
-
-class ExportedFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    blob: str
-    mode: Literal["100644", "100755", "120000"]
 
 
 class ExportedSkill(BaseModel):
@@ -95,55 +92,6 @@ class ExportResult:
     claude: ClaudeMode
     skills: list[SkillChange] = field(default_factory=list)
     always_on: dict[str, str] = field(default_factory=dict)  # path: action or why skipped
-
-
-Files = dict[str, ExportedFile]  # path inside the skill folder: what it holds
-
-
-def _blob_id(data: bytes, sha_len: int) -> str:
-    algorithm = hashlib.sha256 if sha_len == 64 else hashlib.sha1
-    return algorithm(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def _on_disk(folder: Path, sha_len: int) -> tuple[Files, list[str]]:
-    """What ``folder`` holds (``{}`` when it is not there), and what is neither a file
-    nor a symlink (named as a clash)."""
-    found: Files = {}
-    odd: list[str] = []
-    if not folder.is_dir() or folder.is_symlink():
-        if os.path.lexists(folder):
-            odd.append(str(folder))
-        return found, odd
-    for here, dirs, names in os.walk(folder):
-        for name in [*dirs, *names]:
-            path = Path(here) / name
-            rel = path.relative_to(folder).as_posix()
-            info = path.lstat()
-            if stat.S_ISLNK(info.st_mode):
-                target = os.fsencode(os.readlink(path))
-                found[rel] = ExportedFile(blob=_blob_id(target, sha_len), mode="120000")
-            elif stat.S_ISREG(info.st_mode):
-                mode = EXECUTABLE if info.st_mode & stat.S_IXUSR else "100644"
-                found[rel] = ExportedFile(blob=_blob_id(path.read_bytes(), sha_len),
-                                          mode=mode)  # type: ignore[arg-type]
-            elif not stat.S_ISDIR(info.st_mode):
-                odd.append(str(path))
-    return found, odd
-
-
-def _clashes(folder: Path, disk: Files, odd: list[str], exported: Files, wanted: Files
-             ) -> list[str]:
-    """The paths of ``folder`` that expgit would overwrite or remove without having
-    written them: a file that is neither as exported nor as wanted, or gone."""
-    found = list(odd)
-    for rel, held in sorted(disk.items()):
-        if held != exported.get(rel) and held != wanted.get(rel):
-            why = "changed since the export" if rel in exported else "not written by expgit"
-            found.append(f"{folder / rel} ({why})")
-    for rel in sorted(exported):
-        if rel not in disk and rel in wanted and exported[rel] == wanted[rel]:
-            found.append(f"{folder / rel} (deleted since the export)")
-    return found
 
 
 class _Exporter:
@@ -227,8 +175,8 @@ class _Exporter:
             wanted = skills.get(name, {})
             before = exported.get(name)
             files = before.files if before is not None else {}
-            disk, odd = _on_disk(self.agents / name, self.sha_len)
-            clashes += _clashes(self.agents / name, disk, odd, files, wanted)
+            disk, odd = on_disk(self.agents / name, self.sha_len)
+            clashes += folder_clashes(self.agents / name, disk, odd, files, wanted)
             same = disk == wanted
             link = self.claude / name
             mode = "copy" if before is not None and before.claude == "copy" else claude
@@ -240,9 +188,9 @@ class _Exporter:
                 same = same and name not in skills
             elif mode == "copy":
                 copy, odd = ({}, [f"{link} (a symlink)"]) if link.is_symlink() \
-                    else _on_disk(link, self.sha_len)
+                    else on_disk(link, self.sha_len)
                 copied = files if before is not None and before.claude == "copy" else {}
-                clashes += _clashes(link, copy, odd, copied, wanted)
+                clashes += folder_clashes(link, copy, odd, copied, wanted)
                 same = same and copy == wanted
             if name not in skills:
                 changes.append(SkillChange(name, "removed"))
@@ -279,64 +227,26 @@ class _Exporter:
         data = (json.dumps(manifest.model_dump(), indent=2, sort_keys=True) + "\n").encode()
         if self.manifest_path.is_file() and self.manifest_path.read_bytes() == data:
             return
-        _write(self.manifest_path, data, "100644")
+        write_file(self.manifest_path, data, "100644")
 
     def write_folder(self, folder: Path, wanted: Files, blobs: dict[str, bytes],
                      manifest: Manifest, name: str, *, record: bool) -> None:
         """Make ``folder`` hold ``wanted`` (only files that differ are written);
         ``record``: keep the manifest in step, file by file."""
-        disk, _ = _on_disk(folder, self.sha_len)
+        disk, _ = on_disk(folder, self.sha_len)
         entry = manifest.skills.setdefault(name, ExportedSkill(files={}))
         for rel in sorted(set(disk) - set(wanted)):
-            _remove(folder / rel, folder)
+            remove_file(folder / rel, folder)
             if record:
                 entry.files.pop(rel, None)
                 self.save(manifest)
         for rel, want in sorted(wanted.items()):
             if disk.get(rel) != want:
                 data = blobs[want.blob]
-                _write(folder / rel, data, want.mode)
+                write_file(folder / rel, data, want.mode)
             if record and entry.files.get(rel) != want:
                 entry.files[rel] = want
                 self.save(manifest)
-
-
-def _write(path: Path, data: bytes, mode: str) -> None:
-    """Write one file atomically: a temporary file in the same folder, renamed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_dir() and not path.is_symlink():
-        raise ConflictError(f"{path}: a folder where expgit writes a file")
-    if mode == SYMLINK_MODE:
-        tmp = path.parent / f".{path.name}.expgit-tmp"
-        if os.path.lexists(tmp):
-            tmp.unlink()
-        os.symlink(os.fsdecode(data), tmp)
-        os.replace(tmp, path)
-        return
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.chmod(name, 0o755 if mode == EXECUTABLE else 0o644)
-        os.replace(name, path)
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise
-
-
-def _remove(path: Path, folder: Path) -> None:
-    """Remove ``path`` and the folders it leaves empty, up to and with ``folder``."""
-    if os.path.lexists(path):
-        path.unlink()
-    parent = path.parent
-    while True:
-        try:
-            parent.rmdir()
-        except OSError:
-            return
-        if parent == folder:
-            return
-        parent = parent.parent
 
 
 def export_skills(repo: ExperienceRepository, to: Path, *, rev: str | None = None,
@@ -379,7 +289,7 @@ def export_skills(repo: ExperienceRepository, to: Path, *, rev: str | None = Non
             _write_skill(job, manifest, change.name, skills[change.name], blobs, claude)
     for name, data in texts.items():
         if data is not None:
-            _write(to / name, data, "100644")
+            write_file(to / name, data, "100644")
     manifest.commit = commit
     job.save(manifest)
     return result
@@ -393,9 +303,9 @@ def _remove_skill(job: _Exporter, manifest: Manifest, name: str) -> None:
         link.unlink()
     elif before.claude == "copy":
         for rel in sorted(before.files):
-            _remove(link / rel, link)
+            remove_file(link / rel, link)
     for rel in sorted(before.files):
-        _remove(job.agents / name / rel, job.agents / name)
+        remove_file(job.agents / name / rel, job.agents / name)
         del before.files[rel]
         job.save(manifest)
     del manifest.skills[name]

@@ -206,7 +206,7 @@ def test_a_failure_midway_leaves_a_true_manifest(skills: Driver, project: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The third file write fails: the manifest names only what is there, and the next
     run finishes the export without a clash."""
-    real = skill_export._write
+    real = skill_export.write_file
     calls: list[Path] = []
 
     def failing(path: Path, data: bytes, mode: str) -> None:
@@ -216,7 +216,7 @@ def test_a_failure_midway_leaves_a_true_manifest(skills: Driver, project: Path,
                 raise OSError("disk full")
         real(path, data, mode)
 
-    monkeypatch.setattr(skill_export, "_write", failing)
+    monkeypatch.setattr(skill_export, "write_file", failing)
     repo = ExperienceRepository.open(skills.path)
     with pytest.raises(OSError):
         skill_export.export_skills(repo, project)
@@ -228,7 +228,7 @@ def test_a_failure_midway_leaves_a_true_manifest(skills: Driver, project: Path,
              if p.is_file() and p.name != ".expgit-export.json"
              and "our-own" not in p.parts}
     assert listed == there and len(listed) == 2
-    monkeypatch.setattr(skill_export, "_write", real)
+    monkeypatch.setattr(skill_export, "write_file", real)
     data = export(skills, project)
     assert actions(data) == {FLAKY: "updated", REFUND: "added"}
     assert (project / ".claude/skills" / FLAKY / "scripts/run.sh").read_bytes() == SCRIPT
