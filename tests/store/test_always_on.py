@@ -127,8 +127,7 @@ def test_a_damaged_block_is_refused_and_nothing_is_written(skills: Driver,
 
 
 def test_a_change_past_32_kib_is_refused(run_cli: Any, tmp_path: Path) -> None:
-    d = make(run_cli, tmp_path, "")
-    d.git("config", "user.name", "Dev")
+    d = make(run_cli, tmp_path)
     filler = b"".join(b"- house rule %d: keep it short\n" % i for i in range(2000))
     agents = shown(d, "AGENTS.md")
     room = MAX_BYTES - len(agents) - 200

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from conftest import Driver, git
 from json_shapes import assert_shape
-from test_always_on import HEAD, TAIL, block_of, human_commit, refund_with
+from test_always_on import HEAD, TAIL, block_of, refund_with
 from test_skills_layout import AGENTSKILLS, FLAKY, FLAKY_MD, GUIDE, REFUND, SCRIPT, seed
 
 from expgit.init import init_repository
@@ -236,7 +236,6 @@ def test_a_failure_midway_leaves_a_true_manifest(skills: Driver, project: Path,
 
 def test_a_flat_repository_is_refused(driver: Driver, project: Path) -> None:
     assert "flat layout" in driver.fails(2, "export", "--to", project).err
-    _ = human_commit
 
 
 def test_copies_where_symlinks_are_refused(skills: Driver, project: Path,
