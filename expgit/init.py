@@ -21,8 +21,10 @@ from pathlib import Path
 from expgit.errors import InvalidInputError, UsageError
 from expgit.git.repo import GitRepo, RefUpdate
 from expgit.hooks.install import install_hooks
+from expgit.store.always_on import experience_tree
 from expgit.store.experience import check_experience, decode_experience
 from expgit.store.layout import SKILL_FILE, Layout
+from expgit.store.repository import ExperienceRepository
 from expgit.store.settings import SETTINGS_FILE, Settings, parse_settings, render_settings
 from expgit.store.templates import OVERRIDE_DIR
 from expgit.store.validate import require_valid
@@ -172,7 +174,8 @@ def init_repository(path: Path, *, bare: bool = False, seed: Path | None = None,
                          hint="choose a new folder; expgit init creates the repository")
     git = GitRepo.init(path, bare=bare, branch=settings.main_branch)
     try:
-        tree = git.edit_tree(None, {p: git.write_blob(d) for p, d in files.items()})
+        tree = experience_tree(ExperienceRepository(git, settings), None,
+                               {p: git.write_blob(d) for p, d in files.items()})
         layout = Layout(settings.layout, settings.experiences_root)
         count = sum(1 for p in files if layout.name_of(p) is not None)
         commit = git.write_commit(tree, [], "expgit: initialise experience repository\n\n"

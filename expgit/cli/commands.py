@@ -113,6 +113,11 @@ REGISTRY: tuple[CommandEntry, ...] = (
                  "15.6), for `expgit train --env-url URL` and `expgit eval --env-url URL`."),
     CommandEntry("mcp", "expgit.cli.mcp:mcp_cmd",
                  "Serve the experiences on main to an agent as an MCP server over stdio."),
+    CommandEntry("export", "expgit.cli.export:export_cmd",
+                 "Write the active skills of main (or REV) into DIR/.agents/skills/<name>/ "
+                 "(whole folders, exact bytes), link each from DIR/.claude/skills/<name> "
+                 "for Claude Code, and write the always-on block of DIR/AGENTS.md (not at "
+                 "the user level, --to ~)."),
     CommandEntry("export-sft", "expgit.cli.export_sft:export_sft_cmd",
                  "Export the active, labelled task segments of ingested sessions (`expgit "
                  "sessions`) as OpenAI chat fine-tuning JSONL: one segment per line, tool "

@@ -26,6 +26,7 @@ from expgit.errors import ConflictError, ExpgitError, UsageError
 from expgit.git.operands import END_OF_OPTIONS, operand
 from expgit.git.repo import RefMovedError, RefUpdate
 from expgit.store import trailers as tr
+from expgit.store.always_on import experience_tree
 from expgit.store.changes import path_blobs
 from expgit.store.proposals import Proposal, find_proposal
 from expgit.store.publish import publish
@@ -103,7 +104,7 @@ def build_on(repo: ExperienceRepository, proposal: Proposal, onto: str) -> tuple
             conflicts=conflicts,
             hint="reject it and merge fresh gradients, or re-estimate against current main")
     info = repo.git.read_commit(proposal.commit)
-    tree = repo.git.edit_tree(repo.git.read_commit(onto).tree,
+    tree = experience_tree(repo, repo.git.read_commit(onto).tree,
                               {c.path: c.new_blob for c in proposal.changes})
     message = tr.parse_message(info.message).with_trailers((tr.REBASED_FROM, proposal.commit))
     return repo.git.write_commit(tree, [onto], message.render(), author=info.author_line), True

@@ -21,6 +21,7 @@ from expgit.errors import InvalidInputError
 from expgit.git.objects import GITLINK_MODE, SYMLINK_MODE
 from expgit.git.repo import RefMovedError, RefUpdate
 from expgit.store import trailers as tr
+from expgit.store.always_on import experience_tree
 from expgit.store.applied import NOTHING_APPLIED, AppliedIndex, applied_index, state_of
 from expgit.store.changes import FileChange, Operation, tree_changes
 from expgit.store.experience import check_experience, check_name, decode_experience
@@ -120,7 +121,8 @@ def propose(repo: ExperienceRepository, req: GradientRequest,
     info = repo.snapshots.versions(main).get(path) if current else None
     blob = None if req.content is None else git.write_blob(req.content.encode())
     # deleting a skill deletes its whole folder
-    tree = git.edit_tree(main_tree, {path if blob else repo.layout.unit_of(req.name): blob})
+    tree = experience_tree(repo, main_tree,
+                           {path if blob else repo.layout.unit_of(req.name): blob})
     operation = "delete" if blob is None else ("update" if current else "create")
     message = tr.Message(
         subject=f"gradient: {operation} {req.name}",

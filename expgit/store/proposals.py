@@ -21,6 +21,7 @@ from expgit.errors import ConflictError, InvalidInputError
 from expgit.git.repo import RefUpdate
 from expgit.store import templates
 from expgit.store import trailers as tr
+from expgit.store.always_on import experience_tree
 from expgit.store.applied import NOTHING_APPLIED, AppliedIndex, applied_index, state_of
 from expgit.store.changes import FileChange, tree_changes
 from expgit.store.experience import check_experience
@@ -348,7 +349,7 @@ def commit_plan(repo: ExperienceRepository, plan: MergePlan, main: str, snapshot
                      "rationale": item.rationale, "evidence": item.evidence,
                      "diff": hunks(change.diff), "fence": _fence(change.diff)})
     # deleting a skill deletes its whole folder
-    tree = repo.git.edit_tree(repo.git.read_commit(main).tree, {
+    tree = experience_tree(repo, repo.git.read_commit(main).tree, {
         p if b is not None else repo.layout.unit_of(repo.name_of(p) or ""): b
         for p, b in blobs.items()})
     predicted = [read_prediction(g.extra_trailers) for g in gradients]

@@ -16,6 +16,7 @@ from pathlib import Path
 from expgit.errors import ConflictError, InvalidInputError
 from expgit.git.repo import GitRepo
 from expgit.store import trailers as tr
+from expgit.store.always_on import experience_tree
 from expgit.store.changes import FileChange, path_blobs, tree_changes
 from expgit.store.publish import publish
 from expgit.store.repository import ExperienceRepository
@@ -103,7 +104,7 @@ def revert(repo: ExperienceRepository, rev: str) -> RevertResult:
         subject = tr.parse_message(info.message).subject
         message = tr.Message(f'Revert "{subject}"', f"This reverts commit {target}.",
                              ((tr.REVERTS, target),))
-        tree = repo.git.edit_tree(repo.git.read_commit(main).tree, edits)
+        tree = experience_tree(repo, repo.git.read_commit(main).tree, edits)
         commit = repo.git.write_commit(tree, [main], message.render())
         warnings = publish(repo, commit, main, [], f"expgit revert {target[:12]}")
         names = list(dict.fromkeys(repo.layout.owner_of(p) or p for p in edits))

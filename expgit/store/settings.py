@@ -248,6 +248,22 @@ class SkillSettings(BaseModel):
     scanner: Literal["none", "cisco"] = "none"
     # a file of a skill folder (reference, script, asset) larger than this is refused
     max_file_bytes: int = Field(default=1024 * 1024, gt=0)
+    # files at the repository's root that hold the always-on block (the skills with
+    # metadata expgit-always: "true"), written with every change of them
+    always_on_files: tuple[str, ...] = ("AGENTS.md",)
+
+    @field_validator("always_on_files")
+    @classmethod
+    def _root_files(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            path = PurePosixPath(name)
+            if not name or path.is_absolute() or ".." in path.parts or name != str(path) \
+                    or name.startswith(".expgit/") or "\0" in name:
+                raise ValueError(f"{name!r}: must be a file path inside the repository, "
+                                 "such as 'AGENTS.md' or 'CLAUDE.md'")
+        if len(set(value)) != len(value):
+            raise ValueError("names a file twice")
+        return value
 
 
 class McpSettings(BaseModel):

@@ -264,6 +264,15 @@ class SnapshotLoader:
             root = self._root_tree(commit)
             return (EMPTY_TREE, {}) if root is None else (root, dict(self._listing(root).files))
 
+    def contents_of_tree(self, root_tree: str) -> dict[str, tuple[str, bytes]]:
+        """``{name: (path, content)}`` of the experience files of the root tree
+        ``root_tree`` (of a commit or of a tree about to be committed), through the blob
+        cache."""
+        with self._lock:
+            files = self._listing(root_tree).files
+            contents = self._read([blob for _, blob in files.values()])
+            return {name: (path, contents[blob]) for name, (path, blob) in files.items()}
+
     # ---------------------------------------------------------------- blobs
     def _read(self, blobs: list[str]) -> dict[str, bytes]:
         missing = [b for b in blobs if b not in self._blobs]

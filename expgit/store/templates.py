@@ -50,12 +50,15 @@ _environments: OrderedDict[str | None, jinja2.Environment] = OrderedDict()
 _environments_lock = threading.Lock()
 
 
-def _override_tree(repo: ExperienceRepository, at: str | None = None) -> str | None:
+def _override_tree(repo: ExperienceRepository, at: str | None = None,
+                   tree: str | None = None) -> str | None:
     """The tree of the override folder at commit ``at`` (default: the tip of ``main``),
-    None if there is none."""
+    or in the root tree ``tree`` when given; None if there is none."""
     git = repo.git
-    tip = at if at is not None else git.ref(repo.main_ref)
-    entry = git.path_entry(git.read_commit(tip).tree, OVERRIDE_DIR) if tip else None
+    if tree is None:
+        tip = at if at is not None else git.ref(repo.main_ref)
+        tree = git.read_commit(tip).tree if tip else None
+    entry = git.path_entry(tree, OVERRIDE_DIR) if tree else None
     return entry.sha if entry is not None and entry.is_tree else None
 
 
@@ -112,14 +115,15 @@ def _sandbox(loader: jinja2.BaseLoader, undefined: type[jinja2.Undefined]) -> _S
 
 
 def environment(repo: ExperienceRepository | None = None, *,
-                templates_at: str | None = None) -> jinja2.Environment:
-    """The templates as ``main`` has them now (or at commit ``templates_at``): its
-    overrides, else the packaged ones.
+                templates_at: str | None = None, templates_tree: str | None = None
+                ) -> jinja2.Environment:
+    """The templates as ``main`` has them now (or at commit ``templates_at``, or in the
+    root tree ``templates_tree``): its overrides, else the packaged ones.
 
     Environments are kept by override tree id (a handful, most recent first), so each
     template is compiled once per version of the overrides rather than on every render;
     jinja checks the packaged files for changes (their modification time)."""
-    tree = _override_tree(repo, templates_at) if repo is not None else None
+    tree = _override_tree(repo, templates_at, templates_tree) if repo is not None else None
     with _environments_lock:
         env = _environments.get(tree)
         if env is not None:
@@ -171,8 +175,9 @@ def check_overrides(repo: ExperienceRepository, root_tree: str) -> list[str]:
 
 
 def render(name: str, repo: ExperienceRepository | None = None, *,
-           templates_at: str | None = None, **context: Any) -> str:
-    env = environment(repo, templates_at=templates_at)
+           templates_at: str | None = None, templates_tree: str | None = None,
+           **context: Any) -> str:
+    env = environment(repo, templates_at=templates_at, templates_tree=templates_tree)
     try:
         return env.get_template(name).render(**context)
     except (jinja2.TemplateError, UnicodeDecodeError) as exc:

@@ -79,6 +79,7 @@ BAGS = "checked-baggage-allowance"
 ELSEWHERE = {
     "train": "tests/cli/test_cli_train.py",
     "learn": "tests/learn/test_learn_report.py",
+    "export": "tests/store/test_skill_export.py",
     "export-sft": "tests/sessions/test_sessions_export.py",
     "sessions ingest": "tests/sessions/test_sessions_run.py",
     "sessions status": "tests/sessions/test_sessions_run.py",

@@ -263,11 +263,12 @@ def test_a_symlink_inside_its_folder_is_accepted(skills: Driver) -> None:
 
 
 def test_a_long_skill_is_warned_about(skills: Driver, tmp_path: Path) -> None:
-    long = with_front(REFUND, "description: d\n") + "line\n" * 600
-    bad = commit_tree(skills, {f"skills/{REFUND}/SKILL.md": ("100644", long.encode())})
+    long = with_front(FLAKY, "description: d\n") + "line\n" * 600
+    bad = commit_tree(skills, {f"skills/{FLAKY}/SKILL.md": ("100644", long.encode())})
     # the token budget is 2,000: 600 short lines fit it, and are past the spec's advice
     result = skills.ok("validate", bad)
     assert "605 lines; the Agent Skills spec advises under 500" in result.err
+    # (a skill that is not always-on: the block of AGENTS.md stays up to date)
 
 
 def test_a_flat_repository_is_unchanged(tmp_path: Path) -> None:
