@@ -5,6 +5,8 @@
   in one ``git log --name-only`` pass, or derived exactly from the versions of a cached
   ancestor when only single-parent commits lie in between (a few of them are diffed
   in-process, no process at all);
+* across a layout move (``expgit migrate``), a moved file's versions go on from those of
+  its old file (:mod:`expgit.store.moves`);
 * file contents are cached by blob id and front matter is parsed lazily, on first use,
   so a reload after a small change reads only the changed blobs.
 
@@ -28,6 +30,7 @@ from expgit.git.zlist import fields
 from expgit.store import version_checkpoint
 from expgit.store.experience import Experience, check_experience, decode_experience
 from expgit.store.layout import SKILL_FILE, LayoutKind
+from expgit.store.moves import Move, move_of, moves_in
 from expgit.store.version_cache import load_versions, save_versions
 
 
@@ -234,7 +237,15 @@ class SnapshotLoader:
             revs = [commit] if base_commit is None else [commit, f"^{base_commit}"]
             changes = _log_changes(self.git, revs, self.root)
         versions = {} if base_commit is None else dict(self._versions[base_commit])
+        if chain and len(chain) <= _CHAIN_DIFF:
+            moves = {sha: m for sha, _ in chain
+                     if (m := move_of(sha, self.git.read_commit(sha).message)) is not None}
+        else:
+            moves = moves_in(self.git, revs) if changes else {}
         for sha, paths in reversed(changes):  # oldest first
+            move = moves.get(sha)
+            if move is not None and move.to_root == self.root:
+                self._carry_over(versions, move, paths)
             for path in paths:
                 old = versions.get(path)
                 versions[path] = (VersionInfo(old.version + 1, sha, old.first_commit) if old
@@ -251,6 +262,23 @@ class SnapshotLoader:
             self._versions.popitem(last=False)
         return _Versions(versions, base_commit,
                          frozenset(path for _, paths in changes for path in paths))
+
+    def _carry_over(self, versions: dict[str, VersionInfo], move: Move,
+                    paths: list[str]) -> None:
+        """Before a layout move's commit is counted: each moved experience's new file
+        takes the versions its old file had (:mod:`expgit.store.moves`), so its history
+        goes on across the move."""
+        parents = self.git.read_commit(move.commit).parents
+        if not parents:
+            return
+        before = dict(versions) if move.from_root == self.root else \
+            SnapshotLoader(self.git, move.from_root, self.token_budget).versions(parents[0])
+        for path in paths:
+            name = move.moved_name(path)
+            old = before.get(move.old_path(name)) if name is not None else None
+            mine = versions.get(path)
+            if old is not None and (mine is None or mine.version < old.version):
+                versions[path] = old
 
     def versions(self, commit: str) -> dict[str, VersionInfo]:
         """Per path under the root: how many commits of ``commit``'s history changed it."""
