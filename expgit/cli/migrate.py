@@ -34,7 +34,7 @@ def migrate_cmd(ctx: click.Context, layout: str, root: str | None, as_json: bool
     """
     proposal = migrate_to_skills(open_repo(ctx), root)
     if proposal is None:
-        emit(as_json, {"migrated": False, "message": ALREADY, "proposal": None},
+        emit(as_json, {"migrated": False, "message": ALREADY, "renames": [], "proposal": None},
              lambda: click.echo(ALREADY))
         return
     renames = [{"experience": c.name, "from": c.old_path, "to": c.path}

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import Driver, git, repo_state
+from json_shapes import assert_shape
 from test_skills_layout import AGENTSKILLS, agentskills_validate_main
 
 from expgit.init import init_repository
@@ -78,7 +79,11 @@ def test_a_flat_repository_migrates_as_one_reviewed_proposal(flat: Driver,
     d = flat
     before_main, before_refund = d.rev(), d.git("rev-parse", "main:experiences/refund-rules.md")
     assert listed(d)["refund-rules"]["version"] == 2
-    pid = d.ok("migrate", "--to", "skills").out.strip()
+    made = json.loads(d.ok("migrate", "--to", "skills", "--json").out)
+    assert_shape("migrate", made)
+    pid = made["proposal"]["id"]
+    assert {"experience": "refund-rules", "from": "experiences/refund-rules.md",
+            "to": "skills/refund-rules/SKILL.md"} in made["renames"]
     assert d.rev() == before_main  # a proposal: main is not moved
     assert d.git("rev-parse", f"expgit/proposals/{pid}").startswith(pid)
 
@@ -129,6 +134,9 @@ def test_a_flat_repository_migrates_as_one_reviewed_proposal(flat: Driver,
     again = d.ok("migrate", "--to", "skills")
     assert again.out == "already in the skills layout; nothing to migrate\n"
     assert repo_state(d.path) == state
+    noop = json.loads(d.ok("migrate", "--to", "skills", "--json").out)
+    assert_shape("migrate", noop)
+    assert noop["migrated"] is False and noop["proposal"] is None
 
     # revert restores the flat layout, byte for byte
     d.ok("revert", "main")
