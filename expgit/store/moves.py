@@ -14,7 +14,9 @@ differs from ``main``'s for a commit from before a move.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from expgit.errors import InvalidInputError
 from expgit.git.repo import GitRepo
@@ -60,6 +62,34 @@ def moves_in(git: GitRepo, revs: list[str]) -> dict[str, Move]:
         if move is not None:
             found[sha] = move
     return found
+
+
+def moves_among(git: GitRepo, commits: Iterable[str]) -> dict[str, Move]:
+    """``{commit: move}`` of those of ``commits`` that are move commits (a few: their
+    messages are read)."""
+    return {sha: m for sha in commits
+            if (m := move_of(sha, git.read_commit(sha).message)) is not None}
+
+
+class _Versioned(Protocol):
+    @property
+    def version(self) -> int: ...
+
+
+V = TypeVar("V", bound=_Versioned)
+
+
+def carry_over(versions: dict[str, V], move: Move, paths: Iterable[str],
+               before: Mapping[str, V]) -> None:
+    """Before a move commit is counted: each moved experience's new file (of ``paths``,
+    what the commit changed) takes the versions its old file had in ``before`` (the
+    versions of the move's parent under its old root), unless it has more already."""
+    for path in paths:
+        name = move.moved_name(path)
+        old = before.get(move.old_path(name)) if name is not None else None
+        mine = versions.get(path)
+        if old is not None and (mine is None or mine.version < old.version):
+            versions[path] = old
 
 
 _LAYOUTS: dict[str, Layout | None] = {}

@@ -30,7 +30,7 @@ from expgit.git.zlist import fields
 from expgit.store import version_checkpoint
 from expgit.store.experience import Experience, check_experience, decode_experience
 from expgit.store.layout import SKILL_FILE, LayoutKind
-from expgit.store.moves import Move, move_of, moves_in
+from expgit.store.moves import carry_over, moves_among, moves_in
 from expgit.store.version_cache import load_versions, save_versions
 
 
@@ -237,15 +237,16 @@ class SnapshotLoader:
             revs = [commit] if base_commit is None else [commit, f"^{base_commit}"]
             changes = _log_changes(self.git, revs, self.root)
         versions = {} if base_commit is None else dict(self._versions[base_commit])
-        if chain and len(chain) <= _CHAIN_DIFF:
-            moves = {sha: m for sha, _ in chain
-                     if (m := move_of(sha, self.git.read_commit(sha).message)) is not None}
-        else:
-            moves = moves_in(self.git, revs) if changes else {}
+        moves = moves_among(self.git, (sha for sha, _ in chain)) \
+            if chain and len(chain) <= _CHAIN_DIFF else \
+            moves_in(self.git, revs) if changes else {}
         for sha, paths in reversed(changes):  # oldest first
             move = moves.get(sha)
-            if move is not None and move.to_root == self.root:
-                self._carry_over(versions, move, paths)
+            if move is not None and move.to_root == self.root:  # its history goes on
+                parent = self.git.read_commit(sha).parents[:1]
+                carry_over(versions, move, paths, dict(versions) if move.from_root == self.root
+                           else SnapshotLoader(self.git, move.from_root, self.token_budget)
+                           .versions(parent[0]) if parent else {})
             for path in paths:
                 old = versions.get(path)
                 versions[path] = (VersionInfo(old.version + 1, sha, old.first_commit) if old
@@ -262,23 +263,6 @@ class SnapshotLoader:
             self._versions.popitem(last=False)
         return _Versions(versions, base_commit,
                          frozenset(path for _, paths in changes for path in paths))
-
-    def _carry_over(self, versions: dict[str, VersionInfo], move: Move,
-                    paths: list[str]) -> None:
-        """Before a layout move's commit is counted: each moved experience's new file
-        takes the versions its old file had (:mod:`expgit.store.moves`), so its history
-        goes on across the move."""
-        parents = self.git.read_commit(move.commit).parents
-        if not parents:
-            return
-        before = dict(versions) if move.from_root == self.root else \
-            SnapshotLoader(self.git, move.from_root, self.token_budget).versions(parents[0])
-        for path in paths:
-            name = move.moved_name(path)
-            old = before.get(move.old_path(name)) if name is not None else None
-            mine = versions.get(path)
-            if old is not None and (mine is None or mine.version < old.version):
-                versions[path] = old
 
     def versions(self, commit: str) -> dict[str, VersionInfo]:
         """Per path under the root: how many commits of ``commit``'s history changed it."""
