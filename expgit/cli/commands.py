@@ -41,6 +41,8 @@ REGISTRY: tuple[CommandEntry, ...] = (
     CommandEntry("pr", "expgit.cli.pr:pr_cmd",
                  "Push PROPOSAL's branch to a remote and write its pull request's title "
                  "and body."),
+    CommandEntry("migrate", "expgit.cli.migrate:migrate_cmd",
+                 "Propose moving every experience to the skills layout, as one proposal."),
     CommandEntry("gradients", "expgit.cli.review:gradients_cmd",
                  "List gradients: one proposed edit each, with confidence and rationale."),
     CommandEntry("proposals", "expgit.cli.review:proposals_cmd",

@@ -152,6 +152,8 @@ def review_cmd(ctx: click.Context, item_id: str, as_json: bool) -> None:
         click.echo(click.style(head, bold=True))
         click.echo(f"commit {item.commit}  by {item.author}  {_when(item.time)}")
         for change in changes:  # a rewrite that drops most of a rule shows at a glance
+            if change.old_path is not None:  # a layout migration moves each file
+                click.echo(f"rename {change.old_path} -> {change.path}")
             loss = change.body_loss
             if loss is not None and loss.removed:
                 warn = loss.collapses

@@ -10,6 +10,9 @@ forge merges a pull request:
 * a commit that carries all of its ``Expgit-Gradient`` trailers (a rebase merge, which
   keeps the message and changes the commit id).
 
+A migration proposal (``expgit migrate``) has no gradients: its commit carries
+``Expgit-Migrated-From``, and it is applied when its commit or its rebuilt commit is.
+
 A gradient is applied when a commit of that history carries it in an ``Expgit-Gradient``
 trailer. Nothing here is stored beside ``main``: the index is derived from the commits,
 and the cache of it (:mod:`expgit.store.derived`) is keyed by the tip it was read at, so
@@ -30,7 +33,7 @@ from expgit.store.repository import ExperienceRepository
 
 FORMAT = "applied-1"
 ID_LEN = 12
-_KEYS = (tr.GRADIENT, tr.REBASED_FROM, tr.PROPOSAL)
+_KEYS = (tr.GRADIENT, tr.REBASED_FROM, tr.PROPOSAL, tr.MIGRATED_FROM)
 _FIELD, _RECORD = "\x1f", "\x1e"
 
 
@@ -98,6 +101,8 @@ def _walk(git: GitRepo, revs: list[str], proposals: dict[str, str],
             if key == tr.GRADIENT.lower():
                 proposals.setdefault(sha[:ID_LEN], sha)  # a proposal commit itself
                 gradients.setdefault(value, sha)
+            elif key == tr.MIGRATED_FROM.lower():  # a migration proposal's own commit
+                proposals.setdefault(sha[:ID_LEN], sha)
             elif key in (tr.REBASED_FROM.lower(), tr.PROPOSAL.lower()):
                 proposals.setdefault(value[:ID_LEN], sha)
 

@@ -94,9 +94,9 @@ def build_on(repo: ExperienceRepository, proposal: Proposal, onto: str) -> tuple
     """The commit that applies ``proposal`` on top of ``onto``: (commit, rebased)."""
     if proposal.base == onto:
         return proposal.commit, False
-    current = path_blobs(repo.git, onto, (c.path for c in proposal.changes))
+    current = path_blobs(repo.git, onto, (p for c in proposal.changes for p in c.before))
     conflicts = list(dict.fromkeys(c.name for c in proposal.changes
-                                   if current.get(c.path) != c.old_blob))
+                                   for p, blob in c.before.items() if current.get(p) != blob))
     if conflicts:
         raise ConflictError(
             f"proposal {proposal.id} conflicts with {repo.settings.main_branch}: "
@@ -105,7 +105,7 @@ def build_on(repo: ExperienceRepository, proposal: Proposal, onto: str) -> tuple
             hint="reject it and merge fresh gradients, or re-estimate against current main")
     info = repo.git.read_commit(proposal.commit)
     tree = experience_tree(repo, repo.git.read_commit(onto).tree,
-                              {c.path: c.new_blob for c in proposal.changes})
+                           {p: b for c in proposal.changes for p, b in c.after.items()})
     message = tr.parse_message(info.message).with_trailers((tr.REBASED_FROM, proposal.commit))
     return repo.git.write_commit(tree, [onto], message.render(), author=info.author_line), True
 

@@ -18,8 +18,10 @@ from unidiff.patch import PatchSet
 
 from expgit.git.repo import GitRepo
 from expgit.store.layout import Layout
+from expgit.store.moves import layout_at, settings_blob
+from expgit.store.settings import SETTINGS_FILE
 
-Operation = Literal["create", "update", "delete"]
+Operation = Literal["create", "update", "delete", "rename"]
 
 
 @dataclass(frozen=True)
@@ -30,17 +32,36 @@ class FileChange:
     new_blob: str | None
     old_text: str
     new_text: str
+    # a layout move (:mod:`expgit.store.moves`): the path the file had before, which
+    # the change removes; None: the same path
+    old_path: str | None = None
 
     @property
     def operation(self) -> Operation:
+        if self.old_path is not None:
+            return "rename"
         if self.old_blob is None:
             return "create"
         return "delete" if self.new_blob is None else "update"
 
+    @property
+    def before(self) -> dict[str, str | None]:
+        """``{path: blob}`` the tree held before the change (None: no file there)."""
+        if self.old_path is None:
+            return {self.path: self.old_blob}
+        return {self.old_path: self.old_blob, self.path: None}
+
+    @property
+    def after(self) -> dict[str, str | None]:
+        """``{path: blob}`` the change leaves (None: no file there)."""
+        if self.old_path is None:
+            return {self.path: self.new_blob}
+        return {self.old_path: None, self.path: self.new_blob}
+
     @cached_property
     def diff(self) -> str:
         return unified_diff(self.path, self.old_text if self.old_blob else None,
-                            self.new_text if self.new_blob else None)
+                            self.new_text if self.new_blob else None, self.old_path)
 
     @cached_property
     def counts(self) -> tuple[int, int]:
@@ -53,7 +74,7 @@ class FileChange:
     @cached_property
     def body_loss(self) -> BodyLoss | None:
         """The lines of the body an update removes (None for a create or a delete)."""
-        if self.operation != "update":
+        if self.operation not in ("update", "rename") or self.path == SETTINGS_FILE:
             return None
         return body_loss(self.old_text, self.new_text)
 
@@ -102,12 +123,15 @@ def body_loss(old: str, new: str) -> BodyLoss:
     return BodyLoss(removed, len(before))
 
 
-def unified_diff(path: str, old: str | None, new: str | None) -> str:
+def unified_diff(path: str, old: str | None, new: str | None,
+                 old_path: str | None = None) -> str:
+    """A unified diff of one file; ``old_path``: it was renamed from there (the header
+    names both paths, as ``git diff -M`` does)."""
     old_lines = (old or "").splitlines(keepends=True)
     new_lines = (new or "").splitlines(keepends=True)
     lines = list(difflib.unified_diff(
         old_lines, new_lines,
-        fromfile=f"a/{path}" if old is not None else "/dev/null",
+        fromfile=f"a/{old_path or path}" if old is not None else "/dev/null",
         tofile=f"b/{path}" if new is not None else "/dev/null"))
     out = []
     for line in lines:
@@ -166,7 +190,45 @@ def tree_changes(git: GitRepo, old: str | None, new: str, layout: Layout
     the tree entries that differ (git's sorted trees are compared in step), so loading a
     gradient or proposal stays cheap in a large repository. In the skills layout every
     file of a changed skill folder is listed (SKILL.md first), each with its skill's
-    name: an asset is reviewed, applied and reverted with its skill."""
+    name: an asset is reviewed, applied and reverted with its skill.
+
+    A commit whose ``expgit.toml`` changes the layout (a migration) lists each experience
+    it moved as one rename (old file, new file, each under its own commit's layout), the
+    experiences on one side only as deletes or creates, and ``expgit.toml`` itself."""
+    old_settings, new_settings = settings_blob(git, old), settings_blob(git, new)
+    if old is not None and old_settings != new_settings:
+        before, after = layout_at(git, old, layout), layout_at(git, new, layout)
+        if before != after:
+            return _moved(git, old, new, before, after, old_settings, new_settings)
+    return _layout_changes(git, old, new, layout)
+
+
+def _moved(git: GitRepo, old: str, new: str, before: Layout, after: Layout,
+           old_settings: str | None, new_settings: str | None) -> list[FileChange]:
+    old_side = _layout_changes(git, old, new, before)
+    gone = {c.name: c for c in old_side
+            if c.operation == "delete" and before.name_of(c.path) is not None}
+    found: list[FileChange] = []
+    for change in _layout_changes(git, old, new, after):
+        source = gone.get(change.name) if change.operation == "create" \
+            and after.name_of(change.path) is not None else None
+        if source is None:
+            found.append(change)
+            continue
+        del gone[change.name]
+        found.append(FileChange(change.name, change.path, source.old_blob, change.new_blob,
+                                source.old_text, change.new_text, source.path))
+    found += [c for c in old_side if c.operation != "delete" or c.name in gone]
+    blobs = git.read_blobs([b for b in (old_settings, new_settings) if b])
+    found.append(FileChange(
+        SETTINGS_FILE, SETTINGS_FILE, old_settings, new_settings,
+        blobs[old_settings].decode("utf-8", "replace") if old_settings else "",
+        blobs[new_settings].decode("utf-8", "replace") if new_settings else ""))
+    return sorted(found, key=lambda c: (c.name == SETTINGS_FILE, c.name, c.path))
+
+
+def _layout_changes(git: GitRepo, old: str | None, new: str, layout: Layout
+                    ) -> list[FileChange]:
 
     def root_tree(commit: str | None) -> str | None:
         if commit is None:

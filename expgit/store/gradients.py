@@ -25,6 +25,7 @@ from expgit.store.always_on import experience_tree
 from expgit.store.applied import NOTHING_APPLIED, AppliedIndex, applied_index, state_of
 from expgit.store.changes import FileChange, Operation, tree_changes
 from expgit.store.experience import check_experience, check_name, decode_experience
+from expgit.store.moves import layout_at
 from expgit.store.refnames import (
     GRADIENT_STATES,
     GRADIENTS,
@@ -167,9 +168,11 @@ def load_gradient(repo: ExperienceRepository, commit: str, location: str,
         raise NotMadeByExpgit(commit, "gradient", "no expgit trailers")
     if len(info.parents) != 1:
         raise NotMadeByExpgit(commit, "gradient", f"{len(info.parents)} parents, not 1")
-    changes = tree_changes(repo.git, info.parents[0], commit, repo.layout)
+    # the layout the gradient was made in (before a migration: the flat one)
+    layout = layout_at(repo.git, commit, repo.layout)
+    changes = tree_changes(repo.git, info.parents[0], commit, layout)
     # one experience's file (in the skills layout, its folder's other files go with it)
-    files = [c for c in changes if repo.name_of(c.path) is not None]
+    files = [c for c in changes if layout.name_of(c.path) is not None]
     if len(files) != 1 or files[0].name != target \
             or any(c.name != files[0].name for c in changes):
         raise NotMadeByExpgit(commit, "gradient",

@@ -1,9 +1,10 @@
 """The audit trail, read from ``main``'s history: show, log (``list`` is the catalog).
 
 Every policy update is a commit on ``main``. Its kind comes from its message: a proposal
-carries ``Expgit-Gradient`` trailers, a revert ``Expgit-Reverts`` (or ``git revert``'s own
-"This reverts commit" sentence), a root commit is the init, anything else is a hand-made
-commit. Nothing is stored besides git objects, refs and notes.
+carries ``Expgit-Gradient`` trailers, a layout migration ``Expgit-Migrated-From``, a
+revert ``Expgit-Reverts`` (or ``git revert``'s own "This reverts commit" sentence), a
+root commit is the init, anything else is a hand-made commit. Nothing is stored besides
+git objects, refs and notes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from expgit.git.repo import GitRepo
 from expgit.store import trailers as tr
 from expgit.store.experience import decode_experience
 from expgit.store.gradients import Gradient, load_gradient
+from expgit.store.moves import layout_at, moves_in
 from expgit.store.proposals import kept_gradient_sets
 from expgit.store.repository import ExperienceRepository
 from expgit.store.review import read_note
@@ -34,7 +36,7 @@ class ChangeSummary:
 @dataclass
 class PolicyUpdate:
     commit: str
-    kind: str  # init | proposal | revert | manual
+    kind: str  # init | proposal | migration | revert | manual
     subject: str
     description: str
     author: str
@@ -92,20 +94,21 @@ def policy_log(repo: ExperienceRepository, name: str | None = None, *, rev: str 
     from expgit.store.changes import tree_changes
 
     tip = repo.commit(rev) if rev else repo.main_commit()
-    path = repo.layout.unit_of(name) if name else f"{repo.root}/"
+    paths = _history_paths(repo, name, tip) if name else [f"{repo.root}/"]
     shas = repo.git.out("log", "--first-parent", "--format=%H",
-                        *(["-n", str(limit)] if limit else []), tip, "--", path).split()
+                        *(["-n", str(limit)] if limit else []), tip, "--", *paths).split()
     updates = []
     owners = _ProposalOwners(repo)
     for sha in shas:
         info = repo.git.read_commit(sha)
         carrier, msg = _carrier(repo.git, sha, info.parents, tr.scattered(info.message))
         changes = tree_changes(repo.git, info.parents[0] if info.parents else None, sha,
-                               repo.layout)
+                               layout_at(repo.git, sha, repo.layout))
         grads = msg.values(tr.GRADIENT)
         reverts = tr.reverted_commit(msg)
         kind = ("init" if not info.parents else "revert" if reverts
-                else "proposal" if grads else "manual")
+                else "proposal" if grads
+                else "migration" if msg.value(tr.MIGRATED_FROM) else "manual")
         update = PolicyUpdate(
             commit=sha, kind=kind, subject=msg.subject, description=msg.body,
             author=info.author, time=info.author_time,
@@ -130,6 +133,16 @@ def policy_log(repo: ExperienceRepository, name: str | None = None, *, rev: str 
     return updates
 
 
+def _history_paths(repo: ExperienceRepository, name: str, tip: str) -> list[str]:
+    """What ``name`` was in ``tip``'s history: its unit now, and its flat file before
+    each layout move into the current root (:mod:`expgit.store.moves`)."""
+    found = [repo.layout.unit_of(name)]
+    for move in moves_in(repo.git, [tip]).values():
+        if move.to_root == repo.root:
+            found.append(move.old_path(name))
+    return list(dict.fromkeys(found))
+
+
 def _version_commit(repo: ExperienceRepository, name: str, path: str, tip: str,
                     version: int) -> str:
     """The commit that made version ``version`` of ``path`` in ``tip``'s history.
@@ -148,11 +161,12 @@ def _version_commit(repo: ExperienceRepository, name: str, path: str, tip: str,
     if version == 1:
         return info.first_commit
     back = count - version + 1
+    paths = [path, *_history_paths(repo, name, tip)[1:]]  # its files before a move too
     history = repo.git.out("log", "--format=%H", "--no-renames", "-n", str(back),
-                           info.last_commit, "--", path).split()
+                           info.last_commit, "--", *paths).split()
     if len(history) != back:  # history simplified differently (merges): count it all
         history = repo.git.out("log", "--format=%H", "--no-renames", "--reverse", tip, "--",
-                               path).split()
+                               *paths).split()
         if not 1 <= version <= len(history):
             raise NotFoundError(f"{name} has versions 1 to {len(history)}, not {version}")
         return history[version - 1]
@@ -176,7 +190,11 @@ def show_experience(repo: ExperienceRepository, name: str, *, rev: str | None = 
         # the version is known: only the one file is read (a snapshot of that old commit
         # would count its whole history again)
         tip = _version_commit(repo, name, path, tip, version)
-        found = repo.git.path_entry(repo.git.read_commit(tip).tree, path)
+        tree = repo.git.read_commit(tip).tree
+        found = repo.git.path_entry(tree, path)
+        if found is None:  # a version from before a layout move: its file then
+            path = layout_at(repo.git, tip, repo.layout).path_of(name)
+            found = repo.git.path_entry(tree, path)
         if found is not None and not found.is_tree \
                 and found.mode not in (SYMLINK_MODE, GITLINK_MODE):
             text = decode_experience(repo.git.read_blob(found.sha), path)

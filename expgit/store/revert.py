@@ -5,6 +5,10 @@ the version before REV (restored, or deleted if REV created it). If later commit
 it too, a three-way merge (``git merge-file``: base = REV's version, ours = current,
 theirs = the version before REV) is tried; a conflict refuses the whole revert clearly
 and writes nothing. The commit goes through the same lock and compare-and-swap as apply.
+
+A layout migration (:mod:`expgit.store.migrate`) is undone whole: each moved experience
+goes back to its flat file and ``expgit.toml`` to what it was, provided ``main`` still
+holds what the migration made; an experience edited since is a conflict.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from expgit.store.always_on import experience_tree
 from expgit.store.changes import FileChange, path_blobs, tree_changes
 from expgit.store.publish import publish
 from expgit.store.repository import ExperienceRepository
+from expgit.store.settings import SETTINGS_FILE, Settings, parse_settings
 from expgit.store.validate import check_files, require_valid
 
 
@@ -78,10 +83,18 @@ def revert(repo: ExperienceRepository, rev: str) -> RevertResult:
         changes = tree_changes(repo.git, parent, target, repo.layout)
         if not changes:
             raise InvalidInputError(f"{rev} changed no experience; nothing to revert")
-        current = path_blobs(repo.git, main, (c.path for c in changes))
+        current = path_blobs(repo.git, main, (p for c in changes for p in c.before))
         edits: dict[str, str | None] = {}
         merged, conflicts = [], []
         for change in changes:
+            if change.old_path is not None or change.path == SETTINGS_FILE:
+                # a layout move: undone whole, or not at all
+                if all(current.get(p) == b for p, b in change.after.items()):
+                    edits |= change.before
+                elif any(current.get(p) != b for p, b in change.before.items()):
+                    conflicts.append(f"{change.name}: changed again after the reverted "
+                                     "commit")
+                continue
             try:
                 blob, was_merged = reverted_blob(repo.git, change,
                                                   current.get(change.path))
@@ -99,7 +112,14 @@ def revert(repo: ExperienceRepository, rev: str) -> RevertResult:
         if not edits:
             raise InvalidInputError(f"{rev} is already undone on "
                                     f"{repo.settings.main_branch}; nothing to revert")
-        require_valid(check_files(repo, [(p, b) for p, b in edits.items() if b]),
+        result = repo
+        if SETTINGS_FILE in edits:  # the revert of a migration: checked as it will be read
+            restored = edits[SETTINGS_FILE]
+            result = ExperienceRepository(repo.git, parse_settings(
+                repo.git.read_blob(restored).decode("utf-8", "replace"))
+                if restored else Settings())
+        require_valid(check_files(result, [(p, b) for p, b in edits.items()
+                                           if b and p != SETTINGS_FILE]),
                       "that the revert would produce")
         subject = tr.parse_message(info.message).subject
         message = tr.Message(f'Revert "{subject}"', f"This reverts commit {target}.",
@@ -107,5 +127,6 @@ def revert(repo: ExperienceRepository, rev: str) -> RevertResult:
         tree = experience_tree(repo, repo.git.read_commit(main).tree, edits)
         commit = repo.git.write_commit(tree, [main], message.render())
         warnings = publish(repo, commit, main, [], f"expgit revert {target[:12]}")
-        names = list(dict.fromkeys(repo.layout.owner_of(p) or p for p in edits))
+        names = list(dict.fromkeys(c.name for c in changes if c.path != SETTINGS_FILE
+                                   and any(p in edits for p in c.after)))
         return RevertResult(target, commit, main, names, merged, warnings)

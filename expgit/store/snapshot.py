@@ -5,6 +5,8 @@
   in one ``git log --name-only`` pass, or derived exactly from the versions of a cached
   ancestor when only single-parent commits lie in between (a few of them are diffed
   in-process, no process at all);
+* across a layout move (``expgit migrate``), a moved file's versions go on from those of
+  its old file (:mod:`expgit.store.moves`);
 * file contents are cached by blob id and front matter is parsed lazily, on first use,
   so a reload after a small change reads only the changed blobs.
 
@@ -28,6 +30,7 @@ from expgit.git.zlist import fields
 from expgit.store import version_checkpoint
 from expgit.store.experience import Experience, check_experience, decode_experience
 from expgit.store.layout import SKILL_FILE, LayoutKind
+from expgit.store.moves import carry_over, moves_among, moves_in
 from expgit.store.version_cache import load_versions, save_versions
 
 
@@ -234,7 +237,16 @@ class SnapshotLoader:
             revs = [commit] if base_commit is None else [commit, f"^{base_commit}"]
             changes = _log_changes(self.git, revs, self.root)
         versions = {} if base_commit is None else dict(self._versions[base_commit])
+        moves = moves_among(self.git, (sha for sha, _ in chain)) \
+            if chain and len(chain) <= _CHAIN_DIFF else \
+            moves_in(self.git, revs) if changes else {}
         for sha, paths in reversed(changes):  # oldest first
+            move = moves.get(sha)
+            if move is not None and move.to_root == self.root:  # its history goes on
+                parent = self.git.read_commit(sha).parents[:1]
+                carry_over(versions, move, paths, dict(versions) if move.from_root == self.root
+                           else SnapshotLoader(self.git, move.from_root, self.token_budget)
+                           .versions(parent[0]) if parent else {})
             for path in paths:
                 old = versions.get(path)
                 versions[path] = (VersionInfo(old.version + 1, sha, old.first_commit) if old

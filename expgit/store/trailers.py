@@ -30,6 +30,10 @@ REBASED_FROM = "Expgit-Rebased-From"
 PROPOSAL = "Expgit-Proposal"
 REVERTS = "Expgit-Reverts"
 KIND = "Expgit-Kind"
+# A layout migration (`expgit migrate`): the flat root its experiences came from and the
+# skills root they went to; versions and `log NAME` follow each name across it.
+MIGRATED_FROM = "Expgit-Migrated-From"
+MIGRATED_TO = "Expgit-Migrated-To"
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,7 @@ ELSEWHERE = {
     "doctor": "tests/store/test_doctor.py",
     "status": "tests/cli/test_status.py",
     "evidence": "tests/cli/test_cli_evidence.py",
+    "migrate": "tests/store/test_migrate.py",
 }
 
 
