@@ -124,9 +124,23 @@ def revert(repo: ExperienceRepository, rev: str) -> RevertResult:
         subject = tr.parse_message(info.message).subject
         message = tr.Message(f'Revert "{subject}"', f"This reverts commit {target}.",
                              ((tr.REVERTS, target),))
-        tree = experience_tree(repo, repo.git.read_commit(main).tree, edits)
+        if result is not repo:  # a migration's always-on files come back as they were
+            edits |= _restored_always_on(repo, parent, target, main)
+        tree = experience_tree(result, repo.git.read_commit(main).tree, edits)
         commit = repo.git.write_commit(tree, [main], message.render())
         warnings = publish(repo, commit, main, [], f"expgit revert {target[:12]}")
         names = list(dict.fromkeys(c.name for c in changes if c.path != SETTINGS_FILE
                                    and any(p in edits for p in c.after)))
         return RevertResult(target, commit, main, names, merged, warnings)
+
+
+def _restored_always_on(repo: ExperienceRepository, parent: str | None, target: str,
+                        main: str) -> dict[str, str | None]:
+    """The always-on files (``AGENTS.md``, ...) that ``target`` changed and ``main``
+    still holds as it left them, each back as it was before ``target``."""
+    paths = repo.settings.skills.always_on_files
+    before = path_blobs(repo.git, parent, paths)
+    after = path_blobs(repo.git, target, paths)
+    now = path_blobs(repo.git, main, paths)
+    return {p: before.get(p) for p in paths
+            if before.get(p) != after.get(p) and now.get(p) == after.get(p)}
