@@ -6,7 +6,10 @@ prompt (``prompts/tool_rollout.md.j2``; the same selection as the single-turn
 executor's), the user's turns from the case or a simulated user
 (:mod:`expgit.train.tools.users`), and agent turns (one ``rollout`` call each, with the
 environment's tools) until the agent answers and the user is done, or
-``max_steps`` agent turns, or ``max_user_turns`` user turns. Every tool call is a
+``max_steps`` agent turns, or ``max_user_turns`` user turns (an environment's
+:class:`~expgit.train.tools.environment.Conversation` may set its own limits, its
+agent instructions and the agent's greeting; the user may have its own model,
+``user_llm``). Every tool call is a
 ToolPart of its assistant message with its result; a call of an unknown tool, with
 arguments that are not a JSON object or fail the tool's schema, or whose tool raises,
 gets an error result (``tool_status: error``) that the agent sees. The environment is
@@ -37,7 +40,7 @@ from expgit.train.groups import sampling_of
 from expgit.train.interfaces import RolloutEvaluator, RolloutExecutor
 from expgit.train.retrieval import ContextItem
 from expgit.train.tools.binding import binding
-from expgit.train.tools.environment import ToolEnvironment
+from expgit.train.tools.environment import Conversation, ToolEnvironment
 from expgit.train.tools.registry import open_environment
 from expgit.train.tools.users import Turn, user_for
 
@@ -85,7 +88,8 @@ class ToolCallingRolloutExecutor:
     def __init__(self, llm: StructuredLLM, evaluator: RolloutEvaluator,
                  experiences: ExperienceSelector, *, max_steps: int = 30,
                  max_user_turns: int = 10, concurrency: int = 4,
-                 repo: ExperienceRepository | None = None) -> None:
+                 repo: ExperienceRepository | None = None,
+                 user_llm: StructuredLLM | None = None) -> None:
         if concurrency < 1 or max_steps < 1 or max_user_turns < 1:
             raise UsageError("concurrency, max_steps and max_user_turns must be at least 1")
         self.llm = llm
@@ -95,6 +99,7 @@ class ToolCallingRolloutExecutor:
         self.max_user_turns = max_user_turns
         self.concurrency = concurrency
         self.repo = repo
+        self.user_llm = user_llm  # the simulated user's model; None: ``llm``
 
     async def execute(self, cases: Sequence[Case], policy_set: Snapshot,
                       context: ExecutionContext) -> list[Rollout]:
@@ -117,10 +122,13 @@ class ToolCallingRolloutExecutor:
             bound = binding(case)
             if bound is None:
                 raise UsageError(f"case {case.name!r} is not bound to a tool environment")
-            env = open_environment(*bound).new()
+            factory = open_environment(*bound)
+            env = factory.new()
             metadata["environment"] = bound[0]
-            metadata["stopped"] = await self._converse(case, policy_set, env, messages,
-                                                       metadata)
+            conversation = getattr(factory, "conversation", None)
+            metadata["stopped"] = await self._converse(
+                case, policy_set, env, messages, metadata,
+                conversation if isinstance(conversation, Conversation) else Conversation())
             metadata["final_state"] = env.final_state()
             rollout = Rollout(case=case, messages=messages, metadata=metadata,
                               policy_snapshot_id=context.policy_snapshot_id)
@@ -134,10 +142,18 @@ class ToolCallingRolloutExecutor:
                            evaluation=failed_evaluation(case, error))
 
     async def _converse(self, case: Case, policy_set: Snapshot, env: ToolEnvironment,
-                        messages: list[Message], metadata: dict[str, Any]) -> str:
+                        messages: list[Message], metadata: dict[str, Any],
+                        conversation: Conversation) -> str:
         """Runs the conversation into ``messages``; returns why it stopped."""
-        user = user_for(case, self.llm, self.repo)
+        user = user_for(case, self.user_llm or self.llm, self.repo)
+        max_steps = conversation.max_steps or self.max_steps
+        max_user_turns = conversation.max_user_turns or self.max_user_turns
         transcript: list[Turn] = []
+        opening: ToolMessages = []
+        if conversation.greeting:
+            opening.append({"role": "assistant", "content": conversation.greeting})
+            messages.append(Message.text("assistant", conversation.greeting))
+            transcript.append(Turn("agent", conversation.greeting))
         said = await user.next_message(transcript)
         if said is None:
             return "user done"
@@ -146,10 +162,11 @@ class ToolCallingRolloutExecutor:
             [p.usage() for p in experiences])
         now = env.final_state().get("now")  # the environment's clock, if it has one
         system, _ = render_prompt("tool_rollout", self.repo, experiences=experiences,
-                                  case=case, now=now if isinstance(now, str) else None)
+                                  case=case, now=now if isinstance(now, str) else None,
+                                  instructions=conversation.instructions)
         schemas = env.tool_schemas()
         known = {str(s["function"]["name"]) for s in schemas}
-        chat: ToolMessages = [{"role": "system", "content": system}]
+        chat: ToolMessages = [{"role": "system", "content": system}, *opening]
         user_turns, steps = 0, 0
         while said is not None:
             user_turns += 1
@@ -157,7 +174,7 @@ class ToolCallingRolloutExecutor:
             messages.append(Message.text("user", said))
             transcript.append(Turn("user", said))
             while True:  # agent turns until it answers in text
-                if steps >= self.max_steps:
+                if steps >= max_steps:
                     return "step limit"
                 turn = await self.llm.tools("rollout", chat, schemas, sampling_of(case))
                 steps += 1
@@ -172,7 +189,7 @@ class ToolCallingRolloutExecutor:
                 if not turn.tool_calls:
                     transcript.append(Turn("agent", turn.text))
                     break
-            if user_turns >= self.max_user_turns:
+            if user_turns >= max_user_turns:
                 return "user turn limit"
             said = await user.next_message(transcript)
         return "user done"
