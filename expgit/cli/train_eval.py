@@ -9,7 +9,12 @@ import click
 
 from expgit.cli._common import json_option, open_repo
 from expgit.cli._progress import progress_display
-from expgit.cli._run_options import gate_options, make_gate, trials_option
+from expgit.cli._run_options import (
+    gate_options,
+    make_gate,
+    trials_option,
+    user_model_option,
+)
 from expgit.cli.train_common import (
     budget_options,
     case_source,
@@ -28,7 +33,8 @@ from expgit.runs.gate_comment import GATE_MARKER, write_comment
 
 @click.command("eval")
 @click.option("--cases", type=click.Path(path_type=Path, dir_okay=False),
-              help="The cases to evaluate (.yaml, .yml, .json or .jsonl); or --env-url.")
+              help="The cases to evaluate (.yaml, .yml, .json or .jsonl), or tau2's "
+              "tasks (tau2:airline:test, tau2:airline:test#2,6); or --env-url.")
 @env_options
 @click.option("--split", help="With --env-url: the split to evaluate.  [default: eval]")
 @click.option("--report", type=click.Path(path_type=Path, dir_okay=False),
@@ -45,6 +51,7 @@ from expgit.runs.gate_comment import GATE_MARKER, write_comment
               f"{GATE_MARKER}, so a CI job finds and updates its one comment).")
 @trials_option
 @llm_options
+@user_model_option
 @budget_options
 @json_option
 @click.pass_context
@@ -55,7 +62,7 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
              min_delta: float | None, max_regressions: int | None, comment: Path | None,
              trials: int, llm_choice: str | None,
              model: str | None, base_url: str | None, concurrency: int,
-             max_calls: int | None, max_cost: float | None,
+             user_model: str | None, max_calls: int | None, max_cost: float | None,
              as_json: bool) -> None:
     """Evaluate the experiences on main with CASES: one rollout per case, scored by its
     rubric (no training, nothing written). Prints accuracy, average reward and the LLM
@@ -90,7 +97,7 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
             raise UsageError(f"{flag} needs --compare A B", hint="B is measured against A")
     checked = make_gate(repo, gate, min_delta, max_regressions, measured=bool(compare))
     with progress_display() as progress:
-        options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
+        options = RunOptions(llm=make_llm_options(llm_choice, model, base_url, user_model),
                              concurrency=concurrency, progress=progress, trials=trials,
                              max_calls=max_calls, max_cost=max_cost, gate=checked,
                              announce=print_estimate)

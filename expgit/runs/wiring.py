@@ -61,7 +61,8 @@ def _ranker(runtime: LLMHandles) -> ExperienceRanker | None:
 
 def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
                      concurrency: int = 4, top_k: int | None = None,
-                     token_budget: int | None = None) -> RoutingRolloutExecutor:
+                     token_budget: int | None = None,
+                     user_llm: StructuredLLM | None = None) -> RoutingRolloutExecutor:
     """The in-process executor of the default chain (also the example environment's):
     single-turn, or tool-calling for the cases a cases file binds to a tool environment
     (``environment:``, limits from ``[train] tool_max_steps`` / ``tool_max_user_turns``);
@@ -81,7 +82,7 @@ def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
     tools = ToolCallingRolloutExecutor(
         runtime.structured, evaluator, single.experiences_for,
         max_steps=train.tool_max_steps, max_user_turns=train.tool_max_user_turns,
-        concurrency=concurrency, repo=repo)
+        concurrency=concurrency, repo=repo, user_llm=user_llm)
     return RoutingRolloutExecutor(single, tools)
 
 
@@ -90,7 +91,8 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
                    executor: RolloutExecutor | None = None,
                    publisher: RemotePublisher | None = None,
                    candidates: CandidateStage | None = None, group_size: int = 1,
-                   provenance: Provenance | None = None
+                   provenance: Provenance | None = None,
+                   user_llm: StructuredLLM | None = None
                    ) -> OfflinePolicyOptimizationPipeline:
     """The RFC's default chain on ``repo``: single-turn executor with the rubric
     evaluator (unless another ``executor`` is given, e.g. a remote one), trajectory
@@ -107,7 +109,8 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
     redactor = Redactor(repo.settings.limits.max_message_chars)
     evaluator = RubricRolloutEvaluator(llm, repo=repo)
     if executor is None:
-        executor = rollout_executor(repo, runtime, concurrency=concurrency, top_k=top_k)
+        executor = rollout_executor(repo, runtime, concurrency=concurrency, top_k=top_k,
+                                    user_llm=user_llm)
     # The embedded model gets tighter output bounds and smaller prompts (its context is
     # 8k tokens and it is slow); API endpoints keep the components' defaults.
     local = bool(getattr(runtime, "is_local", False))

@@ -83,6 +83,7 @@ def task_case(domain: str, split: str, task: data.Task) -> Case:
 def load_tau2_cases(spec: str) -> list[Case]:
     """The cases of ``spec`` (module docstring), in the split's order or the ids' order."""
     domain, split, chosen = parse_source(spec)
+    data.server()  # the extra first: without it, exit 2 with the install command
     splits = data.splits(domain)
     if split not in splits:
         raise InvalidInputError(f"{spec!r}: unknown split {split!r} of tau2 {domain}; "
