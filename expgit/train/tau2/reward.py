@@ -2,8 +2,9 @@
 (``src/tau2/evaluator/evaluator.py`` and ``evaluator_env.py``, ``evaluator_communicate.py``
 at sierra-research/tau2-bench a2c0247; the semantics, not the code, are reproduced):
 
-* a conversation that did not end normally (the user's stop token, or the agent's) gets
-  0, whatever else it did (tau2: termination reason not AGENT_STOP / USER_STOP);
+* a conversation that did not end normally (by the user's stop token; expgit's agent
+  has no stop token of its own) gets 0, whatever else it did (tau2: a termination
+  reason other than AGENT_STOP / USER_STOP);
 * ``DB``: the rollout's tool calls are replayed, in order, on a fresh database, and the
   gold ``actions`` on another (a gold action that fails is skipped, as tau2 logs and
   skips it); 1 iff the two databases are equal;
@@ -33,7 +34,7 @@ from expgit.train.tau2 import data
 from expgit.train.tau2.db import OverlayDB
 from expgit.train.tools.environment import ToolError
 
-NORMAL_STOPS = frozenset({"user done", "agent done"})  # the executor's ``stopped``
+NORMAL_STOPS = frozenset({"user done"})  # the executor's ``stopped``: the user ended it
 Call = tuple[str, dict[str, Any]]
 
 
