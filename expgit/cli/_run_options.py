@@ -39,6 +39,12 @@ def llm_options(func: F, concurrency_help: str = RUN_CONCURRENCY) -> F:
     return func
 
 
+def user_model_option(func: F) -> F:
+    return click.option("--user-model", metavar="MODEL",
+                        help="The simulated user's model, on the same endpoint (tau2 cases, "
+                        "cases with user_instructions).  [default: the agent's model]")(func)
+
+
 def trials_option(func: F) -> F:
     return click.option("--trials", type=click.IntRange(min=1), default=1, show_default=True,
                         help="Runs of every eval case: reports pass^1 and pass^K and a "

@@ -15,6 +15,7 @@ from expgit.cli._run_options import (
     make_mcp,
     mcp_options,
     trials_option,
+    user_model_option,
 )
 from expgit.cli.train_common import (
     budget_options,
@@ -34,7 +35,8 @@ from expgit.runs.build import RunOptions, run_train
 
 @click.command("train")
 @click.option("--cases", type=click.Path(path_type=Path, dir_okay=False),
-              help="The training cases (.yaml, .yml, .json or .jsonl); or --env-url.")
+              help="The training cases (.yaml, .yml, .json or .jsonl), or tau2's tasks "
+              "(tau2:airline:train, tau2:airline:test#2,6); or --env-url.")
 @click.option("--eval-cases", type=click.Path(path_type=Path, dir_okay=False),
               help="Held-out cases: evaluated before (baseline) and after (final) "
               "training, and on each proposal's snapshot (candidate).")
@@ -58,6 +60,7 @@ from expgit.runs.build import RunOptions, run_train
 @report_html_option
 @llm_options
 @mcp_options
+@user_model_option
 @budget_options
 @json_option
 @click.pass_context
@@ -70,7 +73,7 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
               mode: str, pr_body: Path | None, report: Path | None,
               remote: str | None, report_html: Path | None, llm_choice: str | None,
               model: str | None, base_url: str | None, concurrency: int,
-              mcp_command: str | None, mcp_url: str | None,
+              mcp_command: str | None, mcp_url: str | None, user_model: str | None,
               max_calls: int | None, max_cost: float | None,
               as_json: bool) -> None:
     """Train the experiences on the --cases FILE: run each case, turn the runs into trajectories (on
@@ -116,7 +119,7 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
     measured = eval_set is not None and candidate_eval and (remote is None or bool(gate))
     gate_settings = make_gate(repo, gate, min_delta, max_regressions, measured=measured)
     with progress_display() as progress:
-        options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
+        options = RunOptions(llm=make_llm_options(llm_choice, model, base_url, user_model),
                              concurrency=concurrency,
                              mode="apply" if mode == "apply" else "propose",
                              pr_body=pr_body, progress=progress, remote=remote,

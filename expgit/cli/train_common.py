@@ -81,11 +81,11 @@ def case_source(cases: Path | None, service: EnvironmentService | None, split: s
     return service.cases(split) if split is not None else None
 
 
-def make_llm_options(llm_choice: str | None, model: str | None, base_url: str | None
-                     ) -> LLMOptions:
+def make_llm_options(llm_choice: str | None, model: str | None, base_url: str | None,
+                     user_model: str | None = None) -> LLMOptions:
     choice: Literal["local", "openai"] | None = (
         "local" if llm_choice == "local" else "openai" if llm_choice == "openai" else None)
-    return LLMOptions(choice=choice, model=model, base_url=base_url)
+    return LLMOptions(choice=choice, model=model, base_url=base_url, user_model=user_model)
 
 
 def budget_options(func: F) -> F:

@@ -15,6 +15,7 @@ from expgit.cli._run_options import (
     make_mcp,
     mcp_options,
     trials_option,
+    user_model_option,
 )
 from expgit.cli.train_common import (
     budget_options,
@@ -34,7 +35,8 @@ from expgit.runs.gate_comment import GATE_MARKER, write_comment
 
 @click.command("eval")
 @click.option("--cases", type=click.Path(path_type=Path, dir_okay=False),
-              help="The cases to evaluate (.yaml, .yml, .json or .jsonl); or --env-url.")
+              help="The cases to evaluate (.yaml, .yml, .json or .jsonl), or tau2's "
+              "tasks (tau2:airline:test, tau2:airline:test#2,6); or --env-url.")
 @env_options
 @click.option("--split", help="With --env-url: the split to evaluate.  [default: eval]")
 @click.option("--report", type=click.Path(path_type=Path, dir_okay=False),
@@ -52,6 +54,7 @@ from expgit.runs.gate_comment import GATE_MARKER, write_comment
 @trials_option
 @llm_options
 @mcp_options
+@user_model_option
 @budget_options
 @json_option
 @click.pass_context
@@ -62,7 +65,7 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
              min_delta: float | None, max_regressions: int | None, comment: Path | None,
              trials: int, llm_choice: str | None,
              model: str | None, base_url: str | None, concurrency: int,
-             mcp_command: str | None, mcp_url: str | None,
+             mcp_command: str | None, mcp_url: str | None, user_model: str | None,
              max_calls: int | None, max_cost: float | None,
              as_json: bool) -> None:
     """Evaluate the experiences on main with CASES: one rollout per case, scored by its
@@ -98,7 +101,7 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
             raise UsageError(f"{flag} needs --compare A B", hint="B is measured against A")
     checked = make_gate(repo, gate, min_delta, max_regressions, measured=bool(compare))
     with progress_display() as progress:
-        options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
+        options = RunOptions(llm=make_llm_options(llm_choice, model, base_url, user_model),
                              concurrency=concurrency, progress=progress, trials=trials,
                              max_calls=max_calls, max_cost=max_cost, gate=checked,
                              announce=print_estimate,

@@ -11,8 +11,9 @@ file runs as a tool-calling conversation with its tools (docs/mcp-tools.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from expgit.errors import UsageError
 from expgit.llm.budget import RunEstimate
 from expgit.llm.port import UsageListener, UsageMeter
+from expgit.llm.structured import StructuredLLM
 from expgit.remote.environment import NoTrainer, RemoteCases
 from expgit.runs import budget as run_budget
 from expgit.runs import provenance as run_provenance
@@ -75,6 +77,7 @@ class LLMOptions:
     choice: Literal["local", "openai"] | None = None
     model: str | None = None
     base_url: str | None = None
+    user_model: str | None = None  # the simulated user's model; None: ``model``
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,23 @@ def open_llm_for(repo: ExperienceRepository, options: RunOptions) -> LLMRuntime:
                        preflight=True)
     run_budget.check_priced(guard.budget, runtime)
     return runtime
+
+
+@contextlib.asynccontextmanager
+async def _user_llm(repo: ExperienceRepository, options: RunOptions, runtime: LLMRuntime
+                    ) -> AsyncIterator[StructuredLLM | None]:
+    """``--user-model``: the simulated user's model on the same endpoint, its calls on
+    the run's meter (and budget); None without it (the user is the agent's model)."""
+    if options.llm.user_model is None:
+        yield None
+        return
+    from expgit.llm.factory import open_llm
+
+    user = open_llm(repo.settings.llm, choice=options.llm.choice,
+                    model=options.llm.user_model, base_url=options.llm.base_url,
+                    meter=runtime.meter)
+    async with user:
+        yield user.structured
 
 
 def _open_planned(repo: ExperienceRepository, options: RunOptions,
@@ -223,7 +243,7 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
         measure=measure, rollouts_here=executor is None, group_size=group_size,
         apply=options.mode == "apply"))
     made_by = run_provenance.of_runtime(runtime, agent)
-    async with runtime:
+    async with runtime, _user_llm(repo, options, runtime) as user_llm:
         _listen(runtime, observer)
         stage = CandidateStage(repo, trials=options.trials, gate=options.gate,
                                apply=options.mode == "apply", usage=runtime.meter.total,
@@ -232,7 +252,8 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
         pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
                                   observer=observer, executor=executor,
                                   publisher=publisher, candidates=stage,
-                                  group_size=group_size, provenance=made_by, tools=tools)
+                                  group_size=group_size, provenance=made_by, tools=tools,
+                                  user_llm=user_llm)
         result = await pipeline.train(
             ListCaseLoader(train_set, batch_size or len(train_set)),
             PipelineContext(max_epochs=epochs, mode=options.mode),
@@ -283,10 +304,10 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
         tools = _tools(repo, options, eval_set)
         plan = run_budget.RunPlan(repo).evals(eval_set, len(commits))
         runtime, estimate = _open_planned(repo, options, plan)
-        async with runtime:
+        async with runtime, _user_llm(repo, options, runtime) as user_llm:
             _listen(runtime, observer)
             pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
-                                      observer=observer, tools=tools)
+                                      observer=observer, tools=tools, user_llm=user_llm)
             results = await evaluate(pipeline)
             report = _report("eval", repo, runtime, options, [r.metrics for r in results],
                              started, estimate)

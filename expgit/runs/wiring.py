@@ -64,7 +64,8 @@ def _ranker(runtime: LLMHandles) -> ExperienceRanker | None:
 def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
                      concurrency: int = 4, top_k: int | None = None,
                      token_budget: int | None = None,
-                     tools: EnvironmentFactory | None = None) -> RoutingRolloutExecutor:
+                     tools: EnvironmentFactory | None = None,
+                     user_llm: StructuredLLM | None = None) -> RoutingRolloutExecutor:
     """The in-process executor of the default chain (also the example environment's):
     single-turn, or tool-calling for the cases a cases file binds to a tool environment
     (``environment:``, limits from ``[train] tool_max_steps`` / ``tool_max_user_turns``);
@@ -86,7 +87,7 @@ def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
     tool_calling = ToolCallingRolloutExecutor(
         runtime.structured, evaluator, single.experiences_for,
         max_steps=train.tool_max_steps, max_user_turns=train.tool_max_user_turns,
-        concurrency=concurrency, repo=repo, default=tools)
+        concurrency=concurrency, repo=repo, default=tools, user_llm=user_llm)
     return RoutingRolloutExecutor(single, tool_calling, every_case=tools is not None)
 
 
@@ -96,7 +97,8 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
                    publisher: RemotePublisher | None = None,
                    candidates: CandidateStage | None = None, group_size: int = 1,
                    provenance: Provenance | None = None,
-                   tools: EnvironmentFactory | None = None
+                   tools: EnvironmentFactory | None = None,
+                   user_llm: StructuredLLM | None = None
                    ) -> OfflinePolicyOptimizationPipeline:
     """The RFC's default chain on ``repo``: single-turn executor with the rubric
     evaluator (unless another ``executor`` is given, e.g. a remote one), trajectory
@@ -115,7 +117,7 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
     evaluator = RubricRolloutEvaluator(llm, repo=repo)
     if executor is None:
         executor = rollout_executor(repo, runtime, concurrency=concurrency, top_k=top_k,
-                                    tools=tools)
+                                    tools=tools, user_llm=user_llm)
     # The embedded model gets tighter output bounds and smaller prompts (its context is
     # 8k tokens and it is slow); API endpoints keep the components' defaults.
     local = bool(getattr(runtime, "is_local", False))

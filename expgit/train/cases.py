@@ -5,7 +5,8 @@ Formats, by file extension:
 * ``.yaml`` / ``.yml`` (YAML, duplicate keys refused) or ``.json``: a list of cases, or a
   mapping ``{cases: [...]}``, optionally with ``environment`` and ``database``: the tool
   environment the cases run in (see :mod:`expgit.train.tools.binding`);
-* ``.jsonl``: one case object per line (blank lines are skipped).
+* ``.jsonl``: one case object per line (blank lines are skipped);
+* not a file: ``tau2:DOMAIN:SPLIT[#IDS]``, tau2-bench's tasks (:mod:`expgit.train.tau2.cases`).
 
 A case is :class:`expgit.train.domain.Case`; each criterion's ``check`` is one of the
 checks of :mod:`expgit.train.checks` (``{type: contains, value: ...}`` etc.). Conveniences,
@@ -36,6 +37,7 @@ from expgit.store.files import read_regular_file
 from expgit.store.yamlload import UniqueKeyLoader
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Case
+from expgit.train.tau2.cases import is_tau2_source, load_tau2_cases
 from expgit.train.tools.binding import bind_cases
 
 _YAML_SUFFIXES = (".yaml", ".yml", ".json")
@@ -148,7 +150,11 @@ def _jsonl_items(path: Path, text: str) -> list[tuple[Any, str]]:
 
 
 def load_cases(path: str | Path) -> list[Case]:
-    """Every case of a YAML/JSON/JSONL cases file; raises InvalidInputError (whole file)."""
+    """Every case of a YAML/JSON/JSONL cases file, or of a case source named by its
+    scheme (``tau2:airline:test``: :mod:`expgit.train.tau2.cases`); raises
+    InvalidInputError (whole file)."""
+    if is_tau2_source(str(path)):
+        return load_tau2_cases(str(path))
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in _YAML_SUFFIXES + _JSONL_SUFFIXES:

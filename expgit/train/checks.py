@@ -1,6 +1,7 @@
 """Rubric criterion checks. All but ``llm_judge`` are pure functions of the answer text,
 or, for the action checks (``db_state``, ``tool_called``, ``tool_not_called``), of the
-tool calls a rollout made and the final state of its tool environment.
+tool calls a rollout made and the final state of its tool environment; ``tau2_reward``
+is tau2-bench's reward of the whole conversation (:mod:`expgit.train.tau2.reward`).
 
 Each check looks at ``target``: the final assistant answer (default) or the whole
 transcript. ``json_field_equals`` and ``numeric`` with a ``path`` parse the target as JSON
@@ -143,11 +144,20 @@ class ToolNotCalledCheck(_Check):
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
+class Tau2RewardCheck(_Check):
+    """tau2-bench's reward of the conversation for task ``task_id`` of ``domain``
+    (:mod:`expgit.train.tau2.reward`; the cases of ``--cases tau2:...`` carry it)."""
+
+    type: Literal["tau2_reward"] = "tau2_reward"
+    domain: Literal["airline"] = "airline"
+    task_id: str
+
+
 ActionCheck = DbStateCheck | ToolCalledCheck | ToolNotCalledCheck
 CriterionCheck = Annotated[
     ContainsCheck | NotContainsCheck | RegexCheck | EqualsCheck | JsonFieldEqualsCheck
-    | NumericCheck | LLMJudgeCheck | DbStateCheck | ToolCalledCheck | ToolNotCalledCheck,
-    Field(discriminator="type")]
+    | NumericCheck | LLMJudgeCheck | DbStateCheck | ToolCalledCheck | ToolNotCalledCheck
+    | Tau2RewardCheck, Field(discriminator="type")]
 
 # A number: "1,000.5" (thousands commas), "2,5" (a decimal comma), or "3.25".
 _NUMBER = re.compile(

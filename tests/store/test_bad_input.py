@@ -426,7 +426,8 @@ def test_json_mode_reports_errors_on_stderr_and_as_an_object(driver: Driver) -> 
     assert json.loads(usage.out)["exit_code"] == 2 and "--state" in usage.err
     assert json.loads(usage.out)["error"] == usage.err.removeprefix("expgit: error: ").strip()
     ok = driver.ok("gradients", "--json")
-    assert json.loads(ok.out) == {"gradients": [], "hidden_merged": 0, "skipped": []} and ok.err == ""
+    assert json.loads(ok.out) == {"gradients": [], "hidden_merged": 0, "skipped": []}
+    assert ok.err == ""
 
 
 NOT_EXPGIT = ("is not an expgit repository: no expgit.toml is committed on main "

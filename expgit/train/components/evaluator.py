@@ -4,7 +4,8 @@ Texts a check looks at (``check.target``): ``final_answer`` = the plain text of 
 assistant message ("" if there is none); ``transcript`` = every message rendered as
 ``role: text`` with tool calls as ``[tool NAME(INPUT) -> STATUS: OUTPUT]``. The action
 checks look at the rollout's completed tool calls and at ``metadata.final_state`` (the
-tool environment's state at the end, recorded by the tool-calling executor).
+tool environment's state at the end, recorded by the tool-calling executor);
+``tau2_reward`` at the whole conversation (:func:`expgit.train.tau2.reward.tau2_result`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from expgit.store.templates import render_prompt
 from expgit.train.checks import (
     DbStateCheck,
     LLMJudgeCheck,
+    Tau2RewardCheck,
     ToolCalledCheck,
     ToolNotCalledCheck,
     run_action_check,
@@ -37,6 +39,7 @@ from expgit.train.domain import (
     TextPart,
     ToolPart,
 )
+from expgit.train.tau2.reward import tau2_result
 
 NO_CHECK = "no check; the environment must evaluate"
 NO_JUDGE = "llm_judge criterion, but no LLM judge is configured"
@@ -120,6 +123,9 @@ def local_results(rollout: Rollout) -> tuple[dict[int, CriterionResult], dict[st
                                              score=0.0, feedback=[NO_CHECK])
             continue
         if isinstance(check, LLMJudgeCheck):
+            continue
+        if isinstance(check, Tau2RewardCheck):
+            results[index] = tau2_result(criterion.name, check, rollout)
             continue
         if isinstance(check, DbStateCheck | ToolCalledCheck | ToolNotCalledCheck):
             calls = [(p.tool_name, p.tool_input) for m in rollout.messages for p in m.parts

@@ -6,7 +6,10 @@ prompt (``prompts/tool_rollout.md.j2``; the same selection as the single-turn
 executor's), the user's turns from the case or a simulated user
 (:mod:`expgit.train.tools.users`), and agent turns (one ``rollout`` call each, with the
 environment's tools) until the agent answers and the user is done, or
-``max_steps`` agent turns, or ``max_user_turns`` user turns. Every tool call is a
+``max_steps`` agent turns, or ``max_user_turns`` user turns (an environment's
+:class:`~expgit.train.tools.environment.Conversation` may set its own limits, its
+agent instructions and the agent's greeting; the user may have its own model,
+``user_llm``). Every tool call is a
 ToolPart of its assistant message with its result; a call of an unknown tool, with
 arguments that are not a JSON object or fail the tool's schema, or whose tool raises,
 gets an error result (``tool_status: error``) that the agent sees. The environment is
@@ -43,6 +46,7 @@ from expgit.train.interfaces import RolloutEvaluator, RolloutExecutor
 from expgit.train.retrieval import ContextItem
 from expgit.train.tools.binding import binding
 from expgit.train.tools.environment import (
+    Conversation,
     EnvironmentFactory,
     ToolEnvironment,
     close_environment,
@@ -97,7 +101,8 @@ class ToolCallingRolloutExecutor:
                  experiences: ExperienceSelector, *, max_steps: int = 30,
                  max_user_turns: int = 10, concurrency: int = 4,
                  repo: ExperienceRepository | None = None,
-                 default: EnvironmentFactory | None = None) -> None:
+                 default: EnvironmentFactory | None = None,
+                 user_llm: StructuredLLM | None = None) -> None:
         if concurrency < 1 or max_steps < 1 or max_user_turns < 1:
             raise UsageError("concurrency, max_steps and max_user_turns must be at least 1")
         self.llm = llm
@@ -108,6 +113,7 @@ class ToolCallingRolloutExecutor:
         self.concurrency = concurrency
         self.repo = repo
         self.default = default
+        self.user_llm = user_llm  # the simulated user's model; None: ``llm``
 
     async def execute(self, cases: Sequence[Case], policy_set: Snapshot,
                       context: ExecutionContext) -> list[Rollout]:
@@ -136,9 +142,11 @@ class ToolCallingRolloutExecutor:
                 check_user_input(case, f"case {case.name!r}")
             env = factory.new()
             metadata["environment"] = bound[0] if bound is not None else "mcp"
+            conversation = getattr(factory, "conversation", None)
             try:
-                metadata["stopped"] = await self._converse(case, policy_set, env, messages,
-                                                           metadata)
+                metadata["stopped"] = await self._converse(
+                    case, policy_set, env, messages, metadata,
+                    conversation if isinstance(conversation, Conversation) else Conversation())
                 metadata["final_state"] = await asyncio.to_thread(env.final_state)
             finally:
                 await asyncio.to_thread(close_environment, env)
@@ -154,10 +162,18 @@ class ToolCallingRolloutExecutor:
                            evaluation=failed_evaluation(case, error))
 
     async def _converse(self, case: Case, policy_set: Snapshot, env: ToolEnvironment,
-                        messages: list[Message], metadata: dict[str, Any]) -> str:
+                        messages: list[Message], metadata: dict[str, Any],
+                        conversation: Conversation) -> str:
         """Runs the conversation into ``messages``; returns why it stopped."""
-        user = user_for(case, self.llm, self.repo)
+        user = user_for(case, self.user_llm or self.llm, self.repo)
+        max_steps = conversation.max_steps or self.max_steps
+        max_user_turns = conversation.max_user_turns or self.max_user_turns
         transcript: list[Turn] = []
+        opening: ToolMessages = []
+        if conversation.greeting:
+            opening.append({"role": "assistant", "content": conversation.greeting})
+            messages.append(Message.text("assistant", conversation.greeting))
+            transcript.append(Turn("agent", conversation.greeting))
         said = await user.next_message(transcript)
         if said is None:
             return "user done"
@@ -167,10 +183,11 @@ class ToolCallingRolloutExecutor:
         # the environment's clock, if it has one
         now = (await asyncio.to_thread(env.final_state)).get("now")
         system, _ = render_prompt("tool_rollout", self.repo, experiences=experiences,
-                                  case=case, now=now if isinstance(now, str) else None)
+                                  case=case, now=now if isinstance(now, str) else None,
+                                  instructions=conversation.instructions)
         schemas = await asyncio.to_thread(env.tool_schemas)
         known = {str(s["function"]["name"]) for s in schemas}
-        chat: ToolMessages = [{"role": "system", "content": system}]
+        chat: ToolMessages = [{"role": "system", "content": system}, *opening]
         user_turns, steps = 0, 0
         while said is not None:
             user_turns += 1
@@ -178,7 +195,7 @@ class ToolCallingRolloutExecutor:
             messages.append(Message.text("user", said))
             transcript.append(Turn("user", said))
             while True:  # agent turns until it answers in text
-                if steps >= self.max_steps:
+                if steps >= max_steps:
                     return "step limit"
                 turn = await self.llm.tools("rollout", chat, schemas, sampling_of(case))
                 steps += 1
@@ -193,7 +210,7 @@ class ToolCallingRolloutExecutor:
                 if not turn.tool_calls:
                     transcript.append(Turn("agent", turn.text))
                     break
-            if user_turns >= self.max_user_turns:
+            if user_turns >= max_user_turns:
                 return "user turn limit"
             said = await user.next_message(transcript)
         return "user done"

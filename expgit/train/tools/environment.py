@@ -61,6 +61,21 @@ class EnvironmentFactory(Protocol):
     def new(self) -> ToolEnvironment: ...
 
 
+@dataclass(frozen=True)
+class Conversation:
+    """How a conversation in an environment differs from the executor's defaults. A
+    factory may have one as its ``conversation`` attribute (tau2's domains do):
+    ``instructions`` heads the agent's system prompt in place of the generic one (the
+    experiences follow, as always), ``greeting`` is the agent's first message, said
+    before the user speaks, and the limits replace ``[train] tool_max_steps`` /
+    ``tool_max_user_turns``."""
+
+    instructions: str | None = None
+    greeting: str | None = None
+    max_steps: int | None = None
+    max_user_turns: int | None = None
+
+
 class EnvironmentKind(Protocol):
     """A named kind of environment (``environment: airline`` in a cases file)."""
 

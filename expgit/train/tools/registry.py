@@ -1,6 +1,8 @@
 """The environments a cases file can name (``environment: airline``), by name.
 
-Built in: ``airline`` (:mod:`expgit.train.tools.airline`). A program registers its own
+Built in: ``airline`` (:mod:`expgit.train.tools.airline`) and ``tau2-airline``
+(:mod:`expgit.train.tau2.environment`, tau2-bench's own domain; its cases come from
+``--cases tau2:airline:SPLIT``). A program registers its own
 kind with :func:`register` before loading cases that name it; a cases file run by the
 CLI names it by import path instead, ``module:attribute`` (an EnvironmentKind object,
 or a class of one), imported when the file is loaded.
@@ -80,7 +82,9 @@ def _builtin() -> None:
     with _LOCK:
         if "airline" in _KINDS:
             return
+    from expgit.train.tau2.environment import TAU2_AIRLINE  # imports its package on use
     from expgit.train.tools.airline import AIRLINE  # its tools load only when needed
 
     with _LOCK:
         _KINDS.setdefault("airline", AIRLINE)
+        _KINDS.setdefault(TAU2_AIRLINE.name, TAU2_AIRLINE)

@@ -3,7 +3,8 @@
 A case's ``input`` names it: ``user_turns`` (a list of messages, said in order, one per
 user turn; the conversation ends after the last), or ``user_instructions`` (text: an
 LLM plays the user from them, one ``user`` call per turn, and ends the conversation by
-answering ``###STOP###``; ``user_query``, if given, is its first message).
+answering ``###STOP###``; ``user_query``, if given, is its first message), or
+``user_scenario`` (a tau2 task's scenario: :class:`ScenarioUser`, tau2's user simulator).
 """
 
 from __future__ import annotations
@@ -62,6 +63,35 @@ class LLMUser:
         return None if not text or STOP in text else text
 
 
+# tau2's user simulator ends the conversation on any of these (src/tau2/user/
+# user_simulator_base.py: STOP, TRANSFER, OUT_OF_SCOPE; user_simulator.py: is_stop).
+TAU2_STOPS = (STOP, "###TRANSFER###", "###OUT-OF-SCOPE###")
+
+
+@dataclass
+class ScenarioUser:
+    """tau2's user simulator: the guidelines and the task's scenario as the system
+    prompt (``prompts/tau2_user.md.j2``), the conversation as a chat with the roles
+    flipped (the agent's messages are the simulator's ``user`` turns), one ``user`` call
+    per turn; a reply holding any of :data:`TAU2_STOPS` ends the conversation. If the
+    agent has not spoken first, the simulator is asked to open."""
+
+    llm: StructuredLLM
+    scenario: str
+    repo: ExperienceRepository | None = None
+
+    async def next_message(self, transcript: Sequence[Turn]) -> str | None:
+        system, opening = render_prompt("tau2_user", self.repo, scenario=self.scenario)
+        chat = [{"role": "system", "content": system}]
+        for turn in transcript:
+            chat.append({"role": "user" if turn.role == "agent" else "assistant",
+                         "content": turn.text})
+        if not transcript or transcript[-1].role != "agent":
+            chat.append({"role": "user", "content": opening})
+        text = (await self.llm.text("user", chat)).strip()
+        return None if not text or any(stop in text for stop in TAU2_STOPS) else text
+
+
 def check_user_input(case: Case, where: str) -> None:
     """InvalidInputError unless the case's input says who the user is."""
     turns = case.input.get("user_turns")
@@ -80,6 +110,9 @@ def user_for(case: Case, llm: StructuredLLM, repo: ExperienceRepository | None =
     turns = case.input.get("user_turns")
     if isinstance(turns, list):
         return ScriptedUser([str(t) for t in turns])
+    scenario = case.input.get("user_scenario")
+    if isinstance(scenario, str):
+        return ScenarioUser(llm, scenario, repo)
     first = case.input.get("user_query")
     return LLMUser(llm, str(case.input.get("user_instructions", "")),
                    first if isinstance(first, str) else None, repo)
