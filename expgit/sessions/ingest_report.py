@@ -46,6 +46,9 @@ class FileReport(BaseModel):
     status_reason: str | None = None
     segmentation: SegmentOutcome | None = None
     truncated_line: int | None = None  # a last line still being written: not read
+    # skill loads the session shows; those naming no skill on main (or none at all)
+    skill_loads: int = 0
+    unknown_skill_loads: int = 0
 
 
 class IngestReport(BaseModel):
@@ -62,6 +65,8 @@ class IngestReport(BaseModel):
     incomplete: list[str] = Field(default_factory=list)
     unrecognized: list[str] = Field(default_factory=list)
     not_read: int = 0
+    skill_loads: int = 0  # of the files read (docs/skill-usage.md)
+    unknown_skill_loads: int = 0  # of those, naming no skill on main, or no name at all
     source: str | None = None  # --from
     folder: str | None = None  # the folder searched
     notes: list[str] = Field(default_factory=list)
