@@ -248,6 +248,9 @@ class SkillSettings(BaseModel):
     scanner: Literal["none", "cisco"] = "none"
     # a file of a skill folder (reference, script, asset) larger than this is refused
     max_file_bytes: int = Field(default=1024 * 1024, gt=0)
+    # `status` names the active skills no ingested session loaded in this many days
+    # (once the sessions span that long; docs/skill-usage.md)
+    stale_days: int = Field(default=30, gt=0)
 
 
 class McpSettings(BaseModel):
