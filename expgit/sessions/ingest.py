@@ -228,8 +228,10 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
             file.skill_loads = len(parsed.skill_loads)
             file.unknown_skill_loads = sum(1 for load in parsed.skill_loads
                                            if load.skill not in known)
+            file.failed_skill_loads = sum(1 for load in parsed.skill_loads if load.failed)
             report.skill_loads += file.skill_loads
             report.unknown_skill_loads += file.unknown_skill_loads
+            report.failed_skill_loads += file.failed_skill_loads
         if manifest is not None and manifest.content_hash == content:
             if (manifest.agent != (agent or manifest.agent) or manifest.format != parsed.format
                     or manifest.models != models or manifest.subagents != unit.subagents

@@ -76,8 +76,8 @@ def evaluation_of(metrics: SegmentMetrics, threshold: float) -> RubricEvaluation
 def loaded_skills(manifest: SessionManifest, segment: SegmentRecord) -> dict[str, object]:
     """The ``experiences_used`` metadata of a segment: the skills loaded in it (each
     once, in order); empty without loads, so a rollout without any is as it was."""
-    names = dict.fromkeys(load.skill for load in manifest.loads_in(segment.start, segment.end)
-                          if load.skill is not None)
+    names = dict.fromkeys(load.loaded for load in manifest.loads_in(segment.start, segment.end)
+                          if load.loaded is not None)
     if not names:
         return {}
     return {USED_KEY: usage_records([UsedExperience(name=name, reason="loaded in the session")

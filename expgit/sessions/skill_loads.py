@@ -4,8 +4,11 @@ normalised messages of every format (docs/skill-usage.md says which signal count
 Two signals, both tool calls (a :class:`~expgit.train.domain.ToolPart`):
 
 * ``skill_tool``: a call of the tool named ``Skill`` (Claude Code's; any format whose log
-  holds such a call); ``input.skill`` names the skill. A call without a usable name is
-  still a load, of no skill (``skill`` None): counted as unknown, never fatal;
+  holds such a call); ``input.skill`` names the skill (``plugin:name`` for a plugin's).
+  A call without a usable name is still a load, of no skill (``skill`` None): counted as
+  unknown, never fatal. A call whose result is an error (Claude Code's answer to a skill
+  it does not have) is kept with ``failed`` true: it loaded nothing, so no usage count
+  or track record takes it;
 * ``skill_file``: a call whose input names a path ``.../skills/<name>/SKILL.md`` (a
   ``Read`` of it, a shell ``cat``/``sed`` of it: Codex, Gemini CLI, Copilot and the others
   that read skills as files). A tool that writes files (``Write``, ``Edit``,
@@ -54,6 +57,14 @@ class SkillLoad(BaseModel):
     at: datetime | None = None
     message_index: int = Field(ge=0)
     via: Literal["skill_tool", "skill_file"] = "skill_tool"
+    # the call's result was an error: nothing was loaded (left out of the JSON if not)
+    failed: bool = Field(default=False, exclude_if=lambda value: not value)
+
+    @property
+    def loaded(self) -> str | None:
+        """The skill this load put in the agent's context: None for a failed call or
+        one that named no skill."""
+        return None if self.failed else self.skill
 
 
 def skill_name(value: object) -> str | None:
@@ -116,7 +127,8 @@ def skill_loads(messages: Sequence[Message], times: Sequence[datetime | None]
                 continue
             if part.tool_name == SKILL_TOOL:
                 loads.append(SkillLoad(skill=skill_name(part.tool_input.get("skill")), at=at,
-                                       message_index=index))
+                                       message_index=index,
+                                       failed=part.tool_status == "error"))
                 continue
             for name in _read_skills(part):
                 if name not in read_this_turn:

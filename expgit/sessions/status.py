@@ -53,8 +53,8 @@ def _summary(manifest: SessionManifest) -> Summary:
         sft_eligible=sum(1 for s in active if s.sft_eligible),
         invalidations=[s.invalidation.proposal_id for s in manifest.segments
                        if s.invalidation is not None and s.invalidation.proposal_id],
-        loads=[[load.skill, load.at.isoformat() if load.at is not None else ""]
-               for load in manifest.skill_loads if load.skill is not None],
+        loads=[[load.loaded, load.at.isoformat() if load.at is not None else ""]
+               for load in manifest.skill_loads if load.loaded is not None],
         started=_day(manifest.started_at), ended=_day(manifest.ended_at))
 
 

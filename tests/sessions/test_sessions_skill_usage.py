@@ -32,9 +32,12 @@ def stamp(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
-def claude_code(session: str, at: datetime, skills: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def claude_code(session: str, at: datetime, skills: list[dict[str, Any]],
+                failing: tuple[int, ...] = ()) -> list[dict[str, Any]]:
     """A Claude Code transcript as it writes one: a user turn, then per Skill input an
-    assistant `Skill` tool_use line and the user line with its tool_result."""
+    assistant `Skill` tool_use line, the user line with its tool_result ("Launching
+    skill: x", or an error for the calls numbered in ``failing``) and the isMeta line
+    with the skill's body that Claude Code adds."""
     base = {"isSidechain": False, "userType": "external", "cwd": "/home/dev/shop",
             "sessionId": session, "version": "2.1.0", "gitBranch": "main"}
     rows: list[dict[str, Any]] = [{**base, "parentUuid": None, "type": "user", "uuid": "u0",
@@ -48,11 +51,22 @@ def claude_code(session: str, at: datetime, skills: list[dict[str, Any]]) -> lis
                                  "model": "claude-sonnet-4-5-20250929", "content": [
                                      {"type": "tool_use", "id": tool_id, "name": "Skill",
                                       "input": skill_input}]}})
+        name = skill_input.get("skill")
+        failed = n in failing
         rows.append({**base, "parentUuid": f"a{n}", "type": "user", "uuid": f"r{n}",
                      "timestamp": stamp(at + timedelta(seconds=n, milliseconds=500)),
                      "message": {"role": "user", "content": [
-                         {"type": "tool_result", "tool_use_id": tool_id,
-                          "content": f"Launching skill: {skill_input.get('skill')}"}]}})
+                         {"type": "tool_result", "tool_use_id": tool_id, "is_error": failed,
+                          "content": f"<tool_use_error>Unknown skill: {name}</tool_use_error>"
+                          if failed else f"Launching skill: {name}"}]},
+                     "toolUseResult": f"Error: Unknown skill: {name}" if failed
+                     else {"success": True, "commandName": name}})
+        if not failed:
+            rows.append({**base, "parentUuid": f"r{n}", "type": "user", "uuid": f"b{n}",
+                         "isMeta": True, "timestamp": rows[-1]["timestamp"],
+                         "message": {"role": "user", "content": [{"type": "text", "text":
+                             f"Base directory for this skill: /home/dev/shop/.claude/skills/"
+                             f"{name}\n\n# {name}\n..."}]}})
     rows.append({**base, "parentUuid": rows[-1]["uuid"], "type": "assistant", "uuid": "end",
                  "timestamp": stamp(at + timedelta(seconds=30)), "message": {
                      "id": "msg_end", "type": "message", "role": "assistant",
@@ -119,21 +133,25 @@ def test_skill_rows_without_a_known_name_are_counted_not_fatal(
         run_cli: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     root = tmp_path / "repo"
     path = write(tmp_path / "s.jsonl", claude_code("3333cccc", NOW, [
-        {"skill": BAGS}, {"args": "no name"}, {"skill": "no-such-skill"},
-        {"skill": "sk-ant-api03-" + "A" * 40}, {"skill": 7}]))
+        {"skill": BAGS, "args": "gold"}, {"args": "no name"}, {"skill": "no-such-skill"},
+        {"skill": "sk-ant-api03-" + "A" * 40}, {"skill": 7}, {"skill": "shop:no-such"},
+        {"skill": REFUNDS}], failing=(3, 7)))
     result = run_cli("-C", root, "sessions", "ingest", path)
     assert result.code == 0, result.err
-    assert "skill loads: 5 (4 naming no skill on main)" in result.out
+    assert "skill loads: 7 (5 naming no skill on main, 2 failed)" in result.out
     report = cli_json(run_cli, root, "sessions", "ingest", str(path))  # unchanged: counted
-    assert (report["skill_loads"], report["unknown_skill_loads"]) == (5, 4)
-    assert report["files"][0]["unknown_skill_loads"] == 4
+    assert (report["skill_loads"], report["unknown_skill_loads"],
+            report["failed_skill_loads"]) == (7, 5, 2)
+    assert report["files"][0]["unknown_skill_loads"] == 5
     [manifest] = SessionStore(seeded_repo).manifests()
     # a name the redactor would change, or not a string, is kept as no name
-    assert [load.skill for load in manifest.skill_loads] == [
-        BAGS, None, "no-such-skill", None, None]
+    assert [(load.skill, load.failed) for load in manifest.skill_loads] == [
+        (BAGS, False), (None, False), ("no-such-skill", True), (None, False),
+        (None, False), ("shop:no-such", False), (REFUNDS, True)]
     skills = cli_json(run_cli, root, "status")["skills"]
-    assert skills["unknown_loads"] == 1  # the named one not on main
+    assert skills["unknown_loads"] == 1  # the named one not on main that did load
     assert skills["usage"][BAGS]["loads_30d"] == 1
+    assert skills["usage"][REFUNDS]["loads"] == 0  # its call failed: nothing loaded
 
 
 def test_codex_reading_a_skill_file_is_a_load(
