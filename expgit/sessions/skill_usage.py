@@ -57,10 +57,10 @@ def usage_of(usage: Usage, name: str, today: date) -> SkillUsage:
 
 
 def skills_usage(repo: ExperienceRepository, rows: list[ExperienceRow],
-                 now: datetime | None = None) -> SkillsUsage:
+                 now: datetime | None = None, usage: Usage | None = None) -> SkillsUsage:
     """The usage of every experience of ``rows`` (the catalog of main), the stale active
-    ones and the history the sessions span."""
-    usage = sessions_usage(repo)
+    ones and the history the sessions span (from ``usage``: else the kept one)."""
+    usage = usage if usage is not None else sessions_usage(repo)
     today = (now or datetime.now(UTC)).astimezone(UTC).date()
     stale_days = repo.settings.skills.stale_days
     span = None

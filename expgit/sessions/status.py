@@ -29,7 +29,7 @@ from expgit.store.derived import keyed_cache_file, read_cache, write_cache
 from expgit.store.repository import ExperienceRepository
 
 __all__ = ["DETAILS_LIMIT", "SessionLine", "SessionsStatus", "Usage", "refresh_checkpoint",
-           "sessions_status", "sessions_usage"]
+           "sessions_ledger", "sessions_status", "sessions_usage"]
 
 DETAILS_LIMIT = 100  # sessions listed in ``details`` unless all are asked for
 _TOTALS_FORMAT = "session-totals-3"
@@ -191,12 +191,20 @@ def sessions_status(repo: ExperienceRepository, *, all_details: bool = False
     return _current(repo, store, tree).status
 
 
+def sessions_ledger(repo: ExperienceRepository) -> Ledger:
+    """The kept status ledger (:func:`sessions_status` without ``all_details``), with the
+    skill usage of the sessions: for a caller that needs both, read once."""
+    store = SessionStore(repo)
+    tree = _folder_tree(repo, store)
+    if tree is None:
+        return _compute(repo, store, None, all_details=False)
+    return _current(repo, store, tree)
+
+
 def sessions_usage(repo: ExperienceRepository) -> Usage:
     """The skill loads of the ingested sessions, by skill and day, and the days they
     span: kept with the status ledger (moved forward by the manifests that changed)."""
-    store = SessionStore(repo)
-    tree = _folder_tree(repo, store)
-    return Usage() if tree is None else _current(repo, store, tree).usage
+    return sessions_ledger(repo).usage
 
 
 def refresh_checkpoint(repo: ExperienceRepository) -> str | None:

@@ -234,3 +234,25 @@ def test_usage_is_folded_per_changed_manifest_as_a_whole_count_gives_it(
     assert sum(n for n, _ in kept.loads[BAGS].values()) == 2
     assert sum(n for n, _ in kept.loads[REFUNDS].values()) == 1
     assert kept != Usage()
+
+
+def test_a_session_ingested_before_loads_were_recorded_gets_them_on_the_next_ingest(
+        seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
+    from expgit.sessions.store import MANIFESTS
+    from expgit.store.sidebranch import fanned
+
+    path = write(tmp_path / "s.jsonl", claude_code("6666ffff", NOW, [{"skill": BAGS}]))
+    asyncio.run(ingest(seeded_repo, [path]))
+    store = SessionStore(seeded_repo)
+    [manifest] = store.manifests()
+    old = manifest.model_dump(mode="json", exclude={"skill_loads", "started_at", "ended_at"})
+    store.branch.write({fanned(MANIFESTS, f"{manifest.session_key}.json"):
+                        json.dumps(old).encode()}, "sessions: as an older expgit wrote it")
+    assert store.manifests()[0].skill_loads == []
+    report = asyncio.run(ingest(seeded_repo, [path]))
+    [file] = report.files
+    assert file.outcome == "changed" and file.segmentation is None  # not segmented again
+    [again] = SessionStore(seeded_repo).manifests()
+    assert [load.skill for load in again.skill_loads] == [BAGS]
+    assert again.started_at == NOW and again.segments == manifest.segments
+    assert asyncio.run(ingest(seeded_repo, [path])).commit is None  # then: unchanged
