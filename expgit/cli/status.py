@@ -71,7 +71,7 @@ def status_lines(repo: ExperienceRepository, s: RepositoryStatus) -> list[str]:
     lines += _lock_lines(repo, s)
     lines.append(f"sessions: {len(s.pending_sessions)} pending of {s.sessions}"
                  + (" (`expgit sessions run` segments them)" if s.pending_sessions else ""))
-    lines += _skill_lines(s.skills)
+    lines += _skill_lines(s.skills) if s.sessions else []  # no session: nothing to say
     run = s.last_run
     lines.append("last run: none measured a proposal" if run is None else
                  f"last run: proposal {run.proposal} ({run.state}) {_when(run.time)}: "

@@ -89,6 +89,7 @@ def cli_json(run_cli: Any, repo: Path, *args: str) -> Any:
 def test_claude_code_skill_calls_show_in_list_usage_and_status(
         run_cli: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     root = tmp_path / "repo"
+    assert "skills:" not in run_cli("-C", root, "status").out  # no session yet: no part
     recent = write(tmp_path / "recent.jsonl", claude_code(
         "1111aaaa", NOW - timedelta(days=2), [{"skill": BAGS}, {"skill": BAGS}]))
     report = cli_json(run_cli, root, "sessions", "ingest", str(recent))
