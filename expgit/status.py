@@ -4,7 +4,9 @@
 * the open proposals, each with its measured effect when training measured it;
 * the open gradients that no open proposal holds (the ones waiting to be merged);
 * the lock: :func:`expgit.store.doctor.diagnose`, the same diagnosis as ``expgit doctor``;
-* the sessions waiting to be segmented (:func:`expgit.sessions.status.sessions_status`);
+* the sessions waiting to be segmented (:func:`expgit.sessions.status.sessions_ledger`);
+* the skills: each one's loads in the ingested sessions, and the active ones no session
+  loaded in ``[skills] stale_days`` (:mod:`expgit.sessions.skill_usage`);
 * the last run: nothing keeps a run's ``--report`` (it is a file the user names), so the
   newest run figures the trainers record in git stand for it: the "Measured effect"
   section training writes into a proposal's description (any state). Read from the
@@ -19,7 +21,9 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
-from expgit.sessions.status import SessionLine, sessions_status
+from expgit.sessions.skill_usage import SkillsUsage, skills_usage
+from expgit.sessions.status import SessionLine, sessions_ledger
+from expgit.store.catalog import catalog
 from expgit.store.doctor import Diagnosis, diagnose
 from expgit.store.gradients import Gradient, list_gradients
 from expgit.store.history import policy_log
@@ -77,6 +81,7 @@ class RepositoryStatus:
     pending_sessions: list[SessionLine] = field(default_factory=list)
     sessions_branch: str = ""
     last_run: LastRun | None = None
+    skills: SkillsUsage | None = None
 
 
 def measured_effect(description: str) -> MeasuredEffect | None:
@@ -115,11 +120,13 @@ def repository_status(repo: ExperienceRepository) -> RepositoryStatus:
     """Everything ``expgit status`` shows; reads only."""
     every = list_proposals(repo, ("open", "applied", "rejected"))
     holding = open_proposal_gradients(repo)
-    sessions = sessions_status(repo)
+    ledger = sessions_ledger(repo)  # read once: the sessions and their skill loads
+    sessions = ledger.status
     return RepositoryStatus(
         branch=repo.settings.main_branch, commit=repo.main_commit(),
         last_update=_last_update(repo),
         proposals=[(p, measured_effect(p.description)) for p in every if p.state == "open"],
         gradients=[g for g in list_gradients(repo, ("open",)) if g.commit not in holding],
         lock=diagnose(repo), sessions=sessions.sessions, pending_sessions=sessions.pending,
-        sessions_branch=sessions.branch, last_run=_last_run(every))
+        sessions_branch=sessions.branch, last_run=_last_run(every),
+        skills=skills_usage(repo, catalog(repo).rows, usage=ledger.usage))

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from expgit.cli._common import emit, epoch, json_option, open_repo, short
 from expgit.store.catalog import ExperienceRow, catalog
 from expgit.store.predictions import PredictionRecords, TrackRecord, prediction_record
 from expgit.train.track_record import ExperienceStats
+
+if TYPE_CHECKING:
+    from expgit.sessions.skill_usage import SkillUsage
 
 
 @click.command("list")
@@ -18,15 +23,20 @@ from expgit.train.track_record import ExperienceStats
                    "(from the trajectories and outcomes branches), and the hit rate of "
                    "the predictions of its edits, also per proposing model (from the "
                    "proposals' trailers).")
+@click.option("--usage", "with_usage", is_flag=True,
+              help="Add each skill's loads in the ingested sessions: on the last 30 days, "
+                   "and the last load (docs/skill-usage.md).")
 @json_option
 @click.pass_context
-def list_cmd(ctx: click.Context, rev: str | None, with_stats: bool, as_json: bool) -> None:
+def list_cmd(ctx: click.Context, rev: str | None, with_stats: bool, with_usage: bool,
+             as_json: bool) -> None:
     """List the experiences on main (or at REV) with status, version and summary.
 
     \b
     Example:
       expgit list
       expgit list --stats
+      expgit list --usage
       expgit list --at main~3 --json
     """
     repo = open_repo(ctx)
@@ -39,6 +49,11 @@ def list_cmd(ctx: click.Context, rev: str | None, with_stats: bool, as_json: boo
 
         stats = experience_stats(repo)
         records = prediction_record(repo)
+    usage: dict[str, SkillUsage] = {}
+    if with_usage:  # imported here too: a plain listing never reads the sessions
+        from expgit.sessions.skill_usage import skills_usage
+
+        usage = skills_usage(repo, rows).usage
 
     def hits(record: TrackRecord) -> str:
         return f"{record.hits}/{record.checked}" if record.checked else "-"
@@ -59,8 +74,12 @@ def list_cmd(ctx: click.Context, rev: str | None, with_stats: bool, as_json: boo
                 lines.append(f"{line} {s.times_used:>5} {s.passed:>5} {s.failed:>5} "
                              f"{s.helpful:>5} {s.harmful:>5} {mean:>5} {hits(record):>5}  "
                              f"{last}")
-            else:
+            elif not with_usage:
                 lines.append(f"{line} {r.problem or r.summary[:70]}")
+            if with_usage:
+                u = usage[r.name]
+                last = f"{u.last_load:%Y-%m-%d %H:%M}" if u.last_load else "-"
+                lines.append(f"{r.name:<44} loads (30 days) {u.loads_30d:>5}  last load {last}")
         if records.by_model:
             lines.append("prediction hits by proposing model: " + ", ".join(
                 f"{model} {hits(record)}" for model, record in sorted(records.by_model.items())))
@@ -75,6 +94,10 @@ def list_cmd(ctx: click.Context, rev: str | None, with_stats: bool, as_json: boo
             used = stats.get(r.name) or ExperienceStats(r.name)
             data["stats"] = used.as_dict() | {"last_used": epoch(used.last_used)} | {
                 "predictions": records.by_experience.get(r.name, TrackRecord()).as_dict()}
+        if with_usage:
+            u = usage[r.name]
+            data["usage"] = {"loads_30d": u.loads_30d, "last_load": epoch(u.last_load),
+                             "loads": u.loads}
         return data
 
     models = {"models": {m: r.as_dict() for m, r in sorted(records.by_model.items())}

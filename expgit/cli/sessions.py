@@ -52,6 +52,9 @@ def _print_ingest(report: IngestReport) -> None:
                    f"{segments}; redacted: {_counts(f.redactions)}")
     for note in report.notes:
         click.echo(f"note: {note}")
+    if report.skill_loads:
+        click.echo(f"skill loads: {report.skill_loads} ({report.unknown_skill_loads} naming "
+                   f"no skill on main, {report.failed_skill_loads} failed)")
     if report.source is not None:
         click.echo(f"{report.source}: {len(report.files)} file(s) read, {report.not_read} "
                    f"unchanged since the last ingest (not read), in {report.folder}")

@@ -7,9 +7,10 @@ from typing import Any
 
 import click
 
-from expgit.cli._common import emit, json_option, open_repo, short, skipped_strays
+from expgit.cli._common import emit, epoch, json_option, open_repo, short, skipped_strays
 from expgit.cli._views import gradient_view, proposal_view
 from expgit.cli.doctor import _view as diagnosis_view
+from expgit.sessions.skill_usage import SkillsUsage
 from expgit.status import MeasuredEffect, RepositoryStatus, repository_status
 from expgit.store.doctor import describe_path
 from expgit.store.lock import describe
@@ -70,6 +71,7 @@ def status_lines(repo: ExperienceRepository, s: RepositoryStatus) -> list[str]:
     lines += _lock_lines(repo, s)
     lines.append(f"sessions: {len(s.pending_sessions)} pending of {s.sessions}"
                  + (" (`expgit sessions run` segments them)" if s.pending_sessions else ""))
+    lines += _skill_lines(s.skills) if s.sessions else []  # no session: nothing to say
     run = s.last_run
     lines.append("last run: none measured a proposal" if run is None else
                  f"last run: proposal {run.proposal} ({run.state}) {_when(run.time)}: "
@@ -77,6 +79,39 @@ def status_lines(repo: ExperienceRepository, s: RepositoryStatus) -> list[str]:
                                              f"{run.effect.cost}"
                                              if run.effect.calls is not None else ""))
     return lines
+
+
+def _skill_lines(skills: SkillsUsage | None) -> list[str]:
+    """The skills part: the most loaded ones, and the stale ones (or why none is named)."""
+    if skills is None or not skills.usage:
+        return []
+    used = sorted(((name, u) for name, u in skills.usage.items() if u.loads),
+                  key=lambda item: (-item[1].loads_30d, item[0]))
+    lines = [f"skills: {len(used)} of {len(skills.usage)} loaded in the ingested sessions"
+             + (f"; {skills.unknown_loads} load(s) of names not on main"
+                if skills.unknown_loads else "")]
+    lines += [f"  {name}: {u.loads_30d} load(s) in {skills.window_days} days, last "
+              + (f"{u.last_load:%Y-%m-%d %H:%M} UTC" if u.last_load else "unknown")
+              for name, u in used[:SHOWN]]
+    lines += _more(len(used))
+    if not skills.enough_history:
+        lines.append(f"  stale: not enough history yet (the sessions span "
+                     f"{skills.span_days or 0} of {skills.stale_days} days)")
+    elif skills.stale:
+        lines.append(f"  stale (no load in {skills.stale_days} days): "
+                     + ", ".join(skills.stale[:20]) + (" ..." if len(skills.stale) > 20 else ""))
+    else:
+        lines.append(f"  stale: none (every active skill loaded in {skills.stale_days} days)")
+    return lines
+
+
+def _skills_view(skills: SkillsUsage | None) -> dict[str, Any] | None:
+    """The skills block of ``--json``: times as whole seconds since the epoch."""
+    if skills is None:
+        return None
+    return skills.model_dump(mode="json", exclude={"usage"}) | {"usage": {
+        name: {"loads_30d": u.loads_30d, "last_load": epoch(u.last_load), "loads": u.loads}
+        for name, u in skills.usage.items()}}
 
 
 def status_view(repo: ExperienceRepository, s: RepositoryStatus) -> dict[str, Any]:
@@ -90,6 +125,7 @@ def status_view(repo: ExperienceRepository, s: RepositoryStatus) -> dict[str, An
         "sessions": {"branch": s.sessions_branch, "sessions": s.sessions,
                      "pending": [line.session for line in s.pending_sessions]},
         "last_run": s.last_run.model_dump() if s.last_run else None,
+        "skills": _skills_view(s.skills),
     }
 
 

@@ -68,7 +68,8 @@ def is_feedback_row(row: Row) -> bool:
             and "role" not in row and "message" not in row)
 
 
-def _time(value: object) -> datetime | None:
+def row_time(value: object) -> datetime | None:
+    """An ISO-8601 time a row carries (a ``timestamp``), None if it is not one."""
     try:
         return _TIME.validate_python(value) if isinstance(value, str) and value else None
     except ValidationError:
@@ -96,7 +97,7 @@ def session_signals_of(messages: Sequence[Message], lines: Sequence[int],
         index = _owner(lines, line)
         if index is None:
             continue
-        if lines[index] == line and (at := _time(row.get("timestamp"))) is not None:
+        if lines[index] == line and (at := row_time(row.get("timestamp"))) is not None:
             times.setdefault(index, at)
         rid = row.get("response_id")
         if (isinstance(rid, str) and rid and messages[index].role == "assistant"

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
@@ -57,6 +58,7 @@ from expgit.sessions.formats_claude_code import (
 from expgit.sessions.formats_codex import CodexFormat, codex_session_id
 from expgit.sessions.formats_openai import OpenAIFormat
 from expgit.sessions.formats_responses import ResponsesFormat
+from expgit.sessions.skill_loads import SkillLoad, message_times, skill_loads, time_span
 from expgit.sessions.transcript_builder import TranscriptBuilder
 from expgit.store.files import read_regular_file
 from expgit.store.jsonl import loads_untrusted
@@ -105,6 +107,18 @@ class ParsedSession(BaseModel):
     agent_id: str | None = None
     parent_tool_id: str | None = None
     task_agents: dict[str, str] = Field(default_factory=dict)
+    # the skills the agent loaded (:mod:`expgit.sessions.skill_loads`), and the times of
+    # the first and last message (their rows' ``timestamp``; None: the log has none)
+    skill_loads: list[SkillLoad] = Field(default_factory=list)
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+    def timed(self, rows: list[tuple[int, Row]]) -> ParsedSession:
+        """This session with its skill loads and time span, read from its ``rows``."""
+        times = message_times(self.message_lines, rows)
+        self.skill_loads = skill_loads(self.messages, times)
+        self.started_at, self.ended_at = time_span(times)
+        return self
 
 
 def detect_format(rows: Iterable[Row]) -> DetectedFormat:
@@ -184,7 +198,8 @@ def parse_session_lines(lines: Iterable[str | bytes],
         line_count=line_count, blank_lines=blank, invalid_lines=sorted(invalid),
         skipped_metadata=metadata, skipped_rows=dict(sorted(builder.skipped.items())),
         reasoning_dropped=builder.reasoning_dropped + builder.unkept_reasoning(),
-        signals=signals, message_models=builder.models(), unrecognized=unrecognized)
+        signals=signals, message_models=builder.models(), unrecognized=unrecognized
+    ).timed(rows)
     if name == "claude_code":
         _add_subagents(parsed, rows)
     return parsed
@@ -211,7 +226,7 @@ def _add_subagents(parsed: ParsedSession, rows: list[tuple[int, Row]]) -> None:
             skipped_rows=dict(sorted(builder.skipped.items())),
             reasoning_dropped=builder.reasoning_dropped + builder.unkept_reasoning(),
             message_models=builder.models(), agent_id=agent,
-            parent_tool_id=by_agent.get(agent) or by_prompt.get(first_user)))
+            parent_tool_id=by_agent.get(agent) or by_prompt.get(first_user)).timed(group))
 
 
 def _excerpt(text: str) -> str:

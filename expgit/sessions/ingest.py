@@ -11,6 +11,8 @@ else sees it, then compare with the session's manifest:
 * changed (grew, or edited): re-segmented from the last segment's start or the first
   changed message (:mod:`expgit.sessions.incremental`); superseded segments that were
   trained get an invalidation proposal (:mod:`expgit.sessions.invalidate`);
+* only its skill loads or times are new to its manifest (one ingested before they were
+  recorded): the manifest gets them, nothing else changes;
 * only its feedback changed (:mod:`expgit.sessions.feedback`): no re-segmentation; each
   segment whose feedback changed is superseded by a new record of the same messages (to
   be labelled and trained again; invalidated as above if it was trained).
@@ -29,6 +31,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 from expgit.errors import InvalidInputError, NotRegularFileError
@@ -36,7 +39,7 @@ from expgit.llm.structured import StructuredLLM
 from expgit.sessions.discovery import with_subagent_files
 from expgit.sessions.feedback import redact_signals
 from expgit.sessions.fingerprint import fingerprint, hash_id
-from expgit.sessions.formats import FORMATS, SessionFormat
+from expgit.sessions.formats import FORMATS, ParsedSession, SessionFormat
 from expgit.sessions.incremental import (
     Resegmented,
     apply_segmentation,
@@ -65,8 +68,10 @@ from expgit.sessions.segmenter import (
     TaskSegmenter,
     topic_of,
 )
+from expgit.sessions.skill_loads import SkillLoad
 from expgit.sessions.status import refresh_checkpoint
 from expgit.sessions.store import SessionChanges, SessionStore
+from expgit.store.catalog import catalog
 from expgit.store.repository import ExperienceRepository
 from expgit.train.domain import Message
 from expgit.train.redaction import document_names, redact_messages
@@ -115,6 +120,22 @@ async def settle(repo: ExperienceRepository, manifest: SessionManifest, change: 
                 segment.invalidation = record
             if record.proposal_id:
                 outcome.invalidation_proposals.append(record.proposal_id)
+
+
+def skill_names(repo: ExperienceRepository) -> frozenset[str | None]:
+    """The names of the experiences on main: the skills a load can name."""
+    return frozenset(row.name for row in catalog(repo).rows)
+
+
+def _timed(session: SessionManifest | ParsedSession
+           ) -> tuple[list[SkillLoad], datetime | None, datetime | None]:
+    return session.skill_loads, session.started_at, session.ended_at
+
+
+def _set_timed(manifest: SessionManifest, parsed: ParsedSession) -> None:
+    """``manifest`` given the skill loads and time span of its ``parsed`` file."""
+    manifest.skill_loads = list(parsed.skill_loads)
+    manifest.started_at, manifest.ended_at = parsed.started_at, parsed.ended_at
 
 
 def manifest_stat(manifest: SessionManifest) -> tuple[int, int] | None:
@@ -169,6 +190,7 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
         for unit in session_units(source.path, source.parsed):
             unit.stat = source.stat
             units.append(unit)
+    known: frozenset[str | None] | None = None  # the names on main, read once if needed
     for unit in units:
         path, parsed, key = unit.path, unit.parsed, unit.key
         messages, counts = redact_messages(parsed.messages,
@@ -201,13 +223,24 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
             truncated_line=parsed.truncated_line)
         report.files.append(file)
         report.invalid_lines += len(parsed.invalid_lines)
+        if parsed.skill_loads:
+            known = known if known is not None else skill_names(repo)
+            file.skill_loads = len(parsed.skill_loads)
+            file.unknown_skill_loads = sum(1 for load in parsed.skill_loads
+                                           if load.skill not in known)
+            file.failed_skill_loads = sum(1 for load in parsed.skill_loads if load.failed)
+            report.skill_loads += file.skill_loads
+            report.unknown_skill_loads += file.unknown_skill_loads
+            report.failed_skill_loads += file.failed_skill_loads
         if manifest is not None and manifest.content_hash == content:
             if (manifest.agent != (agent or manifest.agent) or manifest.format != parsed.format
-                    or manifest.models != models or manifest.subagents != unit.subagents):
+                    or manifest.models != models or manifest.subagents != unit.subagents
+                    or _timed(manifest) != _timed(parsed)):
                 file.outcome = "changed"  # the same messages: no new segmentation
                 changes.put(manifest, base)
                 manifest.agent, manifest.format = agent or manifest.agent, parsed.format
                 manifest.models, manifest.subagents = models, unit.subagents
+                _set_timed(manifest, parsed)
             if unit.stat is not None and unit.stat != manifest_stat(manifest):
                 changes.put(manifest, base)  # touched, the same messages: note it
                 manifest.source_size, manifest.source_mtime_ns = unit.stat
@@ -239,6 +272,7 @@ async def ingest(repo: ExperienceRepository, files: Sequence[Path], *,
         manifest.message_count, manifest.content_hash = len(messages), content
         manifest.models, manifest.subagents = models, unit.subagents
         manifest.parent_tool_id = manifest.parent_tool_id or parsed.parent_tool_id
+        _set_timed(manifest, parsed)
         if unit.stat is not None:
             manifest.source_size, manifest.source_mtime_ns = unit.stat
         manifest.invalid_lines = len(parsed.invalid_lines)

@@ -18,10 +18,16 @@ Session status:
 (:mod:`expgit.sessions.feedback`), by message index; None for a session file without
 feedback rows. They are part of ``content_hash`` and of the fingerprint of each segment
 with feedback, so feedback added later gives new segments, labelled again.
+
+``skill_loads``: each load of an Agent Skill the session shows, ``{skill, at,
+message_index, via}`` (:mod:`expgit.sessions.skill_loads`), with ``started_at`` and
+``ended_at``: what ``list --usage`` and ``status`` count (kept per manifest blob in the
+sessions status ledger, so the counts cost what changed, not every session).
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from expgit.outcomes.signals import SessionSignals
 from expgit.sessions.feedback import FeedbackLabel
 from expgit.sessions.metrics import SegmentMetrics
+from expgit.sessions.skill_loads import SkillLoad
 
 SessionStatus = Literal["pending", "segmented", "labelled"]
 SegmentStatus = Literal["active", "superseded"]
@@ -124,6 +131,15 @@ class SessionManifest(_Model):
     # found again with both unchanged is not read (``sessions ingest --from``)
     source_size: int | None = None
     source_mtime_ns: int | None = None
+    # the skills the agent loaded (:mod:`expgit.sessions.skill_loads`), and the times
+    # of its first and last message (None: its log has no times)
+    skill_loads: list[SkillLoad] = Field(default_factory=list)
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+    def loads_in(self, start: int, end: int) -> list[SkillLoad]:
+        """The skill loads made by messages ``start`` .. ``end - 1``."""
+        return [load for load in self.skill_loads if start <= load.message_index < end]
 
     def model_of(self, start: int, end: int) -> str | None:
         """The model whose span covers most of messages ``start`` .. ``end - 1``."""

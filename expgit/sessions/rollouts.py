@@ -15,6 +15,11 @@ result per response with the evidence of its label, the outcome records in
 ``metadata.response_outcomes``) and its signals in the metadata (``message_stamps``,
 ``feedback_events``), as ``train-rollouts --evaluator feedback`` reads them.
 
+The skills the session loaded within the segment (:mod:`expgit.sessions.skill_loads`)
+are its ``experiences_used`` (reason ``loaded in the session``; none: the key is left
+out), so its outcome counts in each such skill's track record (``list --stats``, what
+``review`` shows), as a run's does for the experiences in its context.
+
 The rollout is a pure function of the segment record and its messages, so its
 trajectory id (the content address on the trajectories branch) and thus the evidence
 URI its gradients cite are too (:func:`evidence_uri`).
@@ -38,6 +43,8 @@ from expgit.train.domain import (
     RubricCriterion,
     RubricEvaluation,
 )
+from expgit.train.experience_usage import KEY as USED_KEY
+from expgit.train.experience_usage import UsedExperience, usage_records
 from expgit.train.trajectory_store import TrajectoryStore, rollout_id
 
 REQUEST_CHARS = 2000
@@ -66,6 +73,17 @@ def evaluation_of(metrics: SegmentMetrics, threshold: float) -> RubricEvaluation
         metadata={"source": "session-metrics"})
 
 
+def loaded_skills(manifest: SessionManifest, segment: SegmentRecord) -> dict[str, object]:
+    """The ``experiences_used`` metadata of a segment: the skills loaded in it (each
+    once, in order); empty without loads, so a rollout without any is as it was."""
+    names = dict.fromkeys(load.loaded for load in manifest.loads_in(segment.start, segment.end)
+                          if load.loaded is not None)
+    if not names:
+        return {}
+    return {USED_KEY: usage_records([UsedExperience(name=name, reason="loaded in the session")
+                                     for name in names])}
+
+
 def _feedback_rollout(manifest: SessionManifest, segment: SegmentRecord,
                       messages: Sequence[Message], label: FeedbackLabel) -> Rollout:
     rubric = Rubric(
@@ -87,6 +105,7 @@ def _feedback_rollout(manifest: SessionManifest, segment: SegmentRecord,
         metadata={"source": "session", "segment_fingerprint": segment.fingerprint,
                   "session": manifest.session_key, "agent": manifest.agent,
                   **({"agent_model": segment.agent_model} if segment.agent_model else {}),
+                  **loaded_skills(manifest, segment),
                   **(signals.model_dump(mode="json", exclude_none=True) if signals else {})})
 
 
@@ -113,7 +132,8 @@ def segment_rollout(manifest: SessionManifest, segment: SegmentRecord,
         evaluation=evaluation_of(metrics, threshold),
         metadata={"source": "session", "segment_fingerprint": segment.fingerprint,
                   "session": manifest.session_key, "agent": manifest.agent,
-                  **({"agent_model": segment.agent_model} if segment.agent_model else {})})
+                  **({"agent_model": segment.agent_model} if segment.agent_model else {}),
+                  **loaded_skills(manifest, segment)})
 
 
 def evidence_uri(repo: ExperienceRepository, rollout: Rollout) -> str:

@@ -10,22 +10,30 @@ sessions is a 24 MB answer."""
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
 from expgit.errors import ConflictError, GitError
 from expgit.sessions import status_checkpoint
 from expgit.sessions.manifest import SessionManifest
-from expgit.sessions.status_ledger import Ledger, SessionLine, SessionsStatus, Summary, advance
+from expgit.sessions.status_ledger import (
+    Ledger,
+    SessionLine,
+    SessionsStatus,
+    Summary,
+    Usage,
+    advance,
+)
 from expgit.sessions.store import KIND_TRAILER, MANIFESTS, SessionStore
 from expgit.store.derived import keyed_cache_file, read_cache, write_cache
 from expgit.store.repository import ExperienceRepository
 
-__all__ = ["DETAILS_LIMIT", "SessionLine", "SessionsStatus", "refresh_checkpoint",
-           "sessions_status"]
+__all__ = ["DETAILS_LIMIT", "SessionLine", "SessionsStatus", "Usage", "refresh_checkpoint",
+           "sessions_ledger", "sessions_status", "sessions_usage"]
 
 DETAILS_LIMIT = 100  # sessions listed in ``details`` unless all are asked for
-_TOTALS_FORMAT = "session-totals-2"
-_CACHE_FORMAT = "session-status-2"
+_TOTALS_FORMAT = "session-totals-3"
+_CACHE_FORMAT = "session-status-3"
 # past this many changed manifests a status is counted whole (and the per-manifest
 # rows brought up to date) rather than moved forward one change at a time
 _ADVANCE_LIMIT = 5000
@@ -44,7 +52,14 @@ def _summary(manifest: SessionManifest) -> Summary:
         memory_eligible=sum(1 for s in active if s.memory_eligible),
         sft_eligible=sum(1 for s in active if s.sft_eligible),
         invalidations=[s.invalidation.proposal_id for s in manifest.segments
-                       if s.invalidation is not None and s.invalidation.proposal_id])
+                       if s.invalidation is not None and s.invalidation.proposal_id],
+        loads=[[load.loaded, load.at.isoformat() if load.at is not None else ""]
+               for load in manifest.skill_loads if load.loaded is not None],
+        started=_day(manifest.started_at), ended=_day(manifest.ended_at))
+
+
+def _day(at: datetime | None) -> str | None:
+    return at.date().isoformat() if at is not None else None
 
 
 def _named_summaries(repo: ExperienceRepository, store: SessionStore
@@ -94,7 +109,8 @@ def _compute(repo: ExperienceRepository, store: SessionStore, tree: str | None, 
         details=[_line(s.line) for _, s in shown], details_truncated=len(shown) < len(lines))
     return Ledger.model_construct(tree=tree or "", status=status,
                                   detail_names=[name for name, _ in shown],
-                                  pending_names=[name for name, _ in pending])
+                                  pending_names=[name for name, _ in pending],
+                                  usage=Usage.of(summaries))
 
 
 def _advance(repo: ExperienceRepository, store: SessionStore, kept: Ledger, tree: str
@@ -173,6 +189,22 @@ def sessions_status(repo: ExperienceRepository, *, all_details: bool = False
     if tree is None:
         return _compute(repo, store, None, all_details=all_details).status
     return _current(repo, store, tree).status
+
+
+def sessions_ledger(repo: ExperienceRepository) -> Ledger:
+    """The kept status ledger (:func:`sessions_status` without ``all_details``), with the
+    skill usage of the sessions: for a caller that needs both, read once."""
+    store = SessionStore(repo)
+    tree = _folder_tree(repo, store)
+    if tree is None:
+        return _compute(repo, store, None, all_details=False)
+    return _current(repo, store, tree)
+
+
+def sessions_usage(repo: ExperienceRepository) -> Usage:
+    """The skill loads of the ingested sessions, by skill and day, and the days they
+    span: kept with the status ledger (moved forward by the manifests that changed)."""
+    return sessions_ledger(repo).usage
 
 
 def refresh_checkpoint(repo: ExperienceRepository) -> str | None:

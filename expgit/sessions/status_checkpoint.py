@@ -25,7 +25,7 @@ from expgit.sessions.status_ledger import Ledger
 from expgit.sessions.store import SessionStore
 
 PATH = "status.json"
-FORMAT = "sessions-status-checkpoint-1"
+FORMAT = "sessions-status-checkpoint-2"  # 2: the ledger holds the skill usage
 EVERY = 1000  # sessions, and changed manifests since the last checkpoint, before a new one
 MAX_BYTES = 8 * 2 ** 20  # a larger checkpoint (a huge pending list) is neither written nor read
 

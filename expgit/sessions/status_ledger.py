@@ -57,10 +57,13 @@ class Summary:
     memory_eligible: int
     sft_eligible: int
     invalidations: list[str]
+    loads: list[list[str]]  # its named skill loads: [skill, ISO time or ""]
+    started: str | None  # the day (YYYY-MM-DD) of its first and last message, if known
+    ended: str | None
 
     def row(self) -> list[object]:
         return [self.line, self.superseded, self.memory_eligible,
-                self.sft_eligible, self.invalidations]
+                self.sft_eligible, self.invalidations, self.loads, self.started, self.ended]
 
     def count(self, name: str, from_line: bool) -> int:
         value = self.line[name] if from_line else getattr(self, name)
@@ -71,11 +74,16 @@ class Summary:
         """The summary a cache row holds, None if it is not one (checked field by field:
         cheaper than a model validation, 100,000 times)."""
         # plain type tests, no generator: 100,000 rows a status (bool is not an int here)
-        if not (type(row) is list and len(row) == 5 and type(row[0]) is dict
+        if not (type(row) is list and len(row) == 8 and type(row[0]) is dict
                 and type(row[1]) is int and type(row[2]) is int and type(row[3]) is int
-                and type(row[4]) is list):
+                and type(row[4]) is list and type(row[5]) is list
+                and (row[6] is None or type(row[6]) is str)
+                and (row[7] is None or type(row[7]) is str)):
             return None
-        line, invalidations = row[0], row[4]
+        line, invalidations, loads = row[0], row[4], row[5]
+        if loads and not all(type(load) is list and len(load) == 2 and type(load[0]) is str
+                             and type(load[1]) is str for load in loads):
+            return None
         if not (line.keys() == LINE_FIELDS
                 and type(line["messages"]) is int and type(line["segments"]) is int
                 and type(line["labelled"]) is int and type(line["trained"]) is int
@@ -85,17 +93,79 @@ class Summary:
                 and (line["status_reason"] is None or type(line["status_reason"]) is str)
                 and (not invalidations or all(type(i) is str for i in invalidations))):
             return None
-        return cls(line, row[1], row[2], row[3], row[4])
+        return cls(line, row[1], row[2], row[3], row[4], loads, row[6], row[7])
+
+
+class Usage(BaseModel):
+    """The skill loads of every session of a folder, by skill and day (``""``: loads of
+    a log without times), with the days the sessions start and end on: what the usage
+    counts need (:mod:`expgit.sessions.skill_usage`), in a size that follows the skills
+    and the days, not the sessions."""
+
+    loads: dict[str, dict[str, tuple[int, str]]] = Field(default_factory=dict)  # [n, last]
+    starts: dict[str, int] = Field(default_factory=dict)  # day -> sessions starting then
+    ends: dict[str, int] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, summaries: list[Summary]) -> Usage:
+        """The usage of a whole folder's ``summaries``."""
+        usage = cls()
+        ok = usage.fold([(None, s) for s in summaries])
+        assert ok  # nothing is taken away
+        return usage
+
+    def fold(self, changes: list[tuple[Summary | None, Summary | None]]) -> bool:
+        """Apply ``changes`` (each a manifest's summary before and after) in place;
+        False when the result cannot be told from the kept figures (a load taken away
+        was the last of its day, which other loads of that day still hold, or a count
+        would go below zero): the caller then counts the folder whole."""
+        loads: Counter[tuple[str, str]] = Counter()
+        starts: Counter[str] = Counter()
+        ends: Counter[str] = Counter()
+        for before, after in changes:  # net: a grown session gives back its loads
+            for summary, sign in ((before, -1), (after, 1)):
+                if summary is None:
+                    continue
+                for skill, at in summary.loads:
+                    loads[(skill, at)] += sign
+                if summary.started is not None:
+                    starts[summary.started] += sign
+                if summary.ended is not None:
+                    ends[summary.ended] += sign
+        for (skill, at), delta in sorted(loads.items(), key=lambda item: item[1] < 0):
+            if delta == 0:
+                continue
+            days = self.loads.setdefault(skill, {})
+            day = at[:10]
+            count, last = days.get(day, (0, ""))
+            count += delta
+            if count < 0 or (delta < 0 and count > 0 and at >= last):
+                return False
+            if count == 0:
+                del days[day]
+                if not days:
+                    del self.loads[skill]
+            else:
+                days[day] = (count, max(last, at) if delta > 0 else last)
+        for kept, counts in ((self.starts, starts), (self.ends, ends)):
+            for day, delta in counts.items():
+                kept[day] = kept.get(day, 0) + delta
+                if kept[day] < 0:
+                    return False
+                if kept[day] == 0:
+                    del kept[day]
+        return True
 
 
 class Ledger(BaseModel):
     """The status of the manifests folder ``tree``, with the file name of each line in
-    ``details`` and ``pending`` (in the same order)."""
+    ``details`` and ``pending`` (in the same order), and its skill ``usage``."""
 
     tree: str
     status: SessionsStatus
     detail_names: list[str]
     pending_names: list[str]
+    usage: Usage  # required: a ledger kept before loads were counted is not used
 
     @classmethod
     def from_cache(cls, entries: dict[str, Any] | None) -> Ledger | None:
@@ -149,6 +219,9 @@ def advance(kept: Ledger, steps: list[Step], tree: str, *, limit: int) -> Ledger
                 details[name] = line
     if sessions < 0 or any(v < 0 for v in [*totals.values(), *by_status.values()]):
         return None
+    usage = kept.usage.model_copy(deep=True)
+    if not usage.fold([(before, after) for _, before, after in steps]):
+        return None
     names = sorted(details)
     if bound is None and len(names) != sessions:
         return None  # the kept listing was not the whole folder after all
@@ -163,4 +236,4 @@ def advance(kept: Ledger, steps: list[Step], tree: str, *, limit: int) -> Ledger
         pending=[pending[n] for n in pending_names],
         details=[details[n] for n in shown], details_truncated=len(shown) < sessions)
     return Ledger.model_construct(tree=tree, status=status, detail_names=shown,
-                                  pending_names=pending_names)
+                                  pending_names=pending_names, usage=usage)

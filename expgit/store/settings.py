@@ -264,6 +264,9 @@ class SkillSettings(BaseModel):
         if len(set(value)) != len(value):
             raise ValueError("names a file twice")
         return value
+    # `status` names the active skills no ingested session loaded in this many days
+    # (once the sessions span that long; docs/skill-usage.md)
+    stale_days: int = Field(default=30, gt=0)
 
 
 class McpSettings(BaseModel):

@@ -145,6 +145,8 @@ def test_the_workflow_commands(driver: Driver, seeded_repo: ExperienceRepository
     assert applied["proposal"] == proposal["id"]
     shape("list", driver("list", "--json"))
     shape("list --stats", driver("list", "--stats", "--json"))
+    usage = shape("list --usage", driver("list", "--usage", "--json"))
+    assert {"loads_30d", "last_load", "loads"} == set(usage["experiences"][0]["usage"])
     shape("show", driver("show", BAGS, "--json"))
     context = shape("context", driver("context", "free checked bags", "--top-k", "1",
                                       "--json"))
@@ -207,7 +209,8 @@ def test_every_json_command_has_a_row_and_a_check() -> None:
                 with_json.add(f"{entry.name} {sub}".strip())
     _, rows = documented()
     # a row per variant: "review PROPOSAL", "review GRADIENT", "list --stats"
-    labels = {label.split()[0] if label.startswith("review") or label == "list --stats"
+    labels = {label.split()[0] if label.startswith("review")
+                  or label in ("list --stats", "list --usage")
               else label for label in rows}
     assert with_json == labels
     here = Path(__file__).read_text()

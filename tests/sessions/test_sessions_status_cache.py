@@ -54,7 +54,7 @@ def test_status_reads_manifests_once_and_follows_changes(seeded_repo: Experience
     # a corrupt cache file: ignored and written anew
     cache.write_text("{not json")
     assert status(run_cli, path, "--all") == first
-    assert json.loads(cache.read_text())["format"] == "session-status-2"
+    assert json.loads(cache.read_text())["format"] == "session-status-3"
     # a new session: its manifest is a new blob, summarised; the others come from the cache
     more = run_cli("-C", path, "sessions", "ingest", SESSIONS / "fourth-bag-thumbs-down.jsonl",
                    "--agent", "bot")
