@@ -12,7 +12,10 @@ secret, copying ``[train] max_copied_words`` words of its case or trajectory, wh
 rationale, summary or body is junk (``degenerate``), holding a prompt-injection payload
 (``injection``), whose change is only cosmetic, or that removes half an experience's body
 or more (``collapse``) (:mod:`expgit.train.lesson_guard`); a shorter copy is noted in
-the gradient's rationale (and so in the PR body). Rationales are redacted.
+the gradient's rationale (and so in the PR body). Rationales are redacted. In the skills
+layout the reply's summary is named ``description`` (the SKILL.md key it becomes), the
+guards hold it to the spec too, a skill name the spec refuses is dropped (``skill_name``),
+and a created experience is a new ``<root>/<name>/SKILL.md``.
 """
 
 from __future__ import annotations
