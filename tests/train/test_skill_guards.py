@@ -39,8 +39,8 @@ WIDE = EditLimits(summary_chars=1900, max_edits=4)  # a description past 1,024 f
 
 @pytest.fixture
 def skills(tmp_path: Path) -> ExperienceRepository:
-    init_repository(tmp_path / "repo", seed=skills_seed(EXAMPLE, tmp_path))
-    return ExperienceRepository.open(tmp_path / "repo")
+    init_repository(tmp_path / "skills-repo", seed=skills_seed(EXAMPLE, tmp_path))
+    return ExperienceRepository.open(tmp_path / "skills-repo")
 
 
 def refused(**fields: Any) -> LessonRefused:
@@ -155,3 +155,24 @@ def test_the_merge_guards_skills_and_writes_new_ones_as_folders(
     content = result.items[0].after_content or ""
     assert parse_experience(content, "skills/pets-in-cabin/SKILL.md").front_matter.summary \
         == GOOD
+
+
+@pytest.mark.parametrize("layout", ["flat", "skills"])
+def test_the_estimate_prompt_speaks_the_repositorys_layout(
+        layout: str, seeded_repo: ExperienceRepository, skills: ExperienceRepository) -> None:
+    repo = skills if layout == "skills" else seeded_repo
+    model = ScriptedChatModel([Step("estimate", json.dumps({"edits": []}))])
+    est = ExperienceGradientEstimator(repo, StructuredLLM(model, UsageMeter()),
+                                      FixedRanker(BAGGAGE))
+    asyncio.run(est.estimate(analysis_for(repo), repo.snapshot(), PipelineContext()))
+    system = model.calls[0][1][0]["content"]
+    schema = json.dumps(model.calls[0][2])
+    skill_words = ("Agent Skills format", '"description"', "Use when", "Verify:",
+                   "/<name>/SKILL.md", '"claude" or "anthropic"', "64 characters")
+    if layout == "skills":
+        assert all(w in system for w in skill_words), system
+        assert '"description"' in schema and '"summary"' not in schema
+    else:  # the flat wording, as before
+        assert not any(w in system for w in skill_words), system
+        assert '"summary", "tags"' in system and "experiences/<name>.md" in system
+        assert '"summary"' in schema and '"description"' not in schema
