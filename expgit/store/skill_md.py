@@ -101,15 +101,23 @@ def check_skill_name(name: str, path: str) -> None:
                                     f"{word!r}, which Anthropic's skill validators refuse")
 
 
-def _check_description(text: str, path: str) -> None:
+def description_problem(text: str) -> str | None:
+    """Why ``text`` is no SKILL.md description the spec and Anthropic's validators take
+    ("description is ..."), or None."""
     if not text.strip():
-        raise InvalidInputError(f"{path}: description is empty; say what the skill does "
-                                "and when to use it")
+        return "description is empty; say what the skill does and when to use it"
     if len(text) > DESCRIPTION_MAX:
-        raise InvalidInputError(f"{path}: description is {len(text)} characters long; the "
-                                f"Agent Skills spec allows at most {DESCRIPTION_MAX}")
+        return (f"description is {len(text)} characters long; the Agent Skills spec "
+                f"allows at most {DESCRIPTION_MAX}")
     if _XML_TAG.search(text):
-        raise InvalidInputError(f"{path}: description contains an XML tag")
+        return "description contains an XML tag"
+    return None
+
+
+def _check_description(text: str, path: str) -> None:
+    found = description_problem(text)
+    if found is not None:
+        raise InvalidInputError(f"{path}: {found}")
 
 
 def to_fields(data: Mapping[str, Any], raw: str, path: str

@@ -187,9 +187,12 @@ def render(name: str, repo: ExperienceRepository | None = None, *,
 def render_prompt(name: str, repo: ExperienceRepository | None = None, *,
                   templates_at: str | None = None, **context: Any) -> tuple[str, str]:
     """(system, user) messages from ``prompts/<name>.md.j2``, which defines the blocks
-    ``system`` and ``user``; a repository may override the file like any template."""
+    ``system`` and ``user``; a repository may override the file like any template.
+    Every prompt's context has ``layout``: the repository's, ``"flat"`` or ``"skills"``
+    (the prompts that ask for edits describe the Agent Skills format in the latter)."""
     env = environment(repo, templates_at=templates_at)
     path = f"prompts/{name}.md.j2"
+    context.setdefault("layout", repo.settings.layout if repo is not None else "flat")
     try:
         blocks = _prompt_blocks(env.get_template(path), context)
     except (jinja2.TemplateError, UnicodeDecodeError) as exc:

@@ -41,9 +41,10 @@ def body_form(body: str) -> list[str]:
 
 
 def only_cosmetic(current: str, new: str, path: str = "") -> bool:
-    """Whether ``new`` differs from ``current`` (two texts of one experience file) and
-    only in form (see the module docstring); False when either cannot be parsed (the
-    other checks refuse it)."""
+    """Whether ``new`` differs from ``current`` (two texts of one experience file at
+    ``path``, which tells a SKILL.md, whose description is the summary) and only in form
+    (see the module docstring); False when either cannot be parsed (the other checks
+    refuse it)."""
     if current == new:
         return False
     try:
@@ -51,6 +52,7 @@ def only_cosmetic(current: str, new: str, path: str = "") -> bool:
     except InvalidInputError:
         return False
     return (_front_form(old_exp.front_matter) == _front_form(new_exp.front_matter)
+            and old_exp.spec_fields == new_exp.spec_fields
             and body_form(old_exp.body) == body_form(new_exp.body))
 
 

@@ -56,13 +56,15 @@ LINE_REPEATS = 3
 DISTINCT_MIN_WORDS = 24
 DISTINCT_TRIGRAMS = 0.4
 
-# What the prompts show besides their headings: the reply's field names, the roles of a
-# transcript, and the body skeleton the edit rules describe ("# <Title>", "When:
-# <situation>", "Procedure:", "Pitfalls:").
+# What the prompts show besides their headings: the reply's field names (``description``
+# is the summary's in the skills layout), the roles of a transcript, and the body
+# skeleton the edit rules describe ("# <Title>", "When: <situation>", "Procedure:",
+# "Pitfalls:"; "Verify:" in the skills layout, a heading of the prompts).
 FIXED_ECHOES = frozenset({
     "title", "outcome", "summary", "key steps", "key_steps", "mistakes", "lessons",
     "retrieval anchor", "retrieval_anchor", "edits", "name", "action", "rationale",
     "tags", "body", "confidence", "items", "gradient ids", "gradient_ids", "system",
+    "description",
     "user", "assistant", "tool", "when", "procedure", "pitfalls", "situation",
     "estimatededit", "estimateoutput", "mergeitem", "mergeoutput", "analyzeoutput",
     "reflectoutput", "defs", "properties", "json", "none", "null", "n/a", "todo"})

@@ -11,7 +11,10 @@
   (:mod:`expgit.train.degeneracy`; the headings include those of the experiences the
   prompt showed), a summary that is an account of one run, a summary or a body of fewer
   than :data:`SUMMARY_WORDS` / :data:`BODY_WORDS` words, or an edit's rationale of fewer
-  than :data:`RATIONALE_WORDS`;
+  than :data:`RATIONALE_WORDS`; in the skills layout the summary is a SKILL.md's
+  ``description``, junk too past the spec (over 1,024 characters, an XML tag);
+* a skill name the Agent Skills rules refuse (``skill_name``, :func:`check_skill_name`:
+  over 64 characters, outside the spec's charset, "claude" or "anthropic" in it);
 * noise (``cosmetic``, :func:`check_change`): a change of whitespace, quotes, list style
   or YAML style only (:mod:`expgit.train.cosmetic`);
 * context collapse (``collapse``, :func:`check_change`): an update that removes half or
@@ -44,6 +47,8 @@ from expgit.resources import data_dir
 from expgit.store.changes import body_loss
 from expgit.store.injection import injection_problem
 from expgit.store.redact import redact_text, secrets_in
+from expgit.store.skill_md import check_skill_name as check_spec_name
+from expgit.store.skill_md import description_problem
 from expgit.train.cosmetic import only_cosmetic
 from expgit.train.degeneracy import enough_words, headings_of, problem, summary_problem
 
@@ -52,6 +57,7 @@ DEGENERATE = "degenerate"
 COSMETIC = "cosmetic"
 COLLAPSE = "collapse"
 INJECTION = "injection"
+SKILL_NAME = "skill_name"
 DEGENERATE_REPLY = "degenerate reply (only junk; the reasons are in the rejected edits)"
 RATIONALE_WORDS = 3  # the fewest words of an edit's rationale that can say why
 BODY_WORDS = 4  # the fewest words of a body that can state a rule
@@ -61,7 +67,7 @@ _NAME = re.compile(r"^name:\s*([a-z0-9-]+)\s*$", re.M)
 
 class LessonRefused(InvalidInputError):
     """A lesson refused by the guard; ``kind``: ``refused_secret``, ``refused_copy``,
-    ``injection``, ``degenerate``, ``cosmetic`` or ``collapse``."""
+    ``injection``, ``degenerate``, ``cosmetic``, ``collapse`` or ``skill_name``."""
 
     def __init__(self, message: str, kind: str) -> None:
         super().__init__(message)
@@ -129,11 +135,11 @@ def prompt_echoes() -> frozenset[str]:
 
 def written_problem(field: str, text: str, *, prose: bool = True, keywords: bool = False,
                     shown: frozenset[str] = frozenset()) -> str | None:
-    """``"the <field>: <why>"`` when ``text`` is degenerate (a summary: also an account of
-    one run), else None. ``shown``: more headings the prompt showed (those of the
+    """``"the <field>: <why>"`` when ``text`` is degenerate (a summary or a description:
+    also an account of one run), else None. ``shown``: more headings the prompt showed (those of the
     experiences in it, :func:`headings_shown`) that the text may not only echo."""
     echoes = prompt_echoes() | shown
-    found = (summary_problem(text, echoes=echoes) if field == "summary"
+    found = (summary_problem(text, echoes=echoes) if field in ("summary", "description")
              else problem(text, echoes=echoes, prose=prose, keywords=keywords))
     return None if found is None else f"the {field}: {found}"
 
@@ -148,18 +154,23 @@ def headings_shown(texts: Iterable[str | None]) -> frozenset[str]:
 
 def check_written(*, rationale: str, summary: str, body: str,
                   rationale_required: bool = True,
-                  shown: frozenset[str] = frozenset()) -> None:
+                  shown: frozenset[str] = frozenset(), skills: bool = False) -> None:
     """Raise LessonRefused (``degenerate``) when a lesson's rationale, summary or body is
     junk (``shown``: see :func:`written_problem`); its summary too short to say when and
     what (fewer than :data:`SUMMARY_WORDS` real words) or its body to state a rule (fewer
     than :data:`BODY_WORDS`); or (``rationale_required``) its rationale says nothing
-    (fewer than :data:`RATIONALE_WORDS`). The message quotes the junk, redacted."""
-    found = None
-    for field, text in (("rationale", rationale), ("summary", summary), ("body", body)):
+    (fewer than :data:`RATIONALE_WORDS`). ``skills``: the summary is a SKILL.md's
+    description, named so, and junk too past the spec's bounds (over 1,024 characters,
+    an XML tag: :func:`expgit.store.skill_md.description_problem`). The message quotes
+    the junk, redacted."""
+    what = "description" if skills else "summary"
+    spec = description_problem(summary) if skills and summary else None
+    found = None if spec is None else f"the {spec}"
+    for field, text in (("rationale", rationale), (what, summary), ("body", body)):
         found = found or written_problem(field, text, shown=shown)
     short = [("rationale", rationale, RATIONALE_WORDS if rationale_required else 0,
               "say why"),
-             ("summary", summary, SUMMARY_WORDS, "say when and what to do"),
+             (what, summary, SUMMARY_WORDS, "say when and what to do"),
              ("body", body, BODY_WORDS, "state a rule")]
     for field, text, least, purpose in short:
         if found is None and (text.strip() or field == "rationale") \
@@ -170,13 +181,23 @@ def check_written(*, rationale: str, summary: str, body: str,
         raise LessonRefused(f"degenerate: {redact_text(found)[0]}", DEGENERATE)
 
 
-def check_change(current: str | None, new: str) -> None:
+def check_skill_name(name: str, path: str) -> None:
+    """Raise LessonRefused (``skill_name``) when ``name`` breaks the Agent Skills rules
+    for a name (its would-be SKILL.md ``path`` named): over 64 characters, not lowercase
+    letters, digits and single hyphens, "claude" or "anthropic" in it."""
+    try:
+        check_spec_name(name, path)
+    except InvalidInputError as exc:
+        raise LessonRefused(f"refused: {exc.message}", SKILL_NAME) from None
+
+
+def check_change(current: str | None, new: str, path: str = "") -> None:
     """Raise LessonRefused when ``new`` changes ``current`` (the file as it is, None for a
-    new file) only in form (``cosmetic``), or removes half its body or more
-    (``collapse``)."""
+    new file; ``path``: the file's, which tells a SKILL.md) only in form (``cosmetic``),
+    or removes half its body or more (``collapse``)."""
     if current is None:
         return
-    if only_cosmetic(current, new):
+    if only_cosmetic(current, new, path):
         raise LessonRefused("cosmetic: the change is only whitespace, quotes, list or YAML "
                             "style", COSMETIC)
     loss = body_loss(current, new)

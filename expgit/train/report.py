@@ -78,7 +78,8 @@ class RunReport(BaseModel):
     # items, trajectories and trajectory lines dropped as junk; ``cosmetic``: edits and
     # merge items that changed only the form of a file; ``collapse``: those that removed
     # half or more of an experience's body; ``injection``: those that held a prompt
-    # injection payload (expgit/train/lesson_guard.py)
+    # injection payload; ``skill_name``: those naming a skill as the Agent Skills rules
+    # do not allow (expgit/train/lesson_guard.py)
     redactions: dict[str, int] = Field(default_factory=dict)
     # the LLM calls that failed, by stage and cause; and why the run stopped calling
     # early (a dead endpoint, the per-run deadline, the budget), None if it did not

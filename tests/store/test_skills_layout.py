@@ -4,24 +4,21 @@ validator (``agentskills validate`` from skills-ref)."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
-import sys
-import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Driver, git, repo_state
+from skills_support import agentskills_validate
 
 from expgit.errors import InvalidInputError
 from expgit.init import init_repository
 from expgit.store.experience import new_experience, parse_experience
 from expgit.store.repository import ExperienceRepository
 
-AGENTSKILLS = Path(sys.executable).parent / "agentskills"
 FLAKY = "fix-flaky-tests"
 REFUND = "refund-rules"
 FLAKY_MD = f"""---
@@ -78,17 +75,7 @@ def blob(d: Driver, path: str, rev: str = "main") -> str | None:
 def agentskills_validate_main(d: Driver, tmp: Path) -> list[str]:
     """Check out main's tree with ``git archive`` and run the reference validator on
     every skill folder of it; return the folders checked."""
-    archive = subprocess.run(["git", "-C", str(d.path), "archive", "main"],
-                             capture_output=True, check=True).stdout
-    out = tmp / "archive"
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(out, filter="data")
-    folders = sorted(p.parent for p in (out / "skills").glob("*/SKILL.md"))
-    for folder in folders:
-        proc = subprocess.run([str(AGENTSKILLS), "validate", str(folder)],
-                              capture_output=True, text=True)
-        assert proc.returncode == 0, (folder.name, proc.stdout, proc.stderr)
-    return [f.name for f in folders]
+    return agentskills_validate(d.path, "main", tmp / "archive")
 
 
 def test_a_skills_repository_end_to_end(skills: Driver, tmp_path: Path) -> None:

@@ -12,7 +12,10 @@ secret, copying ``[train] max_copied_words`` words of its case or trajectory, wh
 rationale, summary or body is junk (``degenerate``), holding a prompt-injection payload
 (``injection``), whose change is only cosmetic, or that removes half an experience's body
 or more (``collapse``) (:mod:`expgit.train.lesson_guard`); a shorter copy is noted in
-the gradient's rationale (and so in the PR body). Rationales are redacted.
+the gradient's rationale (and so in the PR body). Rationales are redacted. In the skills
+layout the reply's summary is named ``description`` (the SKILL.md key it becomes), the
+guards hold it to the spec too, a skill name the spec refuses is dropped (``skill_name``),
+and a created experience is a new ``<root>/<name>/SKILL.md``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from typing import Any
 from expgit.errors import ExpgitError, InvalidInputError
 from expgit.git.executor import run_git
 from expgit.llm.structured import StructuredLLM
-from expgit.store.experience import NAME_MAX
 from expgit.store.gradients import Gradient, GradientRequest, propose
 from expgit.store.predictions import VALUE_CHARS, prediction
 from expgit.store.provenance import TRAINER_MODEL, Provenance
@@ -36,6 +38,7 @@ from expgit.train.components.llm_fields import (
     compose_experience,
     fence,
     fits,
+    name_max,
 )
 from expgit.train.components.llm_outputs import EstimatedEdit, EstimateOutput, estimate_output
 from expgit.train.context import PipelineContext
@@ -45,6 +48,7 @@ from expgit.train.lesson_guard import (
     LessonRefused,
     check_change,
     check_lesson,
+    check_skill_name,
     check_written,
     count_degenerate_reply,
     headings_shown,
@@ -190,14 +194,16 @@ class ExperienceGradientEstimator:
                 if best <= 0 or score >= train.relevance_floor * best]
 
     def edit_limits(self) -> EditLimits:
-        """The bounds of the edits, the body capped to the repository's token budget."""
-        return self.limits.for_budget(self.repo.settings.token_budget)
+        """The bounds of the edits, the body capped to the repository's token budget, for
+        its layout (the skills layout: the reply's summary field is ``description``)."""
+        settings = self.repo.settings
+        return self.limits.for_budget(settings.token_budget).for_layout(settings.layout)
 
     def rules(self, limits: EditLimits) -> dict[str, object]:
         """The prompts' ``rules``: the bounds an edit must keep."""
         settings = self.repo.settings
         return {"root": settings.experiences_root, "token_budget": settings.token_budget,
-                "name_max": NAME_MAX, "name_words": limits.name_words,
+                "name_max": name_max(limits), "name_words": limits.name_words,
                 "max_edits": limits.max_edits, "body_chars": limits.body_chars,
                 "summary_chars": limits.summary_chars, "max_tags": limits.max_tags,
                 "rationale_chars": limits.rationale_chars,
@@ -235,7 +241,10 @@ class ExperienceGradientEstimator:
         for edit in edits:
             try:
                 check_written(rationale=edit.rationale, summary=edit.summary,
-                              body="" if edit.action == "delete" else edit.body, shown=shown)
+                              body="" if edit.action == "delete" else edit.body, shown=shown,
+                              skills=self.repo.layout.skills)
+                if self.repo.layout.skills and edit.action != "delete":
+                    check_skill_name(edit.name, self.repo.path_of(edit.name))
                 note = check_lesson([edit.name, edit.summary, *edit.tags, edit.body], sources,
                                     settings.train.max_copied_words)
                 rationale = self.redactor.text(edit.rationale)
@@ -287,8 +296,9 @@ class ExperienceGradientEstimator:
             return GradientRequest(name=name, delete=True, rationale=edit.rationale,
                                    evidence=[uri], confidence=edit.confidence)
         current = snapshot.entries[name].text if action == "update" else None
+        path = self.repo.path_of(name)
         content = compose_experience(name, current, summary=edit.summary, tags=edit.tags,
-                                     body=edit.body, path=self.repo.path_of(name))
-        check_change(current, content)
+                                     body=edit.body, path=path)
+        check_change(current, content, path)
         return GradientRequest(name=name, content=content, rationale=edit.rationale,
                                evidence=[uri], confidence=edit.confidence)

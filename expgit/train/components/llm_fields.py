@@ -31,10 +31,13 @@ from pydantic import BaseModel, BeforeValidator, Field
 
 from expgit.errors import InvalidInputError
 from expgit.store.experience import NAME_MAX, new_experience, parse_experience
+from expgit.store.skill_md import NAME_MAX as SKILL_NAME_MAX
+from expgit.store.skill_md import is_skill_path
 
 BODY_CHARS_MAX = 1800  # below llama.cpp's limit of 2000 repetitions, with a margin
 FRONT_MATTER_CHARS = 600  # room kept for the front matter within the token budget
 CHARS_PER_TOKEN = 3  # conservative, for prompt budgets (SmolLM2: about 3.1 on prompts)
+DESCRIPTION = "description"
 _FENCED = re.compile(r"^\s*(`{3,}|~{3,})[\w-]*\n(.*?)\n\1\s*$", re.S)
 
 
@@ -53,6 +56,9 @@ class EditLimits:
     name_words: int = 12  # a name: up to this many words of up to word_chars characters
     word_chars: int = 40
     allow_delete: bool = True  # False: the action enums leave "delete" out
+    # the skills layout: the edit's summary is the SKILL.md's ``description``, and the
+    # reply's field is named so (:func:`summary_field`)
+    skills: bool = False
 
     @property
     def name_pattern(self) -> str:
@@ -69,6 +75,16 @@ class EditLimits:
         matter) and below llama.cpp's limit."""
         body = min(self.body_chars, token_budget * 4 - FRONT_MATTER_CHARS, BODY_CHARS_MAX)
         return replace(self, body_chars=max(body, 200))
+
+    def for_layout(self, kind: str) -> EditLimits:
+        """These limits for a repository of layout ``kind`` ("flat" or "skills")."""
+        return replace(self, skills=kind == "skills")
+
+    @property
+    def summary_key(self) -> str:
+        """The name of the summary field in the reply: ``description`` in the skills
+        layout (the SKILL.md key it becomes), else ``summary``."""
+        return DESCRIPTION if self.skills else "summary"
 
 
 @dataclass(frozen=True)
@@ -151,6 +167,20 @@ def soft_list(item_chars: int, max_items: int) -> Any:
     """A list of strings, each clipped to ``item_chars``, the list to ``max_items``."""
     return Annotated[list[soft_text(item_chars)], _clip_list(max_items),  # type: ignore[misc]
                      Field(max_length=max_items)]
+
+
+def summary_field(limits: EditLimits) -> tuple[Any, Any]:
+    """The ``summary`` field of an edit reply model (``create_model``'s ``(type,
+    default)``): a soft text, named ``description`` in the reply (and its JSON Schema)
+    in the skills layout, where it becomes the SKILL.md's description."""
+    text = soft_text(limits.summary_chars)
+    return (text, Field(alias=DESCRIPTION) if limits.skills else ...)
+
+
+def name_max(limits: EditLimits) -> int:
+    """The longest name the prompts allow: the Agent Skills spec's 64 characters in the
+    skills layout (a longer one is dropped by the lesson guard), else expgit's."""
+    return SKILL_NAME_MAX if limits.skills else NAME_MAX
 
 
 def name_field(limits: EditLimits) -> Any:
@@ -254,19 +284,24 @@ def clean_tags(tags: list[str]) -> list[str]:
 def compose_experience(name: str, current: str | None, *, summary: str, tags: list[str],
                        body: str, path: str) -> str:
     """The file an edit describes. ``current`` None: a new active experience (with an
-    empty body but a summary, the body is a title and the summary). Otherwise the
-    current file with its front matter kept (verbatim when summary and tags are
-    unchanged); an empty ``summary``, ``tags`` or ``body`` keeps the current one.
-    Raises InvalidInputError (a new file with neither body nor summary, an unreadable
-    current file)."""
+    empty body but a summary, the body is a title and the summary), an Agent Skills
+    SKILL.md when ``path`` is one (the skills layout: the summary is its description,
+    which a new skill must have). Otherwise the current file with its front matter kept
+    (verbatim when summary and tags are unchanged); an empty ``summary``, ``tags`` or
+    ``body`` keeps the current one. Raises InvalidInputError (a new file with neither
+    body nor summary, a new skill without a description, an unreadable current file)."""
     body = normalise_body(body)
     summary = " ".join(summary.split())
     tags = clean_tags(tags)
     if current is None:
+        skill = is_skill_path(path)
+        if skill and not summary:
+            raise InvalidInputError("a new skill needs a description: what it does and "
+                                    "when to use it")
         if not body and not summary:
             raise InvalidInputError("a new experience needs a body (or at least a summary)")
         body = body or f"# {name.replace('-', ' ').capitalize()}\n\n{summary}\n"
-        return new_experience(name, body, summary=summary, tags=tags).render()
+        return new_experience(name, body, summary=summary, tags=tags, skill=skill).render()
     exp = parse_experience(current, path)
     changes: dict[str, Any] = {}
     if summary and summary != exp.front_matter.summary:

@@ -24,6 +24,7 @@ from expgit.train.components.llm_fields import (
     soft_list,
     soft_text,
     strip_titles,
+    summary_field,
 )
 
 GRADIENT_ID_CHARS = 16  # a gradient id is 12 hex digits; an unsaved one "local-N"
@@ -113,7 +114,7 @@ def estimate_output(limits: EditLimits) -> type[EstimateOutput]:
         "EstimatedEdit", __base__=EstimatedEdit, name=(name_field(limits), ...),
         action=(actions, ...),
         rationale=(soft_text(limits.rationale_chars, min_length=1), ...),
-        summary=(soft_text(limits.summary_chars), ...),
+        summary=summary_field(limits),
         tags=(soft_list(limits.tag_chars, limits.max_tags), ...),
         body=(body_field(limits.body_chars), ...))
     return create_model("EstimateOutput", __base__=EstimateOutput,
@@ -130,7 +131,7 @@ def merge_output(limits: EditLimits, max_ids: int) -> type[MergeOutput]:
         action=(actions, ...),
         gradient_ids=(soft_list(GRADIENT_ID_CHARS, min(max_ids, limits.max_ids)), ...),
         rationale=(soft_text(limits.rationale_chars), ...),
-        summary=(soft_text(limits.summary_chars), ...),
+        summary=summary_field(limits),
         tags=(soft_list(limits.tag_chars, limits.max_tags), ...),
         body=(body_field(limits.body_chars), ...))
     return create_model("MergeOutput", __base__=MergeOutput,
@@ -142,7 +143,7 @@ def compress_output(limits: EditLimits) -> type[CompressOutput]:
     """The compress reply model with ``limits`` in its fields (and JSON Schema)."""
     item = create_model(
         "CompressedFile", __base__=CompressedFile, name=(name_field(limits), ...),
-        summary=(soft_text(limits.summary_chars), ...),
+        summary=summary_field(limits),
         body=(body_field(limits.body_chars), ...))
     return create_model("CompressOutput", __base__=CompressOutput,
                         items=(list[item], Field(max_length=limits.max_items)))  # type: ignore[valid-type]

@@ -78,7 +78,7 @@ async def within_budget(repo: ExperienceRepository, llm: StructuredLLM, limits: 
             path = repo.path_of(item.name)
             try:
                 check_written(rationale="", rationale_required=False, summary=item.summary,
-                              body=item.body)
+                              body=item.body, skills=limits.skills)
                 content = compose_experience(
                     item.name, accepted[item.name].content, summary=item.summary,
                     tags=[], body=item.body, path=path)

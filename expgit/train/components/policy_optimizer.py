@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from expgit.errors import InvalidInputError
 from expgit.llm.structured import StructuredLLM
 from expgit.store.changes import unified_diff
-from expgit.store.experience import NAME_MAX, check_experience
+from expgit.store.experience import check_experience
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
 from expgit.store.templates import render_prompt
@@ -32,6 +32,7 @@ from expgit.train.components.llm_fields import (
     compose_experience,
     fence,
     fits,
+    name_max,
 )
 from expgit.train.components.llm_outputs import (
     CompressOutput,
@@ -47,6 +48,7 @@ from expgit.train.lesson_guard import (
     LessonRefused,
     check_change,
     check_lesson,
+    check_skill_name,
     check_written,
     count_degenerate_reply,
     headings_shown,
@@ -82,7 +84,8 @@ class PatchMergePolicyOptimizer:
         self.redactor = redactor or Redactor()
         self.llm = llm
         self.ranker: ExperienceRanker = ranker or LexicalRanker()
-        self.limits = (limits or EditLimits()).for_budget(repo.settings.token_budget)
+        self.limits = (limits or EditLimits()).for_budget(
+            repo.settings.token_budget).for_layout(repo.settings.layout)
         self.similar_experiences = similar_experiences
         self.prompt_tokens = prompt_tokens
 
@@ -146,7 +149,8 @@ class PatchMergePolicyOptimizer:
         similar = [{"name": e.name, "path": e.path, "text": nl(state[e.name]),
                     "fence": fence(state[e.name] or "")}
                    for e in ranked if e.name not in targets and state.get(e.name)][:limit]
-        rules = {"root": root, "token_budget": settings.token_budget, "name_max": NAME_MAX,
+        rules = {"root": root, "token_budget": settings.token_budget,
+                 "name_max": name_max(limits),
                  "name_words": limits.name_words, "body_chars": limits.body_chars,
                  "summary_chars": limits.summary_chars, "max_tags": limits.max_tags,
                  "max_items": limits.max_items, "allow_delete": limits.allow_delete,
@@ -182,9 +186,10 @@ class PatchMergePolicyOptimizer:
                 if name in accepted:
                     raise InvalidInputError("a second item for the same experience")
                 upsert = item.action != "delete"
+                skills = self.repo.layout.skills
                 check_written(rationale=item.rationale, rationale_required=False,
                               summary=item.summary if upsert else "",
-                              body=item.body if upsert else "", shown=shown)
+                              body=item.body if upsert else "", shown=shown, skills=skills)
                 content = None
                 if item.action == "delete":
                     if state.get(name) is None:
@@ -193,11 +198,13 @@ class PatchMergePolicyOptimizer:
                     check_lesson([name, item.summary, *item.tags, item.body], [],
                                  self.repo.settings.train.max_copied_words)
                     path = self.repo.path_of(name)
+                    if skills:
+                        check_skill_name(name, path)
                     content = compose_experience(name, state.get(name), summary=item.summary,
                                                  tags=item.tags, body=item.body, path=path)
                     if content == state.get(name):
                         raise InvalidInputError("upsert identical to the current file")
-                    check_change(state.get(name), content)
+                    check_change(state.get(name), content, path)
                     check_experience(content, path, name, sys.maxsize)
             except InvalidInputError as exc:
                 if isinstance(exc, LessonRefused):
