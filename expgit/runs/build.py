@@ -47,6 +47,7 @@ from expgit.train.phase_metrics import (
 from expgit.train.pipeline import OfflinePolicyOptimizationPipeline, PipelineObserver
 from expgit.train.remote_push import RemotePublisher
 from expgit.train.report import RunReport, UsageReport
+from expgit.train.skill_evals import SkillCases, check_skill_evals
 from expgit.train.tools.environment import EnvironmentFactory
 from expgit.train.tools.users import check_user_input
 
@@ -64,7 +65,9 @@ class RunObserver(PipelineObserver, UsageListener, Protocol):
 
 
 ObserverFactory = Callable[[dict[str, int]], RunObserver]
-CaseSource = Path | RemoteCases  # a cases file, or a split of an environment service
+# a cases file, a skill's evals (``--cases skill:NAME``), or a split of an environment
+# service
+CaseSource = Path | SkillCases | RemoteCases
 NO_LLM = "none here: the environment service runs the rollouts"  # a remote eval's report
 
 
@@ -163,9 +166,11 @@ def _listen(runtime: LLMRuntime, observer: RunObserver | None) -> None:
         runtime.meter.listener = observer
 
 
-async def _cases(source: CaseSource, trials: int = 1) -> list[Case]:
+async def _cases(repo: ExperienceRepository, source: CaseSource, trials: int = 1
+                 ) -> list[Case]:
     """The cases, each ``trials`` times in a row (repeated eval trials)."""
-    cases = load_cases(source) if isinstance(source, Path) else await source.load()
+    cases = (load_cases(source) if isinstance(source, Path) else source.load(repo)
+             if isinstance(source, SkillCases) else await source.load())
     return [case for case in cases for _ in range(trials)]
 
 
@@ -185,7 +190,7 @@ async def _remote_executor(repo: ExperienceRepository, source: CaseSource,
                            options: RunOptions) -> tuple[RolloutExecutor | None, str | None]:
     """The service's executor when the cases are remote (checked first: /health), and
     the agent model it runs (None: the rollouts run here)."""
-    if isinstance(source, Path):
+    if not isinstance(source, RemoteCases):
         return None, None
     health = await source.service.check()
     return (source.service.executor(repo, max_in_flight=options.concurrency),
@@ -210,8 +215,11 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
     group_size = check_group_size(options.group_size, repo.settings.train.group_size)
     publisher = _publisher(repo, options)
     executor, agent = await _remote_executor(repo, cases, options)
-    train_set = await _cases(cases)
-    eval_set = await _cases(eval_cases, options.trials) if eval_cases is not None else None
+    train_set = await _cases(repo, cases)
+    eval_set = (await _cases(repo, eval_cases, options.trials) if eval_cases is not None
+                else None)
+    if eval_set and measure:  # the changed skills' evals will be measured: read them now
+        check_skill_evals(repo, repo.main_commit())
     tools = _tools(repo, options, train_set, eval_set) if executor is None else None
     started = time.monotonic()
     totals = {"train_epoch": len(train_set) * group_size,
@@ -260,7 +268,7 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
     revisions = list(compare) if compare is not None else [at]
     commits = [repo.commit(rev) if rev is not None else None for rev in revisions]
     executor, agent = await _remote_executor(repo, cases, options)
-    eval_set = await _cases(cases, options.trials)
+    eval_set = await _cases(repo, cases, options.trials)
     started = time.monotonic()
     loader = ListCaseLoader(eval_set, batch_size or len(eval_set))
     observer = _observer(options, {"eval": len(eval_set), "candidate_eval": len(eval_set)})

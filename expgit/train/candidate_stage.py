@@ -103,7 +103,8 @@ class CandidateStage:
                             + f": its candidate eval failed: {exc.message}")
         report = compare(pid, baseline, candidate, self.trials, self.gate)
         report.skill_lifts = await proposal_skill_lifts(
-            self.repo, evaluate, proposal, skill_evals, epoch, self.trials)
+            self.repo, evaluate, proposal.base, proposal.commit, skill_evals, epoch,
+            self.trials)
         report.gate = gate_skill_lifts(self.gate, report)
         predicted = await asyncio.to_thread(gradient_predictions, self.repo,
                                             proposal.gradient_commits)

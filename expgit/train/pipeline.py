@@ -20,8 +20,8 @@ from expgit.errors import ExpgitError, InvalidInputError
 from expgit.store.repository import ExperienceRepository
 from expgit.train.candidate import summarize
 from expgit.train.candidate_stage import CandidateStage, Evaluate
-from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.cases import ListCaseLoader
+from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.domain import (
     Case,
     Rollout,

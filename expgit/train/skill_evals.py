@@ -25,6 +25,7 @@ import asyncio
 import math
 import re
 from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -38,6 +39,7 @@ from expgit.store.skill_evals_file import SkillEval, SkillEvals, has_evals, read
 from expgit.train.candidate import SkillLift, compare
 from expgit.train.checks import CriterionCheck
 from expgit.train.domain import Case, Rollout, Rubric, RubricCriterion, TextPart
+from expgit.train.report import lift_line
 
 _CHECK = TypeAdapter(CriterionCheck)
 _QUOTED = r"\s+(?:\"(?P<dq>[^\"]*)\"|'(?P<sq>[^']*)'|“(?P<cq>[^”]*)”)\s*\.?\s*$"
@@ -129,16 +131,6 @@ def measure_lift(skill: str, evals_file: str, baseline: Sequence[Rollout],
                      baseline=figures.baseline, candidate=figures.candidate,
                      delta=figures.delta, delta_ci=figures.delta_ci,
                      errors=sum(1 for r in [*baseline, *candidate] if r.error))
-
-
-def lift_line(lift: SkillLift) -> str:
-    low, high = lift.delta_ci
-    b, c = lift.baseline, lift.candidate
-    return (f"skill {lift.skill}: {lift.candidate_config} {c.passed}/{c.cases * c.trials} "
-            f"({c.accuracy * 100:.2f}%) vs {lift.baseline_config} {b.passed}/"
-            f"{b.cases * b.trials} ({b.accuracy * 100:.2f}%), lift "
-            f"{lift.delta * 100:+.2f}pp [{low * 100:+.2f}, {high * 100:+.2f}]"
-            + (f"; {lift.errors} rollouts failed: undecided" if lift.errors else ""))
 
 
 # ------------------------------------------------------------------------ benchmark.json
@@ -239,6 +231,37 @@ def changed_skill_evals(repo: ExperienceRepository, proposal: Proposal
     return found
 
 
+def check_skill_evals(repo: ExperienceRepository, commit: str) -> int:
+    """Read every skill's evals at ``commit`` (a malformed one: InvalidInputError, file and
+    case), before a run that may measure them starts a model; how many skills have them."""
+    if not repo.layout.skills:
+        return 0
+    found = 0
+    for skill in repo.snapshot(commit).names():
+        if has_evals(repo, commit, skill):
+            eval_cases(read_skill_evals(repo, skill, commit))
+            found += 1
+    return found
+
+
+@dataclass(frozen=True)
+class SkillCases:
+    """``--cases skill:NAME``: the evals of skill NAME on ``main``, as cases."""
+
+    skill: str
+
+    @classmethod
+    def parse(cls, spec: str) -> SkillCases | None:
+        """The skill a cases spec names (``skill:NAME``), or None for a file."""
+        return cls(spec.removeprefix(SKILL_PREFIX)) if spec.startswith(SKILL_PREFIX) else None
+
+    def load(self, repo: ExperienceRepository) -> list[Case]:
+        return eval_cases(read_skill_evals(repo, self.skill, repo.main_commit()))
+
+
+SKILL_PREFIX = "skill:"
+
+
 class EvaluateCases(Protocol):
     def __call__(self, commit: str, phase: str, epoch: int,
                  cases: Sequence[Case] | None = None) -> Awaitable[list[Rollout]]: ...
@@ -248,18 +271,19 @@ SKILL_EVAL_PHASE = "skill_eval"
 
 
 async def proposal_skill_lifts(repo: ExperienceRepository, evaluate: EvaluateCases,
-                               proposal: Proposal, found: Sequence[tuple[str, SkillEvals]],
-                               epoch: int, runs: int) -> list[SkillLift]:
-    """Each changed skill's evals, ``runs`` times each, at the proposal's base
-    (``old_skill``; ``without_skill`` for a new skill) and at the proposal (``with_skill``;
-    ``without_skill`` when it deletes the skill)."""
+                               base: str, commit: str,
+                               found: Sequence[tuple[str, SkillEvals]], epoch: int,
+                               runs: int) -> list[SkillLift]:
+    """Each changed skill's evals, ``runs`` times each, at the proposal's ``base``
+    (``old_skill``; ``without_skill`` for a new skill) and at the proposal's ``commit``
+    (``with_skill``; ``without_skill`` when it deletes the skill)."""
     lifts = []
     for skill, evals in found:
         cases = [case for case in eval_cases(evals) for _ in range(runs)]
-        before = await asyncio.to_thread(repo.snapshot, proposal.base)
-        after = await asyncio.to_thread(repo.snapshot, proposal.commit)
-        old = await evaluate(proposal.base, SKILL_EVAL_PHASE, epoch, cases)
-        new = await evaluate(proposal.commit, SKILL_EVAL_PHASE, epoch, cases)
+        before = await asyncio.to_thread(repo.snapshot, base)
+        after = await asyncio.to_thread(repo.snapshot, commit)
+        old = await evaluate(base, SKILL_EVAL_PHASE, epoch, cases)
+        new = await evaluate(commit, SKILL_EVAL_PHASE, epoch, cases)
         lifts.append(measure_lift(skill, evals.path, old, new, runs,
                                   baseline_config=OLD if skill in before else WITHOUT,
                                   candidate_config=WITH if skill in after else WITHOUT))
