@@ -4,9 +4,9 @@
 proposal itself, or its rebuild on a moved ``main``) run the same held-out cases; the
 proposal is applied only if the gate passes. Otherwise it stays open and GateError
 (exit 6) says why. A changed skill with evals is measured old against new on them too,
-and one that does worse there fails the gate (docs/skill-evals.md). The rollouts run outside the lock; the apply takes it. A proposal
-made with another agent model than this eval's gets a warning (in the apply's
-``warnings``, or in the error's hint).
+and one that does worse there fails the gate (docs/skill-evals.md). The rollouts run
+outside the lock; the apply takes it. A proposal made with another agent model than
+this eval's gets a warning (in the apply's ``warnings``, or in the error's hint).
 """
 
 from __future__ import annotations
