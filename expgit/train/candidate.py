@@ -281,3 +281,14 @@ def summary_line(report: CandidateReport) -> str:
             f"({c.accuracy * 100:.2f}%), delta {report.delta * 100:+.2f}pp "
             f"[{low * 100:+.2f}, {high * 100:+.2f}]; flipped: {flips}; gate: {verdict}"
             + (f" ({report.gate.reason})" if report.gate.checked else ""))
+
+
+def lift_line(lift: SkillLift) -> str:
+    """A skill's lift on its own evals, in one line."""
+    low, high = lift.delta_ci
+    b, c = lift.baseline, lift.candidate
+    return (f"skill {lift.skill}: {lift.candidate_config} {c.passed}/{c.cases * c.trials} "
+            f"({c.accuracy * 100:.2f}%) vs {lift.baseline_config} {b.passed}/"
+            f"{b.cases * b.trials} ({b.accuracy * 100:.2f}%), lift "
+            f"{lift.delta * 100:+.2f}pp [{low * 100:+.2f}, {high * 100:+.2f}]"
+            + (f"; {lift.errors} rollouts failed: undecided" if lift.errors else ""))

@@ -23,7 +23,7 @@ from expgit.llm.budget import SPENT, RunEstimate, money
 from expgit.llm.port import NOT_CALLED, Failure, StageUsage, UsageMeter
 from expgit.store.predictions import PredictionRecords, TrackRecord
 from expgit.store.provenance import Provenance
-from expgit.train.candidate import CandidateReport, SkillLift, summary_line
+from expgit.train.candidate import CandidateReport, SkillLift, lift_line, summary_line
 from expgit.train.phase_metrics import PhaseMetrics
 from expgit.train.remote_push import RemoteReport
 
@@ -260,17 +260,6 @@ def remote_lines(remote: RemoteReport | None) -> list[str]:
     return ([f"pushed to {remote.remote}: {counts}{replayed}"]
             + [f"kept {remote.remote}'s version of {path}" for path in remote.kept_remote]
             + [f"not pushed to {remote.remote}: {error}" for error in remote.errors])
-
-
-def lift_line(lift: SkillLift) -> str:
-    """A skill's lift on its own evals, in one line."""
-    low, high = lift.delta_ci
-    b, c = lift.baseline, lift.candidate
-    return (f"skill {lift.skill}: {lift.candidate_config} {c.passed}/{c.cases * c.trials} "
-            f"({c.accuracy * 100:.2f}%) vs {lift.baseline_config} {b.passed}/"
-            f"{b.cases * b.trials} ({b.accuracy * 100:.2f}%), lift "
-            f"{lift.delta * 100:+.2f}pp [{low * 100:+.2f}, {high * 100:+.2f}]"
-            + (f"; {lift.errors} rollouts failed: undecided" if lift.errors else ""))
 
 
 def skill_lift_lines(report: RunReport) -> list[str]:

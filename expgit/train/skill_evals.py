@@ -36,10 +36,9 @@ from expgit.store.experience import estimate_tokens
 from expgit.store.proposals import Proposal
 from expgit.store.repository import ExperienceRepository
 from expgit.store.skill_evals_file import SkillEval, SkillEvals, has_evals, read_skill_evals
-from expgit.train.candidate import SkillLift, compare
+from expgit.train.candidate import SkillLift, compare, lift_line
 from expgit.train.checks import CriterionCheck
 from expgit.train.domain import Case, Rollout, Rubric, RubricCriterion, TextPart
-from expgit.train.report import lift_line
 
 _CHECK = TypeAdapter(CriterionCheck)
 _QUOTED = r"\s+(?:\"(?P<dq>[^\"]*)\"|'(?P<sq>[^']*)'|“(?P<cq>[^”]*)”)\s*\.?\s*$"
