@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from expgit.errors import InvalidInputError
 from expgit.runs import budget as run_budget
@@ -25,6 +26,9 @@ from expgit.train.context import PipelineContext
 from expgit.train.domain import Case
 from expgit.train.report import RunReport
 from expgit.train.skill_evals import WITH, WITHOUT, benchmark, eval_cases, measure_lift
+
+if TYPE_CHECKING:
+    from expgit.llm.factory import LLMRuntime
 
 BENCHMARK_FILE = "benchmark.json"
 
@@ -46,9 +50,10 @@ def write_benchmark(data: dict[str, object], out: Path) -> Path:
 
 
 async def run_skill_eval(repo: ExperienceRepository, skill: str, options: RunOptions,
-                         out: Path) -> RunReport:
+                         out: Path, *, runtime: LLMRuntime | None = None) -> RunReport:
     """Run ``skill``'s evals with and without it, ``options.trials`` times each; write
-    ``out/benchmark.json``; the report carries the lift (``skill_lift``)."""
+    ``out/benchmark.json``; the report carries the lift (``skill_lift``). ``runtime``: a
+    model opened by the caller (benchmarks/bench_skill_lift.py), else the settings'."""
     main = repo.main_commit()
     evals, cases = load_skill_cases(repo, skill)  # refused (exit 5) before any model
     with_policy = repo.snapshot(main)
@@ -59,8 +64,10 @@ async def run_skill_eval(repo: ExperienceRepository, skill: str, options: RunOpt
     loader = ListCaseLoader(eval_set, len(eval_set))
     observer = _observer(options, {WITH: len(eval_set), WITHOUT: len(eval_set)})
     started = time.monotonic()
-    runtime, estimate = _open_planned(repo, options,
-                                      run_budget.RunPlan(repo).evals(eval_set, 2))
+    estimate = None
+    if runtime is None:
+        runtime, estimate = _open_planned(repo, options,
+                                          run_budget.RunPlan(repo).evals(eval_set, 2))
     async with runtime:
         _listen(runtime, observer)
         pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
