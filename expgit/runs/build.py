@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -29,13 +29,14 @@ from expgit.runs.wiring import build_pipeline, mcp_tools
 from expgit.store.refnames import ID_LEN
 from expgit.store.repository import ExperienceRepository
 from expgit.store.settings import McpSettings
-from expgit.train.candidate import Gate
+from expgit.store.skill_evals_file import SkillEvals
+from expgit.train.candidate import Gate, SkillLift, gate_skill_lifts
 from expgit.train.candidate import compare as compare_runs
 from expgit.train.candidate_stage import CandidateStage
 from expgit.train.cases import ListCaseLoader, load_cases
 from expgit.train.components.snapshotter import ContentHashPolicySnapshotter
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Case
+from expgit.train.domain import Case, Rollout
 from expgit.train.groups import check_group_size
 from expgit.train.interfaces import RolloutExecutor
 from expgit.train.phase_metrics import (
@@ -47,7 +48,12 @@ from expgit.train.phase_metrics import (
 from expgit.train.pipeline import OfflinePolicyOptimizationPipeline, PipelineObserver
 from expgit.train.remote_push import RemotePublisher
 from expgit.train.report import RunReport, UsageReport
-from expgit.train.skill_evals import SkillCases, check_skill_evals
+from expgit.train.skill_evals import (
+    SkillCases,
+    check_skill_evals,
+    proposal_skill_lifts,
+    skill_evals_between,
+)
 from expgit.train.tools.environment import EnvironmentFactory
 from expgit.train.tools.users import check_user_input
 
@@ -259,6 +265,18 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
     return report
 
 
+async def _skill_lifts(pipeline: OfflinePolicyOptimizationPipeline, base: str, commit: str,
+                       found: list[tuple[str, SkillEvals]], trials: int) -> list[SkillLift]:
+    """eval --compare A B: each skill B changes that has evals, A against B on them."""
+    async def evaluate(commit: str, phase: str, epoch: int,
+                       cases: Sequence[Case] | None = None) -> list[Rollout]:
+        loader = ListCaseLoader(cases or [], len(cases or []) or 1)
+        return (await pipeline.eval(loader, PipelineContext(epoch=epoch), at=commit,
+                                    phase=phase)).rollouts
+
+    return await proposal_skill_lifts(pipeline.repo, evaluate, base, commit, found, 0, trials)
+
+
 async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOptions, *,
                    batch_size: int | None = None, at: str | None = None,
                    compare: tuple[str, str] | None = None) -> RunReport:
@@ -269,6 +287,10 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
     commits = [repo.commit(rev) if rev is not None else None for rev in revisions]
     executor, agent = await _remote_executor(repo, cases, options)
     eval_set = await _cases(repo, cases, options.trials)
+    # B's changed skills with evals: read (a malformed file refused) before any model
+    base, new = commits[0], commits[-1]
+    skill_evals = (skill_evals_between(repo, base, new)
+                   if compare is not None and executor is None and base and new else [])
     started = time.monotonic()
     loader = ListCaseLoader(eval_set, batch_size or len(eval_set))
     observer = _observer(options, {"eval": len(eval_set), "candidate_eval": len(eval_set)})
@@ -279,6 +301,7 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
                                     phase="candidate_eval" if n else "eval")
                 for n, commit in enumerate(commits)]
 
+    lifts: list[SkillLift] = []
     if executor is not None:
         pipeline = OfflinePolicyOptimizationPipeline(
             repo, ContentHashPolicySnapshotter(), executor, NoTrainer(), observer=observer)
@@ -296,6 +319,8 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
             pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
                                       observer=observer, tools=tools)
             results = await evaluate(pipeline)
+            if base and new and skill_evals:
+                lifts = await _skill_lifts(pipeline, base, new, skill_evals, options.trials)
             report = _report("eval", repo, runtime, options, [r.metrics for r in results],
                              started, estimate)
             report.redactions = pipeline.redactor.report()
@@ -307,6 +332,8 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
                                           results[1].rollouts, options.trials,
                                           options.gate)]
         report.candidates[0].agent_model = report.provenance.agent_model
+        report.candidates[0].skill_lifts = lifts
+        report.candidates[0].gate = gate_skill_lifts(options.gate, report.candidates[0])
     report.warnings = run_provenance.agent_warnings(repo, commits[-1:], report.provenance)
     return report
 

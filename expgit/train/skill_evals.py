@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from pydantic import TypeAdapter, ValidationError
 
 from expgit.errors import InvalidInputError
+from expgit.store.changes import tree_changes
 from expgit.store.experience import estimate_tokens
 from expgit.store.proposals import Proposal
 from expgit.store.repository import ExperienceRepository
@@ -216,14 +217,28 @@ def benchmark(lift: SkillLift, skill_path: str, model: str,
 # ------------------------------------------------------------- a proposal's changed skills
 def changed_skill_evals(repo: ExperienceRepository, proposal: Proposal
                         ) -> list[tuple[str, SkillEvals]]:
-    """The skills ``proposal`` changes that have evals, and their evals: those of its
-    base when the skill had them there (a proposal cannot weaken its own test), else
-    those it brings. A malformed evals.json: InvalidInputError (file and case)."""
+    """The skills ``proposal`` changes that have evals, and their evals (see
+    :func:`skill_evals_between`)."""
+    return skill_evals_between(repo, proposal.base, proposal.commit,
+                               sorted({change.name for change in proposal.changes}))
+
+
+def skill_evals_between(repo: ExperienceRepository, base: str, commit: str,
+                        skills: Sequence[str] | None = None
+                        ) -> list[tuple[str, SkillEvals]]:
+    """The skills changed from ``base`` to ``commit`` (or ``skills``) that have evals, and
+    their evals: those at ``base`` when the skill had them there (a change cannot weaken
+    its own test), else those it brings. A malformed evals.json: InvalidInputError (file
+    and case)."""
+    if not repo.layout.skills:
+        return []
+    if skills is None:
+        skills = sorted({c.name for c in tree_changes(repo.git, base, commit, repo.layout)})
     found = []
-    for skill in sorted({change.name for change in proposal.changes}):
-        for commit in (proposal.base, proposal.commit):
-            if has_evals(repo, commit, skill):
-                evals = read_skill_evals(repo, skill, commit)
+    for skill in skills:
+        for at in (base, commit):
+            if has_evals(repo, at, skill):
+                evals = read_skill_evals(repo, skill, at)
                 eval_cases(evals)  # an assertion expgit cannot take: refused now
                 found.append((skill, evals))
                 break

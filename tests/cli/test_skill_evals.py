@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import git
+from json_shapes import assert_shape
 from scripted_pipeline import edit_reply, merge_of, reflect_with
 
 from expgit.errors import EXIT_GATE
@@ -138,6 +139,7 @@ def test_eval_skill_shows_the_lift_and_writes_skill_creators_benchmark(
     as_json = run_cli("-C", repo_path, "eval", "--skill", SKILL, "--runs", "1", "--out",
                       out, "--json", *llm(server.url))
     assert as_json.code == 0, as_json.err
+    assert_shape("eval", json.loads(as_json.out))
     lift = json.loads(as_json.out)["skill_lift"]
     assert (lift["baseline_config"], lift["candidate_config"]) == ("without_skill",
                                                                   "with_skill")
@@ -300,3 +302,41 @@ def test_train_on_a_skills_evals_and_the_gate_refuses_the_harmful_edit(
     html = (tmp_path / "run.html").read_text()
     assert f'<tr data-skill="{SKILL}">' in html and "-100.00pp" in html
     assert repo.main_commit() == main
+
+
+def test_eval_compare_gate_refuses_a_skill_edit_that_does_worse_on_its_evals(
+        run_cli: Any, serve: Any, repo_path: Path, tmp_path: Path) -> None:
+    """The pull request gate (``eval --compare A B --gate --comment``): B changes the
+    skill, its evals run on A and B, and the comment shows the lift."""
+    pid = harmful_edit(repo_path, run_cli, tmp_path)
+    held_out = tmp_path / "e.yaml"
+    held_out.write_text(json.dumps({"cases": [{
+        "name": "flaky", "input": "a flaky test?",
+        "rubric": {"criteria": [{"name": "any", "check": {"type": "not_contains",
+                                                          "value": "zzz"}}]}}]}))
+    server = serve([Step("rollout", neutral)] * 2 + [Step("rollout", agent)] * 4)
+    result = run_cli("-C", repo_path, "eval", "--cases", held_out, "--compare", "main", pid,
+                     "--gate", "--comment", tmp_path / "gate.md", "--json",
+                     *llm(server.url))
+    assert result.code == EXIT_GATE, result.err
+    server.chat.assert_done()
+    assert_shape("eval", json.loads(result.out))
+    [lift] = json.loads(result.out)["candidates"][0]["skill_lifts"]
+    assert (lift["baseline_config"], lift["delta"]) == ("old_skill", -1.0)
+    comment = (tmp_path / "gate.md").read_text()
+    assert f"| `{SKILL}` | `skills/{SKILL}/evals/evals.json` | old_skill | 2/2 |" in comment
+    assert "does worse on its own evals" in comment
+
+
+def test_eval_skill_report_and_html(run_cli: Any, serve: Any, repo_path: Path,
+                                    tmp_path: Path) -> None:
+    server = serve([Step("rollout", agent)] * 4)
+    result = run_cli("-C", repo_path, "eval", "--skill", SKILL, "--runs", "1", "--out",
+                     tmp_path / "b", "--report", tmp_path / "run.json", "--report-html",
+                     tmp_path / "run.html", *llm(server.url))
+    assert result.code == 0, result.err
+    data = json.loads((tmp_path / "run.json").read_text())
+    assert data["skill_lift"]["delta"] == 1.0
+    assert data["benchmark"] == str(tmp_path / "b" / "benchmark.json")
+    html = (tmp_path / "run.html").read_text()
+    assert "<h2>Skill lift</h2>" in html and f'<tr data-skill="{SKILL}">' in html
