@@ -67,7 +67,8 @@ def assertion_check(assertion: str | dict[str, Any], expected: str, where: str
             first = exc.errors()[0]
             raise InvalidInputError(
                 f"{where}: an assertion of an unknown form {assertion.get('type')!r}: "
-                f"{'.'.join(map(str, first['loc']))}: {first['msg']}",
+                f"{'.'.join(map(str, first['loc']))}: "
+                f"{first['msg'].removeprefix('Value error, ')}",
                 hint="a string, or an object with one of the rubric checks' types: "
                 "docs/skill-evals.md") from None
     text = assertion.strip()
@@ -84,8 +85,8 @@ def assertion_check(assertion: str | dict[str, Any], expected: str, where: str
             return _CHECK.validate_python({"type": "regex", "pattern": match.group("re"),
                                            "ignore_case": bool(match.group("flags"))})
         except ValidationError as exc:
-            raise InvalidInputError(f"{where}: assertion {text!r}: "
-                                    f"{exc.errors()[0]['msg']}") from None
+            problem = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            raise InvalidInputError(f"{where}: assertion {text!r}: {problem}") from None
     return _CHECK.validate_python({"type": "llm_judge", "instructions": (
         f"The answer must satisfy: {text}\nWhat success looks like: {expected}")})
 
