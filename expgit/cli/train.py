@@ -35,8 +35,9 @@ from expgit.runs.build import RunOptions, run_train
 
 @click.command("train")
 @click.option("--cases", type=click.Path(path_type=Path, dir_okay=False),
-              help="The training cases (.yaml, .yml, .json or .jsonl), or tau2's tasks "
-              "(tau2:airline:train, tau2:airline:test#2,6); or --env-url.")
+              help="The training cases (.yaml, .yml, .json or .jsonl), tau2's tasks "
+              "(tau2:airline:train, tau2:airline:test#2,6), or skill:NAME (skill NAME's "
+              "evals/evals.json on main); or --env-url.")
 @click.option("--eval-cases", type=click.Path(path_type=Path, dir_okay=False),
               help="Held-out cases: evaluated before (baseline) and after (final) "
               "training, and on each proposal's snapshot (candidate).")
@@ -105,6 +106,7 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
       expgit train --cases train.yaml --eval-cases eval.yaml --mode apply --gate
       expgit train --cases train.yaml --report-html run.html
       expgit train --cases train.yaml --group-size 4
+      expgit train --cases skill:fix-flaky-tests
       expgit train --cases train.yaml --remote origin
     """
     repo = open_repo(ctx)

@@ -23,6 +23,7 @@ from expgit.runs.build import NO_LLM, CaseSource, LLMOptions
 from expgit.store.repository import ExperienceRepository
 from expgit.train.candidate import gate_failures, gate_refusal
 from expgit.train.report import RunReport, render_text, write_report
+from expgit.train.skill_evals import SkillCases
 from expgit.train.verdict import verdict_lines
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -77,7 +78,7 @@ def case_source(cases: Path | None, service: EnvironmentService | None, split: s
     if service is None:
         if split is not None:
             raise UsageError(f"{split_option} needs --env-url")
-        return cases
+        return (SkillCases.parse(str(cases)) or cases) if cases is not None else None
     return service.cases(split) if split is not None else None
 
 

@@ -31,6 +31,7 @@ from expgit.cli.train_common import (
 from expgit.errors import UsageError
 from expgit.runs.build import RunOptions, run_eval
 from expgit.runs.gate_comment import GATE_MARKER, write_comment
+from expgit.runs.skill_lift import run_skill_eval
 
 
 @click.command("eval")
@@ -46,6 +47,13 @@ from expgit.runs.gate_comment import GATE_MARKER, write_comment
               "a commit, a branch) instead of main.")
 @click.option("--compare", nargs=2, metavar="A B", help="Evaluate both revisions on the "
               "same cases and report B against A: delta, flipped cases.")
+@click.option("--skill", metavar="NAME", help="Run skill NAME's own evals (its "
+              "evals/evals.json) with the skill and without it, write benchmark.json and "
+              "print the lift (docs/skill-evals.md).")
+@click.option("--runs", type=click.IntRange(min=1), default=None, metavar="K",
+              help="With --skill: runs of every case in each configuration.  [default: 3]")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
+              help="With --skill: where benchmark.json goes.  [default: NAME-workspace]")
 @gate_options
 @click.option("--comment", "comment", type=click.Path(path_type=Path, dir_okay=False),
               metavar="FILE", help="With --compare: also write B's measured effect as a "
@@ -61,7 +69,8 @@ from expgit.runs.gate_comment import GATE_MARKER, write_comment
 def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
              env_token_env: str | None, dataset: str | None, domain: str | None,
              split: str | None, report: Path | None, report_html: Path | None,
-             at: str | None, compare: tuple[str, str] | None, gate: bool | None,
+             at: str | None, compare: tuple[str, str] | None, skill: str | None,
+             runs: int | None, out: Path | None, gate: bool | None,
              min_delta: float | None, max_regressions: int | None, comment: Path | None,
              trials: int, llm_choice: str | None,
              model: str | None, base_url: str | None, concurrency: int,
@@ -88,8 +97,30 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
       expgit eval --env-url http://127.0.0.1:1944 --split eval --json
       expgit eval --cases eval.yaml --compare main 1a2b3c4d5e6f --trials 3
       expgit eval --cases eval.yaml --compare origin/main HEAD --gate --comment gate.md
+      expgit eval --skill fix-flaky-tests --runs 3 --out flaky-workspace
     """
     repo = open_repo(ctx)
+    for flag, given in (("--runs", runs), ("--out", out)):
+        if given is not None and skill is None:
+            raise UsageError(f"{flag} needs --skill NAME")
+    if skill is not None:
+        others = [flag for flag, given in (("--cases", cases), ("--env-url", env_url),
+                                           ("--at", at), ("--compare", compare),
+                                           ("--gate", gate), ("--comment", comment))
+                  if given]
+        if others:
+            raise UsageError(f"--skill runs the skill's own evals on main; drop "
+                             f"{', '.join(others)}")
+        with progress_display() as progress:
+            options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
+                                 concurrency=concurrency, progress=progress,
+                                 trials=runs or 3, max_calls=max_calls, max_cost=max_cost,
+                                 announce=print_estimate,
+                                 mcp=make_mcp(repo, mcp_command, mcp_url))
+            result = asyncio.run(run_skill_eval(repo, skill, options,
+                                                out or Path(f"{skill}-workspace")))
+        output(result, as_json, report, report_html=report_html, repo=repo)
+        return
     service = environment_service(repo, env_url, env_token_env, dataset, domain)
     eval_set = case_source(cases, service, split or ("eval" if service else None))
     if eval_set is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -31,13 +31,14 @@ from expgit.runs.wiring import build_pipeline, mcp_tools
 from expgit.store.refnames import ID_LEN
 from expgit.store.repository import ExperienceRepository
 from expgit.store.settings import McpSettings
-from expgit.train.candidate import Gate
+from expgit.store.skill_evals_file import SkillEvals
+from expgit.train.candidate import Gate, SkillLift, gate_skill_lifts
 from expgit.train.candidate import compare as compare_runs
 from expgit.train.candidate_stage import CandidateStage
 from expgit.train.cases import ListCaseLoader, load_cases
 from expgit.train.components.snapshotter import ContentHashPolicySnapshotter
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Case
+from expgit.train.domain import Case, Rollout
 from expgit.train.groups import check_group_size
 from expgit.train.interfaces import RolloutExecutor
 from expgit.train.phase_metrics import (
@@ -49,6 +50,12 @@ from expgit.train.phase_metrics import (
 from expgit.train.pipeline import OfflinePolicyOptimizationPipeline, PipelineObserver
 from expgit.train.remote_push import RemotePublisher
 from expgit.train.report import RunReport, UsageReport
+from expgit.train.skill_evals import (
+    SkillCases,
+    check_skill_evals,
+    proposal_skill_lifts,
+    skill_evals_between,
+)
 from expgit.train.tools.environment import EnvironmentFactory
 from expgit.train.tools.users import check_user_input
 
@@ -66,7 +73,9 @@ class RunObserver(PipelineObserver, UsageListener, Protocol):
 
 
 ObserverFactory = Callable[[dict[str, int]], RunObserver]
-CaseSource = Path | RemoteCases  # a cases file, or a split of an environment service
+# a cases file, a skill's evals (``--cases skill:NAME``), or a split of an environment
+# service
+CaseSource = Path | SkillCases | RemoteCases
 NO_LLM = "none here: the environment service runs the rollouts"  # a remote eval's report
 
 
@@ -183,9 +192,11 @@ def _listen(runtime: LLMRuntime, observer: RunObserver | None) -> None:
         runtime.meter.listener = observer
 
 
-async def _cases(source: CaseSource, trials: int = 1) -> list[Case]:
+async def _cases(repo: ExperienceRepository, source: CaseSource, trials: int = 1
+                 ) -> list[Case]:
     """The cases, each ``trials`` times in a row (repeated eval trials)."""
-    cases = load_cases(source) if isinstance(source, Path) else await source.load()
+    cases = (load_cases(source) if isinstance(source, Path) else source.load(repo)
+             if isinstance(source, SkillCases) else await source.load())
     return [case for case in cases for _ in range(trials)]
 
 
@@ -205,7 +216,7 @@ async def _remote_executor(repo: ExperienceRepository, source: CaseSource,
                            options: RunOptions) -> tuple[RolloutExecutor | None, str | None]:
     """The service's executor when the cases are remote (checked first: /health), and
     the agent model it runs (None: the rollouts run here)."""
-    if isinstance(source, Path):
+    if not isinstance(source, RemoteCases):
         return None, None
     health = await source.service.check()
     return (source.service.executor(repo, max_in_flight=options.concurrency),
@@ -230,8 +241,11 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
     group_size = check_group_size(options.group_size, repo.settings.train.group_size)
     publisher = _publisher(repo, options)
     executor, agent = await _remote_executor(repo, cases, options)
-    train_set = await _cases(cases)
-    eval_set = await _cases(eval_cases, options.trials) if eval_cases is not None else None
+    train_set = await _cases(repo, cases)
+    eval_set = (await _cases(repo, eval_cases, options.trials) if eval_cases is not None
+                else None)
+    if eval_set and measure:  # the changed skills' evals will be measured: read them now
+        check_skill_evals(repo, repo.main_commit())
     tools = _tools(repo, options, train_set, eval_set) if executor is None else None
     started = time.monotonic()
     totals = {"train_epoch": len(train_set) * group_size,
@@ -272,6 +286,18 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
     return report
 
 
+async def _skill_lifts(pipeline: OfflinePolicyOptimizationPipeline, base: str, commit: str,
+                       found: list[tuple[str, SkillEvals]], trials: int) -> list[SkillLift]:
+    """eval --compare A B: each skill B changes that has evals, A against B on them."""
+    async def evaluate(commit: str, phase: str, epoch: int,
+                       cases: Sequence[Case] | None = None) -> list[Rollout]:
+        loader = ListCaseLoader(cases or [], len(cases or []) or 1)
+        return (await pipeline.eval(loader, PipelineContext(epoch=epoch), at=commit,
+                                    phase=phase)).rollouts
+
+    return await proposal_skill_lifts(pipeline.repo, evaluate, base, commit, found, 0, trials)
+
+
 async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOptions, *,
                    batch_size: int | None = None, at: str | None = None,
                    compare: tuple[str, str] | None = None) -> RunReport:
@@ -281,7 +307,11 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
     revisions = list(compare) if compare is not None else [at]
     commits = [repo.commit(rev) if rev is not None else None for rev in revisions]
     executor, agent = await _remote_executor(repo, cases, options)
-    eval_set = await _cases(cases, options.trials)
+    eval_set = await _cases(repo, cases, options.trials)
+    # B's changed skills with evals: read (a malformed file refused) before any model
+    base, new = commits[0], commits[-1]
+    skill_evals = (skill_evals_between(repo, base, new)
+                   if compare is not None and executor is None and base and new else [])
     started = time.monotonic()
     loader = ListCaseLoader(eval_set, batch_size or len(eval_set))
     observer = _observer(options, {"eval": len(eval_set), "candidate_eval": len(eval_set)})
@@ -292,6 +322,7 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
                                     phase="candidate_eval" if n else "eval")
                 for n, commit in enumerate(commits)]
 
+    lifts: list[SkillLift] = []
     if executor is not None:
         pipeline = OfflinePolicyOptimizationPipeline(
             repo, ContentHashPolicySnapshotter(), executor, NoTrainer(), observer=observer)
@@ -309,6 +340,8 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
             pipeline = build_pipeline(repo, runtime, concurrency=options.concurrency,
                                       observer=observer, tools=tools, user_llm=user_llm)
             results = await evaluate(pipeline)
+            if base and new and skill_evals:
+                lifts = await _skill_lifts(pipeline, base, new, skill_evals, options.trials)
             report = _report("eval", repo, runtime, options, [r.metrics for r in results],
                              started, estimate)
             report.redactions = pipeline.redactor.report()
@@ -320,6 +353,8 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
                                           results[1].rollouts, options.trials,
                                           options.gate)]
         report.candidates[0].agent_model = report.provenance.agent_model
+        report.candidates[0].skill_lifts = lifts
+        report.candidates[0].gate = gate_skill_lifts(options.gate, report.candidates[0])
     report.warnings = run_provenance.agent_warnings(repo, commits[-1:], report.provenance)
     return report
 

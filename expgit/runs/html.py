@@ -141,6 +141,26 @@ def _interval(ci: Sequence[float] | None, scale: float = 100, unit: str = "%") -
     return f"[{ci[0] * scale:.2f}{unit}, {ci[1] * scale:.2f}{unit}]"
 
 
+def skill_lifts(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Skills on their own evals (a proposal's changed skills, or eval --skill), formatted:
+    each side's configuration and pass rate, the lift and its interval."""
+    shown = []
+    for lift in items:
+        sides = {}
+        for side in ("baseline", "candidate"):
+            s = lift.get(side) or {}
+            sides[side] = {"config": lift.get(f"{side}_config", ""),
+                           "accuracy": percent(s.get("accuracy")),
+                           "passed": s.get("passed"),
+                           "runs": (s.get("cases") or 0) * (s.get("trials") or 0)}
+        delta = lift.get("delta")
+        shown.append({"skill": lift.get("skill", ""), "evals": lift.get("evals_file", ""),
+                      **sides, "errors": lift.get("errors") or 0,
+                      "lift": "-" if delta is None else f"{delta * 100:+.2f}pp",
+                      "lift_ci": _interval(lift.get("delta_ci"), unit="pp")})
+    return shown
+
+
 def candidates(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The candidate evals (baseline vs candidate per proposal), formatted."""
     shown = []
@@ -163,7 +183,8 @@ def candidates(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "verdict": verdict, "reason": gate.get("reason") or "",
             "flipped": [{"case": f.get("case", ""), "from": f.get("from", ""),
                          "to": f.get("to", ""), "criteria": list(f.get("criteria") or [])}
-                        for f in c.get("flipped") or []]})
+                        for f in c.get("flipped") or []],
+            "skill_lifts": skill_lifts(c.get("skill_lifts") or [])})
     return shown
 
 
@@ -180,7 +201,9 @@ def render_html(data: dict[str, Any], repo: ExperienceRepository | None = None) 
                   stages=usage.get("by_stage") or {}, total=usage.get("total") or {},
                   usage_currency=usage.get("currency"),
                   proposals=proposals(data.get("proposals") or [], repo),
-                  candidates=candidates(data.get("candidates") or []))
+                  candidates=candidates(data.get("candidates") or []),
+                  skill_lift=skill_lifts([data["skill_lift"]] if data.get("skill_lift")
+                                         else []))
 
 
 def write_html(data: dict[str, Any], path: Path, repo: ExperienceRepository | None) -> None:

@@ -61,6 +61,27 @@ class GateResult(BaseModel):
     reason: str = "no gate set: --gate, [train] gate"
 
 
+class SkillLift(BaseModel):
+    """A skill on its own evals (``evals/evals.json``, :mod:`expgit.train.skill_evals`):
+    ``baseline`` (``without_skill``, or ``old_skill`` when a proposal changes it) against
+    ``candidate`` (``with_skill``: the skill on main, or the proposal's new version)."""
+
+    skill: str
+    evals_file: str
+    baseline_config: str = "without_skill"
+    candidate_config: str = "with_skill"
+    baseline: EvalSummary
+    candidate: EvalSummary
+    delta: float = 0.0
+    delta_ci: list[float] = Field(default_factory=lambda: [0.0, 0.0])
+    errors: int = 0  # rollouts that failed on either side: then the lift is undecided
+
+    @property
+    def worse(self) -> bool:
+        """The skill does worse on its own evals than its baseline."""
+        return self.delta < -1e-12
+
+
 class CandidateReport(BaseModel):
     proposal: str
     # the agent model both sides were measured with (None: not known, a report from
@@ -75,6 +96,8 @@ class CandidateReport(BaseModel):
     # each edit's prediction against the observed flips (expgit.train.predictions)
     predictions: list[PredictionCheck] = Field(default_factory=list)
     unpredicted_flips: list[str] = Field(default_factory=list)
+    # each changed skill with evals, old against new on them (docs/skill-evals.md)
+    skill_lifts: list[SkillLift] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -192,6 +215,25 @@ def check_gate(gate: Gate | None, report: CandidateReport, errors: int) -> GateR
                       f"<= {gate.max_regressions}")
 
 
+def gate_skill_lifts(gate: Gate | None, report: CandidateReport) -> GateResult:
+    """The gate with the changed skills' own evals too: a skill that does worse on them
+    than its old version fails it; one whose rollouts failed leaves it undecided."""
+    if gate is None or not report.skill_lifts or report.gate.passed is False:
+        return report.gate
+    worse = [lift for lift in report.skill_lifts if lift.worse and not lift.errors]
+    if worse:
+        reason = "; ".join(f"skill {lift.skill} does worse on its own evals "
+                           f"({lift.evals_file}): {lift.delta * 100:+.2f}pp against "
+                           f"{lift.baseline_config}" for lift in worse)
+        return GateResult(checked=True, passed=False, reason=reason)
+    failed = [lift for lift in report.skill_lifts if lift.errors]
+    if failed:
+        return GateResult(checked=True, passed=None, reason=(
+            f"could not be decided: {sum(f.errors for f in failed)} rollouts of the "
+            f"skill evals of {', '.join(f.skill for f in failed)} failed"))
+    return report.gate
+
+
 def compare(proposal: str, baseline: Sequence[Rollout], candidate: Sequence[Rollout],
             trials: int, gate: Gate | None) -> CandidateReport:
     base, cand = summarize(baseline, trials), summarize(candidate, trials)
@@ -239,3 +281,14 @@ def summary_line(report: CandidateReport) -> str:
             f"({c.accuracy * 100:.2f}%), delta {report.delta * 100:+.2f}pp "
             f"[{low * 100:+.2f}, {high * 100:+.2f}]; flipped: {flips}; gate: {verdict}"
             + (f" ({report.gate.reason})" if report.gate.checked else ""))
+
+
+def lift_line(lift: SkillLift) -> str:
+    """A skill's lift on its own evals, in one line."""
+    low, high = lift.delta_ci
+    b, c = lift.baseline, lift.candidate
+    return (f"skill {lift.skill}: {lift.candidate_config} {c.passed}/{c.cases * c.trials} "
+            f"({c.accuracy * 100:.2f}%) vs {lift.baseline_config} {b.passed}/"
+            f"{b.cases * b.trials} ({b.accuracy * 100:.2f}%), lift "
+            f"{lift.delta * 100:+.2f}pp [{low * 100:+.2f}, {high * 100:+.2f}]"
+            + (f"; {lift.errors} rollouts failed: undecided" if lift.errors else ""))

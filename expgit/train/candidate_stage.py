@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from expgit.errors import ConflictError, ExpgitError
 from expgit.llm.port import StageUsage
@@ -25,12 +26,24 @@ from expgit.store.apply import apply_proposal
 from expgit.store.predictions import gradient_predictions, verdict_trailers
 from expgit.store.proposals import Proposal, annotate_proposal, find_proposal
 from expgit.store.repository import ExperienceRepository
-from expgit.train.candidate import CandidateReport, Gate, compare, undecided
-from expgit.train.domain import Rollout
+from expgit.train.candidate import (
+    CandidateReport,
+    Gate,
+    compare,
+    gate_skill_lifts,
+    undecided,
+)
+from expgit.train.domain import Case, Rollout
 from expgit.train.predictions import check_predictions
+from expgit.train.skill_evals import changed_skill_evals, proposal_skill_lifts
 
-# (commit to evaluate, phase, epoch) -> the rollouts of every eval case at that commit
-Evaluate = Callable[[str, str, int], Awaitable[list[Rollout]]]
+
+class Evaluate(Protocol):
+    """(commit to evaluate, phase, epoch) -> the rollouts of every eval case at that
+    commit; with ``cases``: of those cases instead (a changed skill's own evals)."""
+
+    def __call__(self, commit: str, phase: str, epoch: int,
+                 cases: Sequence[Case] | None = None) -> Awaitable[list[Rollout]]: ...
 
 
 @dataclass
@@ -76,6 +89,8 @@ class CandidateStage:
 
     async def _review(self, evaluate: Evaluate, pid: str, epoch: int) -> Reviewed:
         proposal = await asyncio.to_thread(find_proposal, self.repo, pid)
+        # a changed skill's evals are read (and a malformed file refused) before any call
+        skill_evals = await asyncio.to_thread(changed_skill_evals, self.repo, proposal)
         baseline = await self._at(evaluate, proposal.base, "baseline_eval", epoch)
         try:
             candidate = await evaluate(proposal.commit, "candidate_eval", epoch)
@@ -87,6 +102,10 @@ class CandidateStage:
                             + (" nor applied" if self.apply else "")
                             + f": its candidate eval failed: {exc.message}")
         report = compare(pid, baseline, candidate, self.trials, self.gate)
+        report.skill_lifts = await proposal_skill_lifts(
+            self.repo, evaluate, proposal.base, proposal.commit, skill_evals, epoch,
+            self.trials)
+        report.gate = gate_skill_lifts(self.gate, report)
         predicted = await asyncio.to_thread(gradient_predictions, self.repo,
                                             proposal.gradient_commits)
         report.predictions, report.unpredicted_flips = check_predictions(

@@ -20,8 +20,10 @@ from expgit.errors import ExpgitError, InvalidInputError
 from expgit.store.repository import ExperienceRepository
 from expgit.train.candidate import summarize
 from expgit.train.candidate_stage import CandidateStage, Evaluate
+from expgit.train.cases import ListCaseLoader
 from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.domain import (
+    Case,
     Rollout,
     RolloutTrainingResult,
 )
@@ -95,8 +97,12 @@ class OfflinePolicyOptimizationPipeline:
         done = self.observer.rollout_done if self.observer is not None else None
         return ExecutionContext(snapshot_id, metadata=metadata, rollout_done=done)
 
-    async def _policy(self, at: str | None = None) -> tuple[ExperienceSet, str]:
-        policy_set = await asyncio.to_thread(self.repo.snapshot, at)
+    async def _policy(self, at: str | ExperienceSet | None = None
+                      ) -> tuple[ExperienceSet, str]:
+        """The policy at commit ``at`` (default ``main``), or ``at`` itself when it is a
+        policy made in memory (a skill's evals run without that skill)."""
+        policy_set = at if isinstance(at, ExperienceSet) else await asyncio.to_thread(
+            self.repo.snapshot, at)
         return policy_set, self.snapshotter.snapshot(policy_set)
 
     async def train(self, case_loader: CaseLoader, context: PipelineContext,
@@ -111,9 +117,11 @@ class OfflinePolicyOptimizationPipeline:
                 self.candidates.remember(main_before, result.baseline.rollouts)
         stage = self.candidates if eval_loader is not None else None
 
-        async def evaluate(commit: str, phase: str, epoch: int) -> list[Rollout]:
+        async def evaluate(commit: str, phase: str, epoch: int,
+                           cases: Sequence[Case] | None = None) -> list[Rollout]:
             assert eval_loader is not None
-            done = await self._evaluate(phase, eval_loader, replace(context, epoch=epoch),
+            loader = eval_loader if cases is None else ListCaseLoader(cases, len(cases))
+            done = await self._evaluate(phase, loader, replace(context, epoch=epoch),
                                         at=commit)
             result.candidate_phases.append(done.metrics)
             return done.rollouts
@@ -196,13 +204,16 @@ class OfflinePolicyOptimizationPipeline:
         return metrics
 
     async def eval(self, case_loader: CaseLoader, context: PipelineContext, *,
-                   at: str | None = None, phase: str = "eval") -> PipelineEvaluationResult:
-        """Run and score the cases at ``at`` (default ``main``); no analysis, no writes.
+                   at: str | ExperienceSet | None = None, phase: str = "eval"
+                   ) -> PipelineEvaluationResult:
+        """Run and score the cases at ``at`` (default ``main``; a commit, or a policy
+        made in memory); no analysis, no writes.
         Every rollout must carry an evaluation (an ExpgitError otherwise)."""
         return await self._evaluate(phase, case_loader, context, at=at)
 
     async def _evaluate(self, phase: str, case_loader: CaseLoader, context: PipelineContext,
-                        *, at: str | None = None) -> PipelineEvaluationResult:
+                        *, at: str | ExperienceSet | None = None
+                        ) -> PipelineEvaluationResult:
         """``at``: the commit to evaluate (default: ``main`` at each batch)."""
         metrics = PhaseMetrics(phase=phase, epoch=context.epoch)
         started = time.monotonic()

@@ -23,7 +23,7 @@ from expgit.llm.budget import SPENT, RunEstimate, money
 from expgit.llm.port import NOT_CALLED, Failure, StageUsage, UsageMeter
 from expgit.store.predictions import PredictionRecords, TrackRecord
 from expgit.store.provenance import Provenance
-from expgit.train.candidate import CandidateReport, summary_line
+from expgit.train.candidate import CandidateReport, SkillLift, lift_line, summary_line
 from expgit.train.phase_metrics import PhaseMetrics
 from expgit.train.remote_push import RemoteReport
 
@@ -87,6 +87,9 @@ class RunReport(BaseModel):
     stopped: str | None = None
     estimate: RunEstimate | None = None  # what the run would take, said before it ran
     seconds: float = 0.0
+    # eval --skill: the skill's lift on its own evals, and where benchmark.json went
+    skill_lift: SkillLift | None = None
+    benchmark: str | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -260,6 +263,20 @@ def remote_lines(remote: RemoteReport | None) -> list[str]:
             + [f"not pushed to {remote.remote}: {error}" for error in remote.errors])
 
 
+def skill_lift_lines(report: RunReport) -> list[str]:
+    """eval --skill: the lift, the calls it took (by the run's usage meter) and where
+    benchmark.json went."""
+    assert report.skill_lift is not None
+    stages = report.usage.by_stage
+    rollouts = stages["rollout"].calls if "rollout" in stages else 0
+    judges = stages["judge"].calls if "judge" in stages else 0
+    lift = report.skill_lift
+    return [lift_line(lift),
+            f"calls: {report.usage.total.calls} ({rollouts} rollouts: {lift.candidate.cases}"
+            f" cases x {lift.candidate.trials} runs x 2; {judges} judge)",
+            f"benchmark: {report.benchmark}"]
+
+
 def render_text(report: RunReport, verdict: Sequence[str] = ()) -> str:
     """The human output of a run: phase lines, accuracy delta, proposals, the
     ``verdict`` lines (what the run learned: :mod:`expgit.train.verdict`), cost table."""
@@ -270,7 +287,11 @@ def render_text(report: RunReport, verdict: Sequence[str] = ()) -> str:
     lines += rejected_lines(report.phases)
     if report.candidates:
         lines += ["", *map(summary_line, report.candidates),
+                  *(f"  {lift_line(lift)}" for c in report.candidates
+                    for lift in c.skill_lifts),
                   *prediction_lines(report.candidates)]
+    if report.skill_lift is not None:
+        lines += ["", *skill_lift_lines(report)]
     if report.command != "eval":
         lines.append("")
         if report.proposals:
