@@ -21,6 +21,7 @@ import pytest
 from conftest import Driver, git
 from tau2_support import both_sides
 
+from expgit.errors import EXIT_RUN_ERRORS
 from expgit.llm.port import ToolTurn
 from expgit.llm.scripted import Step
 from expgit.train.tau2 import data
@@ -125,3 +126,18 @@ def test_two_concurrent_rollouts_keep_their_server_state_apart(
     other = next(f for f in files if f is not cancelled)
     assert cancelled["db"]["reservations"][rid]["status"] == "cancelled"
     assert other["db"]["reservations"][rid].get("status") != "cancelled"
+
+
+def test_a_server_without_the_tau2_tools_ends_the_rollout_with_the_cause(
+        driver: Driver, serve: Any, tmp_path: Path) -> None:
+    counter = Path(__file__).resolve().parent.parent / "mcp_counter_server.py"
+    server = serve([])
+    server.chat.steps += [Step("rollout", recording([]))]  # the user's first message
+    report = tmp_path / "eval.json"
+    result = driver("eval", "--cases", "tau2:airline:test#19", "--mcp-command",
+                    shlex.join([sys.executable, str(counter)]), "--llm", "openai",
+                    "--base-url", server.url, "--report", report)
+    assert result.code == EXIT_RUN_ERRORS, result.err
+    server.chat.assert_done()  # no agent turn: the tools were missing before it
+    [rollout] = json.loads(report.read_text())["phases"][0]["rollouts"]
+    assert "does not serve the tau2 tools book_reservation, calculate" in rollout["error"]
