@@ -49,7 +49,9 @@ def recording(seen: list[dict[str, Any]], skip: int | None = None) -> Any:
 
     def answer(messages: list[dict[str, Any]]) -> str | ToolTurn:
         if "<scenario>" not in str(messages[0]["content"]):
-            seen.append({"system": messages[0]["content"], "messages": messages})
+            seen.append({"system": messages[0]["content"], "messages": messages,
+                         "state files": sorted(  # the rollouts' own folders, right now
+                             Path(tempfile.gettempdir()).glob("expgit-tau2-mcp-*/*.json"))})
         return reply(messages)
     return answer
 
@@ -94,7 +96,11 @@ def test_gold_actions_through_the_mcp_server_pass_and_a_skipped_write_fails(
     for name, arguments, content in results:
         assert content == OverlayDB(data.load_db(data.db_path())).run(name, arguments)
         assert "state_key" not in content and "tau2_tool_message" not in content
-    # each rollout's server kept its state in a folder of its own, removed after it
+    # each rollout's server kept its state in a folder of its own while it ran (one
+    # at a time here), and the folder was removed after it
+    after_a_call = [r["state files"] for r in seen if tool_results(r)]
+    assert len(after_a_call) == 2 and all(len(files) == 1 for files in after_a_call)
+    assert after_a_call[0][0].parent != after_a_call[1][0].parent
     assert state_folders() == before
 
 
