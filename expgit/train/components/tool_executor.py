@@ -19,8 +19,11 @@ fresh per rollout; its final state is ``metadata.final_state``, and
 and so is an environment that itself breaks (:class:`~expgit.errors.ToolServerError`: an
 MCP server that died, hung or answered garbage). With a ``default`` environment factory
 (tools from an MCP server, :mod:`expgit.train.tools.mcp_tools`), a case bound to no
-environment runs against it. The environment's methods are called off the event loop
-(they may wait for a server), and its ``close()``, if it has one, when the rollout ends.
+environment runs against it, and a bound environment that can take its tools from
+there (tau2's, :meth:`~expgit.train.tau2.environment.Tau2Factory.with_tools`) does
+(``metadata.tools: mcp``); the others keep their own. The environment's methods are
+called off the event loop (they may wait for a server), and its ``close()``, if it has
+one, when the rollout ends.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from expgit.train.tools.environment import (
     EnvironmentFactory,
     ToolEnvironment,
     close_environment,
+    served_by,
 )
 from expgit.train.tools.registry import open_environment
 from expgit.train.tools.users import Turn, check_user_input, user_for
@@ -140,8 +144,12 @@ class ToolCallingRolloutExecutor:
             assert factory is not None
             if bound is None:
                 check_user_input(case, f"case {case.name!r}")
-            env = factory.new()
             metadata["environment"] = bound[0] if bound is not None else "mcp"
+            served = served_by(factory, self.default) if bound is not None else None
+            if served is not None:  # the bound environment's tools from the MCP server
+                factory = served
+                metadata["tools"] = "mcp"
+            env = factory.new()
             conversation = getattr(factory, "conversation", None)
             try:
                 metadata["stopped"] = await self._converse(

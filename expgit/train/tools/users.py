@@ -96,6 +96,8 @@ def check_user_input(case: Case, where: str) -> None:
     """InvalidInputError unless the case's input says who the user is."""
     turns = case.input.get("user_turns")
     instructions = case.input.get("user_instructions")
+    if isinstance(case.input.get("user_scenario"), str) and turns is None:
+        instructions = case.input["user_scenario"]  # a tau2 task's (user_for: ScenarioUser)
     if turns is not None:
         if not (isinstance(turns, list) and turns and all(isinstance(t, str) for t in turns)):
             raise InvalidInputError(f"{where}: input.user_turns must be a non-empty list "
