@@ -18,6 +18,13 @@ MCP server that died, hung or answered garbage). With a ``default`` environment 
 (tools from an MCP server, :mod:`expgit.train.tools.mcp_tools`), a case bound to no
 environment runs against it. The environment's methods are called off the event loop
 (they may wait for a server), and its ``close()``, if it has one, when the rollout ends.
+
+With ``listing`` (``[agent] skills = "listing"``, docs/skill-listing.md) the system
+prompt holds the always-on skills and the ``<available_skills>`` listing of the others
+(:mod:`expgit.train.skill_listing`) instead of a retrieval, and the environment gets the
+built-in ``Skill`` tool (:mod:`expgit.train.tools.skill_tool`): the agent reads a skill's
+body only by calling it. The rollout records ``skills_listed`` and ``skills_loaded``,
+and its ``experiences_used`` are the always-on skills and the loaded ones.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from expgit.errors import ExpgitError, ToolServerError, UsageError
@@ -37,10 +45,11 @@ from expgit.train.components.evaluator import failed_evaluation
 from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.domain import Case, Message, Part, Rollout, TextPart, ToolPart
 from expgit.train.experience_usage import KEY as USAGE_KEY
-from expgit.train.experience_usage import usage_records
+from expgit.train.experience_usage import UsedExperience, usage_records
 from expgit.train.groups import sampling_of
 from expgit.train.interfaces import RolloutEvaluator, RolloutExecutor
 from expgit.train.retrieval import ContextItem
+from expgit.train.skill_listing import SkillListing, build_listing
 from expgit.train.tools.binding import binding
 from expgit.train.tools.environment import (
     EnvironmentFactory,
@@ -48,9 +57,26 @@ from expgit.train.tools.environment import (
     close_environment,
 )
 from expgit.train.tools.registry import open_environment
+from expgit.train.tools.skill_tool import SkillToolEnvironment
 from expgit.train.tools.users import Turn, check_user_input, user_for
 
 ExperienceSelector = Callable[[str, Snapshot], Awaitable[list[ContextItem]]]
+LOADED = "loaded with the Skill tool"  # the reason of a loaded skill's usage record
+
+
+@dataclass(frozen=True)
+class ListingMode:
+    """Listing mode's budgets: the listing's (estimated tokens, description cut) and the
+    always-on block's (the ``[context]`` token budget)."""
+
+    budget_tokens: int
+    description_chars: int
+    always_token_budget: int | None = None
+
+    def listing(self, snapshot: Snapshot) -> SkillListing:
+        return build_listing(snapshot, budget_tokens=self.budget_tokens,
+                             description_chars=self.description_chars,
+                             always_token_budget=self.always_token_budget)
 
 
 def run_tool_call(env: ToolEnvironment, known: set[str], call: ToolCall) -> ToolPart:
@@ -97,7 +123,8 @@ class ToolCallingRolloutExecutor:
                  experiences: ExperienceSelector, *, max_steps: int = 30,
                  max_user_turns: int = 10, concurrency: int = 4,
                  repo: ExperienceRepository | None = None,
-                 default: EnvironmentFactory | None = None) -> None:
+                 default: EnvironmentFactory | None = None,
+                 listing: ListingMode | None = None) -> None:
         if concurrency < 1 or max_steps < 1 or max_user_turns < 1:
             raise UsageError("concurrency, max_steps and max_user_turns must be at least 1")
         self.llm = llm
@@ -108,6 +135,7 @@ class ToolCallingRolloutExecutor:
         self.concurrency = concurrency
         self.repo = repo
         self.default = default
+        self.listing = listing
 
     async def execute(self, cases: Sequence[Case], policy_set: Snapshot,
                       context: ExecutionContext) -> list[Rollout]:
@@ -134,16 +162,28 @@ class ToolCallingRolloutExecutor:
             assert factory is not None
             if bound is None:
                 check_user_input(case, f"case {case.name!r}")
-            env = factory.new()
+            env: ToolEnvironment = factory.new()
+            listing = self.listing.listing(policy_set) if self.listing else None
+            skill_env = None
+            if listing is not None:
+                env = skill_env = SkillToolEnvironment(env, {
+                    n: (s.location, s.body) for n, s in listing.skills.items()})
             metadata["environment"] = bound[0] if bound is not None else "mcp"
             try:
                 metadata["stopped"] = await self._converse(case, policy_set, env, messages,
-                                                           metadata)
+                                                           metadata, listing)
                 metadata["final_state"] = await asyncio.to_thread(env.final_state)
             finally:
                 await asyncio.to_thread(close_environment, env)
             rollout = Rollout(case=case, messages=messages, metadata=metadata,
                               policy_snapshot_id=context.policy_snapshot_id)
+            if listing is not None and skill_env is not None:
+                rollout.skills_listed = list(listing.listed)
+                rollout.skills_loaded = list(skill_env.loaded)
+                metadata[USAGE_KEY] = usage_records(
+                    [i.usage() for i in listing.always]
+                    + [UsedExperience(name=n, blob=listing.skills[n].blob, reason=LOADED)
+                       for n in skill_env.loaded])
             stage = "evaluation"
             rollout.evaluation = await self.evaluator.evaluate(rollout, pipeline)
             return rollout
@@ -154,20 +194,23 @@ class ToolCallingRolloutExecutor:
                            evaluation=failed_evaluation(case, error))
 
     async def _converse(self, case: Case, policy_set: Snapshot, env: ToolEnvironment,
-                        messages: list[Message], metadata: dict[str, Any]) -> str:
+                        messages: list[Message], metadata: dict[str, Any],
+                        listing: SkillListing | None = None) -> str:
         """Runs the conversation into ``messages``; returns why it stopped."""
         user = user_for(case, self.llm, self.repo)
         transcript: list[Turn] = []
         said = await user.next_message(transcript)
         if said is None:
             return "user done"
-        experiences = await self.experiences(said, policy_set)
+        experiences = (listing.always if listing is not None
+                       else await self.experiences(said, policy_set))
         metadata[USAGE_KEY] = usage_records(
             [p.usage() for p in experiences])
         # the environment's clock, if it has one
         now = (await asyncio.to_thread(env.final_state)).get("now")
         system, _ = render_prompt("tool_rollout", self.repo, experiences=experiences,
-                                  case=case, now=now if isinstance(now, str) else None)
+                                  case=case, now=now if isinstance(now, str) else None,
+                                  listing=listing.text if listing is not None else None)
         schemas = await asyncio.to_thread(env.tool_schemas)
         known = {str(s["function"]["name"]) for s in schemas}
         chat: ToolMessages = [{"role": "system", "content": system}]
