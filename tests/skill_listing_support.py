@@ -18,9 +18,10 @@ BAGGAGE = "baggage-rules"
 REFUND = "refund-rules"
 OTHER = "seat-rules"
 MARKER = "Call update_reservation_baggages yourself"
+DESCRIPTION = "Use when a user asks to change the checked bags of a reservation."
 BAGGAGE_MD = f"""---
 name: {BAGGAGE}
-description: Use when a user asks to change the checked bags of a reservation.
+description: {DESCRIPTION}
 metadata:
   expgit-tags: baggage
 ---
@@ -46,10 +47,14 @@ BAGS = re.compile(r"bags of (\w+) to (\d+) total, (\d+) paid, with (\w+)")
 SKILL_CALLED = re.compile(r"load skill (\S+)")
 
 
-def skills_repo(tmp: Path, toml_extra: str = "") -> Path:
-    """A skills-layout repository at ``tmp/repo`` with the three skills."""
+def skills_repo(tmp: Path, toml_extra: str = "", baggage_description: str | None = None
+                ) -> Path:
+    """A skills-layout repository at ``tmp/repo`` with the three skills (the baggage
+    skill's description replaced by ``baggage_description`` if given)."""
     seed = tmp / "seed"
-    for name, text in ((BAGGAGE, BAGGAGE_MD), (REFUND, REFUND_MD), (OTHER, OTHER_MD)):
+    baggage = BAGGAGE_MD if baggage_description is None else BAGGAGE_MD.replace(
+        DESCRIPTION, baggage_description)
+    for name, text in ((BAGGAGE, baggage), (REFUND, REFUND_MD), (OTHER, OTHER_MD)):
         (seed / "skills" / name).mkdir(parents=True)
         (seed / "skills" / name / "SKILL.md").write_text(text)
     (seed / "expgit.toml").write_text('experiences_root = "skills"\nlayout = "skills"\n'
@@ -79,7 +84,7 @@ def listing_agent(messages: ToolMessages) -> ToolTurn:
     if last_role(messages) == "user":
         asked = SKILL_CALLED.search(str(messages[-1]["content"]))
         wanted = asked.group(1) if asked else BAGGAGE
-        if f"<name>\n{wanted}\n</name>" in system or asked:
+        if f"<name>\n{wanted}\n</name>\n<description>\nUse when" in system or asked:
             return turn(call("Skill", "s1", skill=wanted))
         return turn(text="I cannot help with bags.")
     last = messages[-1]

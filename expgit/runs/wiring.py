@@ -30,7 +30,6 @@ from expgit.train.components.policy_updater import GitPolicyUpdater
 from expgit.train.components.rollout_reflector import OneCallRolloutReflector
 from expgit.train.components.snapshotter import ContentHashPolicySnapshotter
 from expgit.train.components.tool_executor import (
-    ListingMode,
     RoutingRolloutExecutor,
     ToolCallingRolloutExecutor,
 )
@@ -44,6 +43,7 @@ from expgit.train.pipeline import (
 from expgit.train.redaction import Redactor
 from expgit.train.relevance import EmbeddingRanker, ExperienceRanker
 from expgit.train.remote_push import RemotePublisher
+from expgit.train.skill_listing import ListingMode
 from expgit.train.tools.environment import EnvironmentFactory
 
 
@@ -69,7 +69,7 @@ def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
     """The in-process executor of the default chain (also the example environment's):
     single-turn, or tool-calling for the cases a cases file binds to a tool environment
     (``environment:``, limits from ``[train] tool_max_steps`` / ``tool_max_user_turns``;
-    in the skills layout a skill listing and the ``Skill`` tool, :func:`listing_mode`);
+    in the skills layout a skill listing and the ``Skill`` tool, :class:`ListingMode`);
     rubric-evaluated. Each prompt's experiences by
     :func:`expgit.train.retrieval.select_context` within the repository's ``[context]``
     settings (for the embedded model at most ``embedded_token_budget``), ``top_k`` and
@@ -89,20 +89,8 @@ def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
         runtime.structured, evaluator, single.experiences_for,
         max_steps=train.tool_max_steps, max_user_turns=train.tool_max_user_turns,
         concurrency=concurrency, repo=repo, default=tools,
-        listing=listing_mode(repo, token_budget))
+        listing=ListingMode.of(repo.settings, token_budget))
     return RoutingRolloutExecutor(single, tool_calling, every_case=tools is not None)
-
-
-def listing_mode(repo: ExperienceRepository, token_budget: int | None = None
-                 ) -> ListingMode | None:
-    """The tool-calling agent's listing mode from ``[agent]`` (docs/skill-listing.md);
-    None: it is given its experiences by retrieval."""
-    settings = repo.settings
-    if not settings.skill_listing():
-        return None
-    return ListingMode(settings.agent.listing_budget_tokens,
-                       settings.agent.listing_description_chars,
-                       token_budget or settings.context.token_budget)
 
 
 def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurrency: int = 4,

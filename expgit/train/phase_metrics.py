@@ -12,16 +12,15 @@ from pydantic import BaseModel, Field
 from expgit.errors import InvalidInputError
 from expgit.store.experience import Experience, parse_experience
 from expgit.store.layout import SKILL_FILE
-
 from expgit.train.candidate import CandidateReport, EvalSummary, summarize
 from expgit.train.candidate_stage import Reviewed
 from expgit.train.domain import (
     GroupStats,
-    SemanticGradient,
     PolicyApplyResult,
     Rollout,
     RolloutTrainingResult,
     RubricEvaluation,
+    SemanticGradient,
 )
 from expgit.train.experience_usage import KEY as USAGE_KEY
 from expgit.train.experience_usage import read_usage

@@ -35,9 +35,11 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-from expgit.errors import InvalidInputError
+from expgit.errors import InvalidInputError, UsageError
 from expgit.store.experience import estimate_tokens
+from expgit.store.settings import Settings
 from expgit.store.snapshot import Snapshot
+from expgit.train.domain import Rollout
 from expgit.train.retrieval import ALWAYS_ON, ContextItem, select_context
 
 # Claude Code: the listing gets 1% of the context window, each description 1,536 chars
@@ -153,6 +155,48 @@ def build_listing(snapshot: Snapshot, *, budget_tokens: int, description_chars: 
     return SkillListing(always=always_items, skills={s.name: s for s in others},
                         listed=listed, omitted=omitted, cut=cut, text=text,
                         budget_tokens=budget_tokens, full_chars=len(full))
+
+
+@dataclass(frozen=True)
+class ListingMode:
+    """Listing mode's budgets: the listing's (estimated tokens, description cut) and the
+    always-on block's (the ``[context]`` token budget)."""
+
+    budget_tokens: int
+    description_chars: int
+    always_token_budget: int | None = None
+
+    @classmethod
+    def of(cls, settings: Settings, token_budget: int | None = None) -> ListingMode | None:
+        """The tool-calling agent's listing mode from ``[agent]``; None: retrieval."""
+        if not settings.skill_listing():
+            return None
+        return cls(settings.agent.listing_budget_tokens,
+                   settings.agent.listing_description_chars,
+                   token_budget or settings.context.token_budget)
+
+    def listing(self, snapshot: Snapshot) -> SkillListing:
+        return build_listing(snapshot, budget_tokens=self.budget_tokens,
+                             description_chars=self.description_chars,
+                             always_token_budget=self.always_token_budget)
+
+
+def reflect_view(rollout: Rollout, snapshot: Snapshot, settings: Settings
+                 ) -> dict[str, object] | None:
+    """What the reflect prompts show of a listing-mode run: the listing it saw (rebuilt
+    from its snapshot with the same budgets), the skills listed and those loaded; None
+    for a run of retrieval mode."""
+    mode = ListingMode.of(settings)
+    if rollout.skills_loaded is None or mode is None:
+        return None
+    try:
+        text = mode.listing(snapshot).text
+    except (InvalidInputError, UsageError):
+        text = ""
+    return {"listing": text, "listed": list(rollout.skills_listed or []),
+            "loaded": list(rollout.skills_loaded),
+            "not_loaded": [n for n in rollout.skills_listed or []
+                           if n not in rollout.skills_loaded]}
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from conftest import git
 from skill_listing_support import (
     ASK,
     BAGGAGE,
+    DESCRIPTION,
     MARKER,
     OTHER,
     REFUND,
@@ -166,3 +167,36 @@ def test_retrieval_mode_and_a_flat_repository_keep_retrieval(
                      "--base-url", server.url)
     assert result.code == 5 and "agent.skills" in result.err, result.err
     assert git(flat, "for-each-ref") == refs
+
+
+def test_a_skill_listed_but_not_loaded_gets_a_description_edit(
+        run_cli: Any, serve: Any, tmp_path: Path) -> None:
+    """The vague description hides the baggage rule: the agent does not load it and
+    fails; the reflect prompt shows the listing and says the description may be the
+    fault; the edit changes only the description, and the report counts it."""
+    from scripted_pipeline import reflect_with
+
+    repo = skills_repo(tmp_path, baggage_description="Notes.")
+    cases = bag_cases(tmp_path / "cases", ASK)
+    edit = {"name": BAGGAGE, "action": "update", "rationale": "the skill was not loaded",
+            "summary": DESCRIPTION, "tags": [], "body": "", "confidence": 0.8}
+    merge = json.dumps({"items": [{**edit, "action": "upsert", "gradient_ids": []}]})
+    server = serve([Step("rollout", listing_agent), Step("reflect", reflect_with(edit)),
+                    Step("merge", merge)])
+    report = tmp_path / "report.json"
+    result = run_cli("-C", repo, "train", "--cases", cases, "--llm", "openai",
+                     "--base-url", server.url, "--report", report)
+    assert result.code == 0, result.err
+    assert server.unexpected == []
+    server.chat.assert_done()
+    reflect_prompt = next(c[1] for c in server.chat.calls if c[0] == "reflect")
+    text = "\n".join(str(m["content"]) for m in reflect_prompt)
+    assert "<available_skills>" in text and f"Listed but not loaded: {BAGGAGE}" in text
+    assert "the fault is that skill's description" in text
+    assert "It loaded no skill." in text
+    phases = report_of(report)["phases"]
+    assert sum(p["description_edits"] for p in phases) == 1
+    assert "edits that change only a skill's description: 1" in result.out
+    [proposal] = report_of(report)["proposals"]
+    shown = git(repo, "show", f"expgit/proposals/{proposal}:skills/{BAGGAGE}/SKILL.md")
+    assert f"description: {DESCRIPTION}" in shown and MARKER in shown

@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from expgit.errors import ExpgitError, ToolServerError, UsageError
@@ -49,7 +48,7 @@ from expgit.train.experience_usage import UsedExperience, usage_records
 from expgit.train.groups import sampling_of
 from expgit.train.interfaces import RolloutEvaluator, RolloutExecutor
 from expgit.train.retrieval import ContextItem
-from expgit.train.skill_listing import SkillListing, build_listing
+from expgit.train.skill_listing import ListingMode, SkillListing
 from expgit.train.tools.binding import binding
 from expgit.train.tools.environment import (
     EnvironmentFactory,
@@ -62,21 +61,6 @@ from expgit.train.tools.users import Turn, check_user_input, user_for
 
 ExperienceSelector = Callable[[str, Snapshot], Awaitable[list[ContextItem]]]
 LOADED = "loaded with the Skill tool"  # the reason of a loaded skill's usage record
-
-
-@dataclass(frozen=True)
-class ListingMode:
-    """Listing mode's budgets: the listing's (estimated tokens, description cut) and the
-    always-on block's (the ``[context]`` token budget)."""
-
-    budget_tokens: int
-    description_chars: int
-    always_token_budget: int | None = None
-
-    def listing(self, snapshot: Snapshot) -> SkillListing:
-        return build_listing(snapshot, budget_tokens=self.budget_tokens,
-                             description_chars=self.description_chars,
-                             always_token_budget=self.always_token_budget)
 
 
 def run_tool_call(env: ToolEnvironment, known: set[str], call: ToolCall) -> ToolPart:

@@ -16,7 +16,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from expgit.train.tools.environment import State, Tool, ToolEnvironment, ToolError, close_environment
+from expgit.train.tools.environment import (
+    State,
+    Tool,
+    ToolEnvironment,
+    ToolError,
+    close_environment,
+)
 
 SKILL_TOOL = "Skill"
 _NAMES_SHOWN = 20
