@@ -199,6 +199,19 @@ def reflect_view(rollout: Rollout, snapshot: Snapshot, settings: Settings
                            if n not in rollout.skills_loaded]}
 
 
+def listing_budget(snapshot: Snapshot, settings: Settings) -> dict[str, int] | None:
+    """What the merge prompt is told of the listing in listing mode: its budget and its
+    size now (every listed skill with its whole description), in estimated tokens, and
+    the count of skills; None in retrieval mode."""
+    mode = ListingMode.of(settings)
+    if mode is None:
+        return None
+    _, others = active_skills(snapshot)
+    full = _block([s.entry(_cut(s.description, mode.description_chars)) for s in others])
+    return {"budget_tokens": mode.budget_tokens, "tokens": estimate_tokens(full),
+            "skills": len(others)}
+
+
 @dataclass(frozen=True)
 class BudgetCheck:
     """The listing against one agent's budget."""

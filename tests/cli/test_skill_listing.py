@@ -194,9 +194,38 @@ def test_a_skill_listed_but_not_loaded_gets_a_description_edit(
     assert "<available_skills>" in text and f"Listed but not loaded: {BAGGAGE}" in text
     assert "the fault is that skill's description" in text
     assert "It loaded no skill." in text
+    merge_prompt = "\n".join(str(m["content"]) for m in next(
+        c[1] for c in server.chat.calls if c[0] == "merge"))
+    # the merge prompt is given the listing budget (1% of 200,000) and told to fold
+    assert "has a budget of about\n  2000 tokens" in merge_prompt
+    assert "prefer folding a narrow skill into a\n  broader one" in merge_prompt
     phases = report_of(report)["phases"]
     assert sum(p["description_edits"] for p in phases) == 1
     assert "edits that change only a skill's description: 1" in result.out
     [proposal] = report_of(report)["proposals"]
     shown = git(repo, "show", f"expgit/proposals/{proposal}:skills/{BAGGAGE}/SKILL.md")
     assert f"description: {DESCRIPTION}" in shown and MARKER in shown
+
+
+def test_validate_prints_the_listing_size_and_warns_past_a_budget(
+        run_cli: Any, tmp_path: Path) -> None:
+    roomy = skills_repo(tmp_path / "a")
+    result = run_cli("-C", roomy, "validate")
+    assert result.code == 0, result.err
+    lines = [line for line in result.out.splitlines() if line.startswith("skill listing")]
+    assert [line.split(":")[0] for line in lines] == [
+        "skill listing for claude-code", "skill listing for codex"]
+    assert all(line.endswith("fits") for line in lines)
+    assert "budget 2000 tokens" in lines[0] and "8000 characters" in lines[1]
+    assert "warning" not in result.err
+    # a 2,000-token window: 20 tokens for Claude Code, 40 for Codex; both are passed,
+    # which is a warning, not a failure
+    small = skills_repo(tmp_path / "b", "[agent]\ncontext_window_tokens = 2000\n")
+    result = run_cli("-C", small, "validate", "--json")
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    assert data["valid"] is True
+    assert [c["over"] for c in data["listing"]] == [True, True]
+    assert "over claude-code's budget of 20 tokens" in result.err
+    assert "over codex's budget of 40 tokens or 8000 characters" in result.err
+    assert "fold narrow skills into broader ones" in result.err
