@@ -47,15 +47,26 @@ BAGS = re.compile(r"bags of (\w+) to (\d+) total, (\d+) paid, with (\w+)")
 SKILL_CALLED = re.compile(r"load skill (\S+)")
 
 
-def skills_repo(tmp: Path, toml_extra: str = "", baggage_description: str | None = None
-                ) -> Path:
+TRIGGERS = [
+    {"query": "Please set the checked bags of NO6JO3 to 3 total", "should_trigger": True},
+    {"query": "I need more luggage on my trip next week", "should_trigger": True},
+    {"query": "Change my seat to 12A, please", "should_trigger": False},
+]
+
+
+def skills_repo(tmp: Path, toml_extra: str = "", baggage_description: str | None = None,
+                triggers: str | None = None) -> Path:
     """A skills-layout repository at ``tmp/repo`` with the three skills (the baggage
-    skill's description replaced by ``baggage_description`` if given)."""
+    skill's description replaced by ``baggage_description`` if given, and its
+    ``evals/triggers.json`` holding ``triggers`` if given)."""
     seed = tmp / "seed"
+    if triggers is not None:
+        (seed / "skills" / BAGGAGE / "evals").mkdir(parents=True)
+        (seed / "skills" / BAGGAGE / "evals" / "triggers.json").write_text(triggers)
     baggage = BAGGAGE_MD if baggage_description is None else BAGGAGE_MD.replace(
         DESCRIPTION, baggage_description)
     for name, text in ((BAGGAGE, baggage), (REFUND, REFUND_MD), (OTHER, OTHER_MD)):
-        (seed / "skills" / name).mkdir(parents=True)
+        (seed / "skills" / name).mkdir(parents=True, exist_ok=True)
         (seed / "skills" / name / "SKILL.md").write_text(text)
     (seed / "expgit.toml").write_text('experiences_root = "skills"\nlayout = "skills"\n'
                                       f"token_budget = 2000\n{toml_extra}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from expgit.cli._common import json_option, open_repo
+from expgit.cli._common import emit, json_option, open_repo
 from expgit.cli._progress import progress_display
 from expgit.cli._run_options import (
     gate_options,
@@ -30,6 +30,9 @@ from expgit.cli.train_common import (
 from expgit.errors import UsageError
 from expgit.runs.build import RunOptions, run_eval
 from expgit.runs.gate_comment import GATE_MARKER, write_comment
+from expgit.runs.trigger_run import run_trigger_eval
+from expgit.store.repository import ExperienceRepository
+from expgit.train.report import cost_table
 
 
 @click.command("eval")
@@ -50,6 +53,13 @@ from expgit.runs.gate_comment import GATE_MARKER, write_comment
               "pull request comment in markdown to FILE (its first line is the marker "
               f"{GATE_MARKER}, so a CI job finds and updates its one comment).")
 @trials_option
+@click.option("--skill", "skill", metavar="NAME", help="With --triggers: the skill whose "
+              "trigger evals (its evals/triggers.json) to run.")
+@click.option("--triggers", is_flag=True, help="With --skill NAME: run each query of the "
+              "skill's evals/triggers.json --runs times with the listing agent and report "
+              "the trigger rate (did it call Skill with NAME), per query and overall.")
+@click.option("--runs", "runs", type=click.IntRange(min=1), default=3, show_default=True,
+              help="With --triggers: the runs of each query.")
 @llm_options
 @mcp_options
 @budget_options
@@ -60,7 +70,8 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
              split: str | None, report: Path | None, report_html: Path | None,
              at: str | None, compare: tuple[str, str] | None, gate: bool | None,
              min_delta: float | None, max_regressions: int | None, comment: Path | None,
-             trials: int, llm_choice: str | None,
+             trials: int, skill: str | None, triggers: bool, runs: int,
+             llm_choice: str | None,
              model: str | None, base_url: str | None, concurrency: int,
              mcp_command: str | None, mcp_url: str | None,
              max_calls: int | None, max_cost: float | None,
@@ -85,8 +96,18 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
       expgit eval --env-url http://127.0.0.1:1944 --split eval --json
       expgit eval --cases eval.yaml --compare main 1a2b3c4d5e6f --trials 3
       expgit eval --cases eval.yaml --compare origin/main HEAD --gate --comment gate.md
+      expgit eval --skill fix-flaky-tests --triggers --runs 3
+
+    \b
+    --skill NAME --triggers runs the skill's trigger evals (evals/triggers.json in its
+    folder: [{"query": ..., "should_trigger": true|false}], the Agent Skills guide's
+    format) with the listing agent; see docs/skill-listing.md.
     """
     repo = open_repo(ctx)
+    if skill is not None or triggers:
+        _triggers(repo, skill, triggers, runs, at, cases, compare, llm_choice, model, base_url,
+                  concurrency, max_calls, max_cost, as_json)
+        return
     service = environment_service(repo, env_url, env_token_env, dataset, domain)
     eval_set = case_source(cases, service, split or ("eval" if service else None))
     if eval_set is None:
@@ -108,3 +129,22 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
     if comment is not None:
         write_comment(repo, result, comment)
     output(result, as_json, report, report_html=report_html, repo=repo)
+
+
+def _triggers(repo: ExperienceRepository, skill: str | None, triggers: bool, runs: int,
+              at: str | None, cases: Path | None, compare: tuple[str, str] | None,
+              llm_choice: str | None, model: str | None, base_url: str | None,
+              concurrency: int, max_calls: int | None, max_cost: float | None,
+              as_json: bool) -> None:
+    """``eval --skill NAME --triggers``: the trigger rate of NAME's trigger evals."""
+    if skill is None or not triggers:
+        raise UsageError("give --skill NAME with --triggers",
+                         hint="expgit eval --skill NAME --triggers [--runs K]")
+    if cases is not None or compare:
+        raise UsageError("--triggers runs the skill's own evals/triggers.json: give no "
+                         "--cases or --compare")
+    options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
+                         concurrency=concurrency, max_calls=max_calls, max_cost=max_cost)
+    report = asyncio.run(run_trigger_eval(repo, skill, options, runs=runs, at=at))
+    emit(as_json, report.model_dump(mode="json"),
+         lambda: click.echo("\n".join([*report.lines(), "", *cost_table(report.usage)])))

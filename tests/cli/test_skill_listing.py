@@ -19,6 +19,7 @@ from skill_listing_support import (
     MARKER,
     OTHER,
     REFUND,
+    TRIGGERS,
     bag_cases,
     listing_agent,
     report_of,
@@ -229,3 +230,54 @@ def test_validate_prints_the_listing_size_and_warns_past_a_budget(
     assert "over claude-code's budget of 20 tokens" in result.err
     assert "over codex's budget of 40 tokens or 8000 characters" in result.err
     assert "fold narrow skills into broader ones" in result.err
+
+
+def trigger_agent(messages: Any) -> Any:
+    """Loads the baggage skill when the query says "bags" (not "luggage")."""
+    from tool_support import call, turn
+    assert "<available_skills>" in str(messages[0]["content"])
+    if "bags" in str(messages[-1]["content"]):
+        return turn(call("Skill", "s1", skill=BAGGAGE))
+    return turn(text="Happy to help.")
+
+
+def test_trigger_evals_report_the_trigger_rate(run_cli: Any, serve: Any,
+                                               tmp_path: Path) -> None:
+    repo = skills_repo(tmp_path, triggers=json.dumps(TRIGGERS))
+    server = serve([Step("rollout", trigger_agent) for _ in range(6)])  # 3 queries x 2
+    args = ("eval", "--skill", BAGGAGE, "--triggers", "--runs", "2", "--llm", "openai",
+            "--base-url", server.url)
+    result = run_cli("-C", repo, *args, "--json")
+    assert result.code == 0, result.err
+    assert server.unexpected == []
+    server.chat.assert_done()
+    data = json.loads(result.out)
+    assert [(r["triggers"], r["runs"], r["trigger_rate"], r["passed"])
+            for r in data["results"]] == [(2, 2, 1.0, True), (0, 2, 0.0, False),
+                                          (0, 2, 0.0, True)]
+    assert data["results"][0]["should_trigger"] is True
+    assert (data["recall"], data["false_trigger_rate"], data["precision"]) == (
+        0.5, 0.0, 1.0)
+    assert data["passed"] == 2 and round(data["trigger_rate"], 3) == 0.333
+    assert data["file"] == f"skills/{BAGGAGE}/evals/triggers.json"
+    assert data["usage"]["by_stage"]["rollout"]["calls"] == 6
+    server = serve([Step("rollout", trigger_agent) for _ in range(3)])
+    text = run_cli("-C", repo, *args[:5], "1", "--llm", "openai", "--base-url", server.url)
+    assert text.code == 0, text.err
+    assert "queries passed: 2/3" in text.out and "50% triggered (recall)" in text.out
+    assert "FAIL  0/1 (0%)  should trigger: I need more luggage" in text.out
+
+
+def test_a_malformed_trigger_file_exits_5_before_any_call(run_cli: Any, serve: Any,
+                                                          tmp_path: Path) -> None:
+    repo = skills_repo(tmp_path, triggers=json.dumps(
+        [TRIGGERS[0], {"query": "x", "should_trigger": "maybe"}]))
+    server = serve([])
+    result = run_cli("-C", repo, "eval", "--skill", BAGGAGE, "--triggers", "--llm",
+                     "openai", "--base-url", server.url)
+    assert result.code == 5, result.err
+    assert f"skills/{BAGGAGE}/evals/triggers.json: query 1: should_trigger" in result.err
+    result = run_cli("-C", repo, "eval", "--skill", OTHER, "--triggers", "--llm",
+                     "openai", "--base-url", server.url)
+    assert result.code == 5 and "no trigger eval file" in result.err, result.err
+    assert server.requests == 0
