@@ -203,6 +203,11 @@ def test_a_skill_listed_but_not_loaded_gets_a_description_edit(
     phases = report_of(report)["phases"]
     assert sum(p["description_edits"] for p in phases) == 1
     assert "edits that change only a skill's description: 1" in result.out
+    docs = [p for p in git(repo, "ls-tree", "-r", "--name-only", "expgit/trajectories"
+                           ).split() if p.endswith(".md")]
+    [doc] = docs
+    front = git(repo, "show", f"expgit/trajectories:{doc}")
+    assert f"skills_listed:\n- {BAGGAGE}\n- {OTHER}\nskills_loaded: []" in front
     [proposal] = report_of(report)["proposals"]
     shown = git(repo, "show", f"expgit/proposals/{proposal}:skills/{BAGGAGE}/SKILL.md")
     assert f"description: {DESCRIPTION}" in shown and MARKER in shown
