@@ -57,6 +57,13 @@ def edit_reply(name: str, action: str, body: str, **extra: object) -> dict[str, 
             "confidence": 0.7}
 
 
+def skill_reply(edit: dict[str, object], description: object = None) -> dict[str, object]:
+    """An edit (or merge item) of the flat reply format as the skills layout's replies
+    write it: its summary is named ``description`` (``description`` replaces it)."""
+    return {**{k: v for k, v in edit.items() if k != "summary"},
+            "description": edit["summary"] if description is None else description}
+
+
 def estimate_for(bodies: dict[str, str]) -> Callable[[list[dict[str, str]]], str]:
     """The scripted estimator: the edit the trajectory in the prompt calls for."""
     def estimate(messages: list[dict[str, str]]) -> str:

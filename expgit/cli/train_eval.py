@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from expgit.cli._common import json_option, open_repo
+from expgit.cli._common import emit, json_option, open_repo
 from expgit.cli._progress import progress_display
 from expgit.cli._run_options import (
     gate_options,
@@ -32,6 +32,9 @@ from expgit.errors import UsageError
 from expgit.runs.build import RunOptions, run_eval
 from expgit.runs.gate_comment import GATE_MARKER, write_comment
 from expgit.runs.skill_lift import run_skill_eval
+from expgit.runs.trigger_run import run_trigger_eval
+from expgit.store.repository import ExperienceRepository
+from expgit.train.report import cost_table
 
 
 @click.command("eval")
@@ -51,7 +54,8 @@ from expgit.runs.skill_lift import run_skill_eval
               "evals/evals.json) with the skill and without it, write benchmark.json and "
               "print the lift (docs/skill-evals.md).")
 @click.option("--runs", type=click.IntRange(min=1), default=None, metavar="K",
-              help="With --skill: runs of every case in each configuration.  [default: 3]")
+              help="With --skill: runs of every case in each configuration (with "
+              "--triggers: of each query).  [default: 3]")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
               help="With --skill: where benchmark.json goes.  [default: NAME-workspace]")
 @gate_options
@@ -60,6 +64,9 @@ from expgit.runs.skill_lift import run_skill_eval
               "pull request comment in markdown to FILE (its first line is the marker "
               f"{GATE_MARKER}, so a CI job finds and updates its one comment).")
 @trials_option
+@click.option("--triggers", is_flag=True, help="With --skill NAME: run each query of the "
+              "skill's evals/triggers.json --runs times with the listing agent and report "
+              "the trigger rate (did it call Skill with NAME), per query and overall.")
 @llm_options
 @mcp_options
 @user_model_option
@@ -72,7 +79,7 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
              at: str | None, compare: tuple[str, str] | None, skill: str | None,
              runs: int | None, out: Path | None, gate: bool | None,
              min_delta: float | None, max_regressions: int | None, comment: Path | None,
-             trials: int, llm_choice: str | None,
+             trials: int, triggers: bool, llm_choice: str | None,
              model: str | None, base_url: str | None, concurrency: int,
              mcp_command: str | None, mcp_url: str | None, user_model: str | None,
              max_calls: int | None, max_cost: float | None,
@@ -92,14 +99,24 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
     cases of --split (default eval) against main's snapshot; no model starts here.
 
     \b
+    --skill NAME --triggers runs the skill's trigger evals (evals/triggers.json in its
+    folder: [{"query": ..., "should_trigger": true|false}], the Agent Skills guide's
+    format) with the listing agent; see docs/skill-listing.md.
+
+    \b
     Example:
       expgit eval --cases example_repo/cases/eval.yaml
       expgit eval --env-url http://127.0.0.1:1944 --split eval --json
       expgit eval --cases eval.yaml --compare main 1a2b3c4d5e6f --trials 3
       expgit eval --cases eval.yaml --compare origin/main HEAD --gate --comment gate.md
       expgit eval --skill fix-flaky-tests --runs 3 --out flaky-workspace
+      expgit eval --skill fix-flaky-tests --triggers --runs 3
     """
     repo = open_repo(ctx)
+    if triggers:
+        _triggers(repo, skill, runs or 3, at, cases, compare, llm_choice, model, base_url,
+                  concurrency, max_calls, max_cost, as_json)
+        return
     for flag, given in (("--runs", runs), ("--out", out)):
         if given is not None and skill is None:
             raise UsageError(f"{flag} needs --skill NAME")
@@ -142,3 +159,22 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
     if comment is not None:
         write_comment(repo, result, comment)
     output(result, as_json, report, report_html=report_html, repo=repo)
+
+
+def _triggers(repo: ExperienceRepository, skill: str | None, runs: int,
+              at: str | None, cases: Path | None, compare: tuple[str, str] | None,
+              llm_choice: str | None, model: str | None, base_url: str | None,
+              concurrency: int, max_calls: int | None, max_cost: float | None,
+              as_json: bool) -> None:
+    """``eval --skill NAME --triggers``: the trigger rate of NAME's trigger evals."""
+    if skill is None:
+        raise UsageError("give --skill NAME with --triggers",
+                         hint="expgit eval --skill NAME --triggers [--runs K]")
+    if cases is not None or compare:
+        raise UsageError("--triggers runs the skill's own evals/triggers.json: give no "
+                         "--cases or --compare")
+    options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
+                         concurrency=concurrency, max_calls=max_calls, max_cost=max_cost)
+    report = asyncio.run(run_trigger_eval(repo, skill, options, runs=runs, at=at))
+    emit(as_json, report.model_dump(mode="json"),
+         lambda: click.echo("\n".join([*report.lines(), "", *cost_table(report.usage)])))

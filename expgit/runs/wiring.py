@@ -43,6 +43,7 @@ from expgit.train.pipeline import (
 from expgit.train.redaction import Redactor
 from expgit.train.relevance import EmbeddingRanker, ExperienceRanker
 from expgit.train.remote_push import RemotePublisher
+from expgit.train.skill_listing import ListingMode
 from expgit.train.tools.environment import EnvironmentFactory
 
 
@@ -68,7 +69,8 @@ def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
                      user_llm: StructuredLLM | None = None) -> RoutingRolloutExecutor:
     """The in-process executor of the default chain (also the example environment's):
     single-turn, or tool-calling for the cases a cases file binds to a tool environment
-    (``environment:``, limits from ``[train] tool_max_steps`` / ``tool_max_user_turns``);
+    (``environment:``, limits from ``[train] tool_max_steps`` / ``tool_max_user_turns``;
+    in the skills layout a skill listing and the ``Skill`` tool, :class:`ListingMode`);
     rubric-evaluated. Each prompt's experiences by
     :func:`expgit.train.retrieval.select_context` within the repository's ``[context]``
     settings (for the embedded model at most ``embedded_token_budget``), ``top_k`` and
@@ -87,7 +89,8 @@ def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
     tool_calling = ToolCallingRolloutExecutor(
         runtime.structured, evaluator, single.experiences_for,
         max_steps=train.tool_max_steps, max_user_turns=train.tool_max_user_turns,
-        concurrency=concurrency, repo=repo, default=tools, user_llm=user_llm)
+        concurrency=concurrency, repo=repo, default=tools, user_llm=user_llm,
+        listing=ListingMode.of(repo.settings, token_budget))
     return RoutingRolloutExecutor(single, tool_calling, every_case=tools is not None)
 
 

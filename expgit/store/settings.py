@@ -296,11 +296,29 @@ class McpSettings(BaseModel):
 
 
 class AgentSettings(BaseModel):
-    """``[agent]``: where the tool-calling agent's tools come from."""
+    """``[agent]``: where the tool-calling agent's tools come from, and how it meets the
+    skills (docs/skill-listing.md). ``skills = "listing"``: its system prompt holds the
+    always-on skills and a listing of the others (name, description, location) within
+    the listing budget, and it loads a skill's body only by calling the ``Skill`` tool,
+    as Claude Code and Codex do; ``"retrieval"``: the experiences chosen by relevance are
+    in the prompt. Unset: listing for the tool-calling agent in the skills layout,
+    retrieval otherwise; the single-turn agent (no tools) and a flat repository always
+    use retrieval. The listing budget is ``listing_budget_percent`` of
+    ``context_window_tokens`` (Claude Code's rule: 1% of the window), each description
+    cut at ``listing_description_chars`` (Claude Code: 1,536)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     mcp: McpSettings | None = None
+    skills: Literal["listing", "retrieval"] | None = None
+    context_window_tokens: int = Field(default=200_000, gt=0)
+    listing_budget_percent: float = Field(default=1.0, gt=0, le=100)
+    listing_description_chars: int = Field(default=1536, ge=1)
+
+    @property
+    def listing_budget_tokens(self) -> int:
+        """The listing's budget in estimated tokens."""
+        return max(1, int(self.context_window_tokens * self.listing_budget_percent / 100))
 
 
 class Settings(BaseModel):
@@ -357,6 +375,18 @@ class Settings(BaseModel):
                                      "inside another")
             taken[key] = name
         return self
+
+    @model_validator(mode="after")
+    def _listing_needs_skills(self) -> Settings:
+        if self.agent.skills == "listing" and self.layout != "skills":
+            raise ValueError('agent.skills: "listing" needs layout = "skills" (a flat '
+                             'repository has no skill listing; it keeps "retrieval")')
+        return self
+
+    def skill_listing(self) -> bool:
+        """Whether the tool-calling agent meets the skills as a listing (``[agent]
+        skills``; unset: in the skills layout)."""
+        return self.layout == "skills" and (self.agent.skills or "listing") == "listing"
 
     @property
     def main_ref(self) -> str:

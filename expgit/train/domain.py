@@ -107,6 +107,11 @@ class Rollout(_Model):
     evaluation: RubricEvaluation | None = None
     error: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # listing mode ([agent] skills = "listing"): the skills its <available_skills> listing
+    # showed, and those the agent loaded with the Skill tool (each once, in order); None
+    # (left out of the JSON): the agent was given its experiences by retrieval
+    skills_listed: list[str] | None = Field(default=None, exclude_if=lambda v: v is None)
+    skills_loaded: list[str] | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 # --------------------------------------------------------------------- analysis, gradients

@@ -4,8 +4,10 @@ An executor records them in ``rollout.metadata["experiences_used"]`` as a list o
 ``{"name": <experience name>, "blob": <blob id of the file it showed>, "reason": <why it
 was shown>, "score": <its BM25 score, or null>}``: the blob pins the version the agent
 saw; the reason is ``always-on`` or ``rank N (bm25 score X)``
-(:mod:`expgit.train.retrieval`). The trajectory analyzer copies that list into the stored
-trajectory's front matter, and the per-experience statistics read it back from there.
+(:mod:`expgit.train.retrieval`), or in listing mode ``loaded with the Skill tool``
+(:mod:`expgit.train.components.tool_executor`). The trajectory analyzer copies that
+list into the stored trajectory's front matter, and the per-experience statistics read
+it back from there.
 
 Readers are lenient about what other executors (remote environments, older recordings)
 wrote: a plain list of names is accepted (no blob), anything unreadable is ignored.

@@ -9,6 +9,9 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
+from expgit.errors import InvalidInputError
+from expgit.store.experience import Experience, parse_experience
+from expgit.store.layout import SKILL_FILE
 from expgit.train.candidate import CandidateReport, EvalSummary, summarize
 from expgit.train.candidate_stage import Reviewed
 from expgit.train.domain import (
@@ -17,9 +20,11 @@ from expgit.train.domain import (
     Rollout,
     RolloutTrainingResult,
     RubricEvaluation,
+    SemanticGradient,
 )
 from expgit.train.experience_usage import KEY as USAGE_KEY
 from expgit.train.experience_usage import read_usage
+from expgit.train.skill_reach import SkillReach, skill_reach
 
 
 class RolloutSummary(BaseModel):
@@ -30,6 +35,9 @@ class RolloutSummary(BaseModel):
     policy_snapshot_id: str
     experiences_shown: int | None = None  # the experiences in its context, when recorded
     context_tokens: int | None = None  # their estimated tokens, when recorded
+    # listing mode: the skills its listing showed and those it loaded (Skill tool)
+    skills_listed: list[str] | None = None
+    skills_loaded: list[str] | None = None
 
 
 class BatchRecord(BaseModel):
@@ -66,6 +74,10 @@ class PhaseMetrics(BaseModel):
     context_tokens: float | None = None  # mean estimated tokens of those experiences
     summary: EvalSummary | None = None  # an eval phase's: pass^k, interval (--trials)
     groups: GroupStats | None = None  # a training phase's in groups ([train] group_size)
+    # listing mode: each skill's reach (loaded in how many rollouts, pass rates)
+    skill_reach: list[SkillReach] | None = None
+    # training: the edits that changed only a skill's description (its trigger)
+    description_edits: int = 0
     reused: str | None = None  # the phase that ran these rollouts (same tree): none ran
     seconds: float = 0.0
 
@@ -91,6 +103,28 @@ class PipelineResult(BaseModel):
         evals = [r.metrics for r in (self.baseline, self.final) if r is not None]
         return (([evals.pop(0)] if self.baseline else []) + self.epochs
                 + self.candidate_phases + evals)
+
+
+def _parsed(content: str, name: str) -> Experience:
+    try:
+        return parse_experience(content, f"{name}/{SKILL_FILE}")
+    except InvalidInputError:
+        return parse_experience(content, f"{name}.md")
+
+
+def description_only(gradient: SemanticGradient) -> bool:
+    """Whether an edit changes only its experience's description (summary): the body
+    and the other fields are the same (a lesson aimed at a skill's trigger)."""
+    if gradient.before is None or gradient.after is None:
+        return False
+    try:  # a skill's SKILL.md, or a flat experience file
+        old, new = (_parsed(f.content, f.name) for f in (gradient.before, gradient.after))
+    except InvalidInputError:
+        return False
+    return (old.front_matter.summary != new.front_matter.summary
+            and old.body.strip() == new.body.strip()
+            and old.front_matter.model_copy(update={"summary": ""})
+            == new.front_matter.model_copy(update={"summary": ""}))
 
 
 def apply_results_of(result: RolloutTrainingResult) -> list[PolicyApplyResult]:
@@ -133,7 +167,9 @@ def rollout_summary(rollout: Rollout, evaluation: RubricEvaluation | None) -> Ro
                           policy_snapshot_id=rollout.policy_snapshot_id,
                           experiences_shown=len(read_usage(rollout.metadata))
                           if USAGE_KEY in rollout.metadata else None,
-                          context_tokens=tokens if isinstance(tokens, int) else None)
+                          context_tokens=tokens if isinstance(tokens, int) else None,
+                          skills_listed=rollout.skills_listed,
+                          skills_loaded=rollout.skills_loaded)
 
 
 def _mean(values: list[int | None]) -> float | None:
@@ -151,6 +187,7 @@ def score(metrics: PhaseMetrics) -> None:
                               if metrics.cases else 0.0)
     metrics.context_experiences = _mean([r.experiences_shown for r in judged])
     metrics.context_tokens = _mean([r.context_tokens for r in judged])
+    metrics.skill_reach = skill_reach(judged)
 
 
 def score_eval(metrics: PhaseMetrics, rollouts: Sequence[Rollout]) -> None:
@@ -181,6 +218,7 @@ def add_training(metrics: PhaseMetrics, record: BatchRecord, rollouts: Sequence[
         metrics.groups = metrics.groups or GroupStats(size=result.groups.size)
         metrics.groups.add(result.groups)
     metrics.gradients += record.gradients
+    metrics.description_edits += sum(1 for g in result.gradients if description_only(g))
     metrics.proposals += record.proposals
     metrics.applied_commits += record.applied_commits
     metrics.commits = len(metrics.applied_commits if mode == "apply" else metrics.proposals)

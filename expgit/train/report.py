@@ -251,6 +251,20 @@ def rejected_lines(phases: list[PhaseMetrics]) -> list[str]:
             + ([f"  ... and {more} more (see --report)"] if more > 0 else []))
 
 
+def skill_lines(phases: list[PhaseMetrics]) -> list[str]:
+    """Listing mode: each phase's skill reach, and the training edits that changed only
+    a skill's description."""
+    lines: list[str] = []
+    for p in phases:
+        if p.skill_reach is not None and p.reused is None:
+            lines += ["", f"skill reach [{p.phase}]:"] + (
+                [f"  {r.line()}" for r in p.skill_reach] or ["  (no skill listed)"])
+    edits = sum(p.description_edits for p in phases)
+    if edits:
+        lines += ["", f"edits that change only a skill's description: {edits}"]
+    return lines
+
+
 def remote_lines(remote: RemoteReport | None) -> list[str]:
     """``pushed to origin: 3 gradients, 1 proposals, 1 trajectories (1 replayed)``."""
     if remote is None:
@@ -285,6 +299,7 @@ def render_text(report: RunReport, verdict: Sequence[str] = ()) -> str:
     if baseline is not None and final is not None:
         lines += ["", *delta_lines(baseline, final), f"compared: {held_out_comparison(report)}"]
     lines += rejected_lines(report.phases)
+    lines += skill_lines(report.phases)
     if report.candidates:
         lines += ["", *map(summary_line, report.candidates),
                   *(f"  {lift_line(lift)}" for c in report.candidates

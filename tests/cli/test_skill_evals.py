@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from conftest import git
 from json_shapes import assert_shape
-from scripted_pipeline import edit_reply, reflect_with
+from scripted_pipeline import edit_reply, reflect_with, skill_reply
 
 from expgit.errors import EXIT_GATE
 from expgit.init import init_repository
@@ -263,11 +263,6 @@ def training_steps(body: str) -> list[Step]:
     return [*[Step("rollout", neutral)] * 2, *[Step("reflect", reflect)] * 2,
             Step("merge", merge)]
 
-
-def skill_reply(edit: dict[str, object]) -> dict[str, object]:
-    """An edit as the skills layout's replies write it: ``description``, not ``summary``."""
-    return {**{k: v for k, v in edit.items() if k != "summary"},
-            "description": edit["summary"]}
 
 
 def test_train_on_a_skills_evals_and_the_gate_refuses_the_harmful_edit(

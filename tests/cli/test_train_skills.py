@@ -23,6 +23,7 @@ from scripted_pipeline import (
     merge_of,
     reflect_for,
     reflect_with,
+    skill_reply,
 )
 from skills_support import (
     BAGGAGE_REFERENCE,
@@ -50,9 +51,7 @@ def skills_repo(tmp_path: Path) -> ExperienceRepository:
 def as_skills(edit: dict[str, Any]) -> dict[str, Any]:
     """An edit (or merge item) of the flat reply format in the skills one: its summary
     is named ``description``; the new pets skill gets a description with its trigger."""
-    fields = {k: v for k, v in edit.items() if k != "summary"}
-    description = PETS_DESCRIPTION if edit["name"] == "pets-in-cabin" else edit["summary"]
-    return {**fields, "description": description}
+    return skill_reply(edit, PETS_DESCRIPTION if edit["name"] == "pets-in-cabin" else None)
 
 
 def skills_reply(reply: Reply | str, key: str, prompts: list[str]) -> Reply:
@@ -132,8 +131,7 @@ def train_rollouts(run_cli: Any, path: Path, tmp_path: Path, url: str
 
 
 def skill_edit(name: str, description: str, action: str = "create") -> dict[str, Any]:
-    edit = edit_reply(name, action, PETS_BODY)
-    return {**{k: v for k, v in edit.items() if k != "summary"}, "description": description}
+    return skill_reply(edit_reply(name, action, PETS_BODY), description)
 
 
 @pytest.mark.parametrize(("edit", "kind", "reason"), [

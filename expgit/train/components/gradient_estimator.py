@@ -55,6 +55,7 @@ from expgit.train.lesson_guard import (
 )
 from expgit.train.redaction import Redactor
 from expgit.train.relevance import ExperienceRanker, LexicalRanker, ScoringRanker
+from expgit.train.skill_listing import reflect_view
 from expgit.train.track_record import ExperienceStats, UsageStatsSource, track_record
 
 __all__ = ["EstimateOutput", "ExperienceGradientEstimator", "estimate_output", "shown",
@@ -170,7 +171,8 @@ class ExperienceGradientEstimator:
             system, user = render_prompt(
                 "estimate", self.repo, templates_at=experience_set.commit,
                 trajectory=trajectory, trajectory_fence=fence(trajectory.content),
-                experiences=experiences, rules=self.rules(limits))
+                experiences=experiences, rules=self.rules(limits),
+                skills=reflect_view(analysis.rollout, experience_set, self.repo.settings))
             if not relevant or fits(self.prompt_tokens, output, system, user):
                 break
             relevant, experiences = relevant[:-1], experiences[:-1]

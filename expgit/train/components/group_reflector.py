@@ -54,6 +54,7 @@ from expgit.train.groups import (
     rank_key,
     verdict,
 )
+from expgit.train.skill_listing import reflect_view
 from expgit.train.trajectory_store import ID_LEN, rollout_id
 
 SHORT_CHARS = 300  # of an "other" run's final answer
@@ -147,7 +148,8 @@ class GroupReflector:
                 "group_reflect", analyzer.repo, templates_at=policy_set.commit,
                 case=worst.rollout.case, case_input=input_text(worst.rollout),
                 runs=self._shown(ranked, views), errors=errors, limits=analyzer.limits,
-                experiences=experiences, rules=estimator.rules(edit_limits))
+                experiences=experiences, rules=estimator.rules(edit_limits),
+                skills=reflect_view(worst.rollout, policy_set, analyzer.repo.settings))
             if fits(analyzer.prompt_tokens, output, system, user):
                 break
             if relevant:

@@ -55,6 +55,7 @@ from expgit.train.lesson_guard import (
 )
 from expgit.train.redaction import Redactor
 from expgit.train.relevance import ExperienceRanker, LexicalRanker
+from expgit.train.skill_listing import listing_budget
 
 __all__ = ["CompressOutput", "MergeOutput", "PatchMergePolicyOptimizer"]
 
@@ -155,7 +156,8 @@ class PatchMergePolicyOptimizer:
                  "summary_chars": limits.summary_chars, "max_tags": limits.max_tags,
                  "max_items": limits.max_items, "allow_delete": limits.allow_delete,
                  "total_token_budget": settings.train.total_token_budget,
-                 "total_tokens": total_tokens(state)}
+                 "total_tokens": total_tokens(state),
+                 "listing": listing_budget(policy_set, settings)}
         target_views = [{"name": n, "path": f"{root}/{self.repo.layout.file_name(n)}",
                          "version": e.version if (e := policy_set.get(n)) else 0,
                          "text": nl(state[n]) if state.get(n) is not None else None,

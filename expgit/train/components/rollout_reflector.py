@@ -34,6 +34,7 @@ from expgit.train.components.trajectory_analyzer import (
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Rollout, RolloutAnalysis, RubricEvaluation, SemanticGradient
 from expgit.train.redaction import Redactor
+from expgit.train.skill_listing import reflect_view
 from expgit.train.trajectory_store import rollout_id
 
 QUERY_CHARS = 4000  # of the transcript, for ranking the experiences to show
@@ -122,6 +123,7 @@ class OneCallRolloutReflector:
         edit_limits = estimator.edit_limits()
         output = reflect_output(analyzer.limits, edit_limits)
         case_input = input_text(rollout)
+        skills = reflect_view(rollout, policy_set, analyzer.repo.settings)
         budget = analyzer.prompt_tokens
         limit = longest_part(view)
         while True:
@@ -130,7 +132,7 @@ class OneCallRolloutReflector:
                 case_input=case_input, messages=view, evaluation=evaluation,
                 feedback=extra_feedback(evaluation), error=rollout.error,
                 limits=analyzer.limits, experiences=experiences,
-                rules=estimator.rules(edit_limits))
+                rules=estimator.rules(edit_limits), skills=skills)
             if fits(budget, output, system, user):
                 break
             if relevant:

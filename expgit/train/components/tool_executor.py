@@ -24,6 +24,13 @@ there (tau2's, :meth:`~expgit.train.tau2.environment.Tau2Factory.with_tools`) do
 (``metadata.tools: mcp``); the others keep their own. The environment's methods are
 called off the event loop (they may wait for a server), and its ``close()``, if it has
 one, when the rollout ends.
+
+With ``listing`` (``[agent] skills = "listing"``, docs/skill-listing.md) the system
+prompt holds the always-on skills and the ``<available_skills>`` listing of the others
+(:mod:`expgit.train.skill_listing`) instead of a retrieval, and the environment gets the
+built-in ``Skill`` tool (:mod:`expgit.train.tools.skill_tool`): the agent reads a skill's
+body only by calling it. The rollout records ``skills_listed`` and ``skills_loaded``,
+and its ``experiences_used`` are the always-on skills and the loaded ones.
 """
 
 from __future__ import annotations
@@ -43,10 +50,11 @@ from expgit.train.components.evaluator import failed_evaluation
 from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.domain import Case, Message, Part, Rollout, TextPart, ToolPart
 from expgit.train.experience_usage import KEY as USAGE_KEY
-from expgit.train.experience_usage import usage_records
+from expgit.train.experience_usage import UsedExperience, usage_records
 from expgit.train.groups import sampling_of
 from expgit.train.interfaces import RolloutEvaluator, RolloutExecutor
 from expgit.train.retrieval import ContextItem
+from expgit.train.skill_listing import ListingMode, SkillListing
 from expgit.train.tools.binding import binding
 from expgit.train.tools.environment import (
     Conversation,
@@ -56,9 +64,11 @@ from expgit.train.tools.environment import (
     served_by,
 )
 from expgit.train.tools.registry import open_environment
+from expgit.train.tools.skill_tool import SkillToolEnvironment
 from expgit.train.tools.users import Turn, check_user_input, user_for
 
 ExperienceSelector = Callable[[str, Snapshot], Awaitable[list[ContextItem]]]
+LOADED = "loaded with the Skill tool"  # the reason of a loaded skill's usage record
 
 
 def run_tool_call(env: ToolEnvironment, known: set[str], call: ToolCall) -> ToolPart:
@@ -106,7 +116,8 @@ class ToolCallingRolloutExecutor:
                  max_user_turns: int = 10, concurrency: int = 4,
                  repo: ExperienceRepository | None = None,
                  default: EnvironmentFactory | None = None,
-                 user_llm: StructuredLLM | None = None) -> None:
+                 user_llm: StructuredLLM | None = None,
+                 listing: ListingMode | None = None) -> None:
         if concurrency < 1 or max_steps < 1 or max_user_turns < 1:
             raise UsageError("concurrency, max_steps and max_user_turns must be at least 1")
         self.llm = llm
@@ -118,6 +129,7 @@ class ToolCallingRolloutExecutor:
         self.repo = repo
         self.default = default
         self.user_llm = user_llm  # the simulated user's model; None: ``llm``
+        self.listing = listing
 
     async def execute(self, cases: Sequence[Case], policy_set: Snapshot,
                       context: ExecutionContext) -> list[Rollout]:
@@ -149,17 +161,30 @@ class ToolCallingRolloutExecutor:
             if served is not None:  # the bound environment's tools from the MCP server
                 factory = served
                 metadata["tools"] = "mcp"
-            env = factory.new()
+            env: ToolEnvironment = factory.new()
             conversation = getattr(factory, "conversation", None)
+            listing = self.listing.listing(policy_set) if self.listing else None
+            skill_env = None
+            if listing is not None:
+                env = skill_env = SkillToolEnvironment(env, {
+                    n: (s.location, s.body) for n, s in listing.skills.items()})
             try:
                 metadata["stopped"] = await self._converse(
                     case, policy_set, env, messages, metadata,
-                    conversation if isinstance(conversation, Conversation) else Conversation())
+                    conversation if isinstance(conversation, Conversation) else Conversation(),
+                    listing)
                 metadata["final_state"] = await asyncio.to_thread(env.final_state)
             finally:
                 await asyncio.to_thread(close_environment, env)
             rollout = Rollout(case=case, messages=messages, metadata=metadata,
                               policy_snapshot_id=context.policy_snapshot_id)
+            if listing is not None and skill_env is not None:
+                rollout.skills_listed = list(listing.listed)
+                rollout.skills_loaded = list(skill_env.loaded)
+                metadata[USAGE_KEY] = usage_records(
+                    [i.usage() for i in listing.always]
+                    + [UsedExperience(name=n, blob=listing.skills[n].blob, reason=LOADED)
+                       for n in skill_env.loaded])
             stage = "evaluation"
             rollout.evaluation = await self.evaluator.evaluate(rollout, pipeline)
             return rollout
@@ -171,7 +196,8 @@ class ToolCallingRolloutExecutor:
 
     async def _converse(self, case: Case, policy_set: Snapshot, env: ToolEnvironment,
                         messages: list[Message], metadata: dict[str, Any],
-                        conversation: Conversation) -> str:
+                        conversation: Conversation,
+                        listing: SkillListing | None = None) -> str:
         """Runs the conversation into ``messages``; returns why it stopped."""
         user = user_for(case, self.user_llm or self.llm, self.repo)
         max_steps = conversation.max_steps or self.max_steps
@@ -185,14 +211,16 @@ class ToolCallingRolloutExecutor:
         said = await user.next_message(transcript)
         if said is None:
             return "user done"
-        experiences = await self.experiences(said, policy_set)
+        experiences = (listing.always if listing is not None
+                       else await self.experiences(said, policy_set))
         metadata[USAGE_KEY] = usage_records(
             [p.usage() for p in experiences])
         # the environment's clock, if it has one
         now = (await asyncio.to_thread(env.final_state)).get("now")
         system, _ = render_prompt("tool_rollout", self.repo, experiences=experiences,
                                   case=case, now=now if isinstance(now, str) else None,
-                                  instructions=conversation.instructions)
+                                  instructions=conversation.instructions,
+                                  listing=listing.text if listing is not None else None)
         schemas = await asyncio.to_thread(env.tool_schemas)
         known = {str(s["function"]["name"]) for s in schemas}
         chat: ToolMessages = [{"role": "system", "content": system}, *opening]

@@ -295,6 +295,9 @@ class TrajectoryRolloutAnalyzer:
             "experiences_used": usage_records(used),
             "analyzed_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
+        if rollout.skills_loaded is not None:  # listing mode: the skills' reach
+            front["skills_listed"] = list(rollout.skills_listed or [])
+            front["skills_loaded"] = list(rollout.skills_loaded)
         if group is not None:
             front["group"] = [run.model_dump(mode="json") for run in group.runs]
         front_matter = safe_dump(front, sort_keys=False, allow_unicode=True, width=1000)
