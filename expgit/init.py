@@ -171,9 +171,10 @@ def _target(seed: Path | None, kind: LayoutKind, root: str | None = None,
     (with ``root`` and ``branch`` when given), from ``seed``: a seed in the other layout
     (or with another root) is converted on the way in, each file checked where it goes."""
     source, text, found = (Settings(), None, {}) if seed is None else _seed_files(seed)
-    if root is None:  # the seed's own root in its own layout, else the layout's default
-        root = (source.experiences_root if kind == source.layout
-                else SKILLS_ROOT if kind == "skills" else Settings().experiences_root)
+    default = {"flat": Settings().experiences_root, "skills": SKILLS_ROOT}
+    if root is None:  # the seed's own root, unless it is the other layout's default
+        root = (default[kind] if source.experiences_root == default[source.layout]
+                else source.experiences_root)
     values = {"layout": kind, "experiences_root": root, "main_branch": branch}
     changed = {k: v for k, v in values.items()
                if v is not None and v != getattr(source, k)}
@@ -224,14 +225,16 @@ def _seed_skills(root: Path, settings: Settings, files: dict[str, bytes]) -> lis
         if folder.name.startswith("."):
             continue
         skill = folder / SKILL_FILE
-        if not folder.is_dir() or folder.is_symlink():
-            problems.append(f"{folder}: not a skill folder (<name>/{SKILL_FILE})")
+        reason = _not_regular(folder)
+        if reason is not None or not folder.is_dir():
+            problems.append(f"{folder}: {reason or f'not a skill folder (<name>/{SKILL_FILE})'}")
             continue
         if not skill.is_file() or skill.is_symlink():
             problems.append(f"{folder}: a skill folder without {SKILL_FILE}")
         for path in sorted(folder.rglob("*")):
-            if path.is_symlink():
-                problems.append(f"{path}: a symlink; a seed's skill folders hold files only")
+            reason = _not_regular(path)
+            if reason is not None:
+                problems.append(f"{path}: {reason}")
             elif path.is_file() and path.stat().st_size > settings.skills.max_file_bytes:
                 problems.append(f"{path}: over [skills] max_file_bytes "
                                 f"({settings.skills.max_file_bytes})")
@@ -303,9 +306,12 @@ def add_to_code_repository(path: Path, *, seed: Path | None, hooks: bool,
                              else "names a branch with no commits yet"),
                              hint="check out the branch expgit should train (main), "
                              "with at least one commit")
+        base = git.read_commit(old).tree
+        if git.path_entry(base, SETTINGS_FILE) is not None:
+            raise UsageError(f"{path} is already an experience repository (its "
+                             f"{git.head_symref()} holds {SETTINGS_FILE})")
         branch = ref.removeprefix("refs/heads/")
         settings, files = _target(seed, "skills", CODE_SKILLS_ROOT, branch)
-        base = git.read_commit(old).tree
         for new_path in [*files, CLAUDE_LINK]:
             _refuse_taken(git, base, new_path)
         blobs = {p: git.write_blob(d) for p, d in files.items()}

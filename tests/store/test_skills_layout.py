@@ -271,7 +271,7 @@ def test_a_long_skill_is_warned_about(skills: Driver, tmp_path: Path) -> None:
 
 
 def test_a_flat_repository_is_unchanged(tmp_path: Path) -> None:
-    init_repository(tmp_path / "flat")
+    init_repository(tmp_path / "flat", layout="flat")
     repo = ExperienceRepository.open(tmp_path / "flat")
     assert repo.settings.layout == "flat"
     assert repo.path_of("a-b") == "experiences/a-b.md"

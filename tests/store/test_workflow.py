@@ -551,7 +551,7 @@ def test_log_understands_proposals_manual_commits_and_git_reverts(driver: Driver
     # filtered by experience and limited
     only = json.loads(driver.ok("log", BAGS, "--json").out)["updates"]
     assert [u["kind"] for u in only] == ["proposal", "init"]
-    assert only[1]["changes"] == [{"experience": BAGS, "operation": "create", "added": 31,
+    assert only[1]["changes"] == [{"experience": BAGS, "operation": "create", "added": 34,
                                    "removed": 0}]
     assert len(json.loads(driver.ok("log", "-n", "2", "--json").out)["updates"]) == 2
 
@@ -774,7 +774,7 @@ def test_custom_settings_nested_root_and_many_experiences(tmp_path: Path, run_cl
             f"---\nname: rule-{i}\nsummary: Rule number {i}.\n---\nBody {i}, ünï.\n")
     (seed / "docs" / "exp" / ".gitkeep").write_text("")
     d = Driver(run_cli, tmp_path / "repo", tmp_path / "scratch")
-    assert run_cli("init", d.path, "--from", seed).code == 0
+    assert run_cli("init", d.path, "--from", seed, "--layout", "flat").code == 0
     assert d.git("symbolic-ref", "HEAD").strip() == "refs/heads/trunk"
     rows = json.loads(d.ok("list", "--json").out)["experiences"]
     assert len(rows) == 30

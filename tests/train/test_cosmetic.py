@@ -5,11 +5,11 @@ flow list of tags as a block list, and called that an update)."""
 from __future__ import annotations
 
 import pytest
-from conftest import EXAMPLE
+from conftest import example_flat
 
 from expgit.train.cosmetic import only_cosmetic
 
-CURRENT = (EXAMPLE / "experiences" / "checked-baggage-allowance.md").read_text()
+CURRENT = example_flat("checked-baggage-allowance")
 
 
 @pytest.mark.parametrize("change", [
