@@ -75,15 +75,16 @@ def blob(d: Driver, path: str, rev: str = "main") -> str | None:
     return out[2] if out else None
 
 
-def agentskills_validate_main(d: Driver, tmp: Path) -> list[str]:
-    """Check out main's tree with ``git archive`` and run the reference validator on
-    every skill folder of it; return the folders checked."""
-    archive = subprocess.run(["git", "-C", str(d.path), "archive", "main"],
+def agentskills_validate_main(d: Driver, tmp: Path, root: str = "skills",
+                              rev: str = "main") -> list[str]:
+    """Check out ``rev``'s tree with ``git archive`` and run the reference validator on
+    every skill folder under ``root``; return the folders checked."""
+    archive = subprocess.run(["git", "-C", str(d.path), "archive", rev],
                              capture_output=True, check=True).stdout
     out = tmp / "archive"
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(out, filter="data")
-    folders = sorted(p.parent for p in (out / "skills").glob("*/SKILL.md"))
+    folders = sorted(p.parent for p in (out / root).glob("*/SKILL.md"))
     for folder in folders:
         proc = subprocess.run([str(AGENTSKILLS), "validate", str(folder)],
                               capture_output=True, text=True)
