@@ -98,11 +98,20 @@ def bare_repo(tmp_path: Path) -> ExperienceRepository:
     return ExperienceRepository.open(tmp_path / "server.git")
 
 
+def as_flat(path: Path) -> str:
+    """The SKILL.md at ``path`` as a flat ``<name>.md`` (init's conversion)."""
+    return in_layout(parse_experience(path.read_text(), str(path)), False, str(path)).render()
+
+
 def example_flat(name: str) -> str:
     """Example experience ``name`` as a repository seeded from example_repo/ with
     ``layout="flat"`` holds it: its SKILL.md converted by init (``<name>.md``)."""
-    path = EXAMPLE / "skills" / name / "SKILL.md"
-    return in_layout(parse_experience(path.read_text(), str(path)), False, str(path)).render()
+    return as_flat(EXAMPLE / "skills" / name / "SKILL.md")
+
+
+def demo_flat(name: str) -> str:
+    """The demo's "after" version of experience ``name`` (example_repo/demo/), flat."""
+    return as_flat(DEMO / name / "SKILL.md")
 
 
 def edited(name: str, extra: str, repo: ExperienceRepository) -> str:

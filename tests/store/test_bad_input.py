@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import DEMO, EXAMPLE, Driver, git, repo_state, run_expgit
+from conftest import EXAMPLE, Driver, demo_flat, git, repo_state, run_expgit
 
 BAGS = "checked-baggage-allowance"
 MULTI = "handle-multiple-reservations"
-VALID = (DEMO / f"{BAGS}.md").read_text()
+VALID = demo_flat(BAGS)
 
 
 def refused(d: Driver, code: int, *args: str | Path) -> str:

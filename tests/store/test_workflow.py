@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DEMO, Driver, fsck, git, run_expgit
+from conftest import Driver, demo_flat, fsck, git, run_expgit
 
 BAGS = "checked-baggage-allowance"
 CANCEL = "cancellation-eligibility-rules"
@@ -21,7 +21,7 @@ ID_RE = re.compile(r"[0-9a-f]{12}")
 
 
 def demo(name: str) -> str:
-    return (DEMO / f"{name}.md").read_text()
+    return demo_flat(name)
 
 
 def replaced(d: Driver, name: str, old: str, new: str) -> str:
@@ -685,8 +685,11 @@ def test_whole_flow_in_a_bare_repository(bare_repo, run_cli, tmp_path: Path,  # 
         return result.out.strip()
 
     init = git(server, "rev-parse", "main").strip()
-    g1 = ok("propose", BAGS, "--content-file", DEMO / f"{BAGS}.md", "--rationale", "bags")
-    g2 = ok("propose", MULTI, "--content-file", DEMO / f"{MULTI}.md", "--rationale", "multi")
+    for name in (BAGS, MULTI):
+        (tmp_path / f"{name}.md").write_text(demo(name))
+    g1 = ok("propose", BAGS, "--content-file", tmp_path / f"{BAGS}.md", "--rationale", "bags")
+    g2 = ok("propose", MULTI, "--content-file", tmp_path / f"{MULTI}.md", "--rationale",
+            "multi")
     g3 = ok("propose", TRANSFER, "--delete", "--rationale", "gone")
     assert "expgit/gradients/" + g1 in git(server, "branch")
     pid = ok("merge", "--all")

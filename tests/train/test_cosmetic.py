@@ -9,7 +9,9 @@ from conftest import example_flat
 
 from expgit.train.cosmetic import only_cosmetic
 
-CURRENT = example_flat("checked-baggage-allowance")
+# the example as a flat file, its tags in the flow list people write by hand
+CURRENT = example_flat("checked-baggage-allowance").replace(
+    "tags:\n- baggage\n- membership\n- pricing\n", "tags: [baggage, membership, pricing]\n")
 
 
 @pytest.mark.parametrize("change", [
