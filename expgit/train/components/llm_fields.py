@@ -31,6 +31,7 @@ from pydantic import BaseModel, BeforeValidator, Field
 
 from expgit.errors import InvalidInputError
 from expgit.store.experience import NAME_MAX, new_experience, parse_experience
+from expgit.store.skill_md import is_skill_path
 
 BODY_CHARS_MAX = 1800  # below llama.cpp's limit of 2000 repetitions, with a margin
 FRONT_MATTER_CHARS = 600  # room kept for the front matter within the token budget
@@ -266,7 +267,8 @@ def compose_experience(name: str, current: str | None, *, summary: str, tags: li
         if not body and not summary:
             raise InvalidInputError("a new experience needs a body (or at least a summary)")
         body = body or f"# {name.replace('-', ' ').capitalize()}\n\n{summary}\n"
-        return new_experience(name, body, summary=summary, tags=tags).render()
+        return new_experience(name, body, summary=summary, tags=tags,
+                              skill=is_skill_path(path)).render()  # a new skill folder
     exp = parse_experience(current, path)
     changes: dict[str, Any] = {}
     if summary and summary != exp.front_matter.summary:
