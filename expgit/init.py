@@ -188,13 +188,13 @@ def _target(seed: Path | None, kind: LayoutKind, root: str | None = None,
     files = {SETTINGS_FILE: text.encode()}
     problems = []
     for path, data in found.items():
-        rel = src.relative(path)
+        rel = path.removeprefix(src.root + "/")
         name = src.name_of(path)
         where = f"{seed}/{path}"
-        if not path.startswith(src.root + "/"):
+        if rel == path:
             files[path] = data  # a template
-        elif rel is None:
-            continue  # a dotfile such as .gitkeep
+        elif rel.startswith("."):
+            continue  # a dotfile of the root, such as .gitkeep
         elif name is None and not dst.skills:
             problems.append(f"{where}: a skill's other file has no place in the flat "
                             "layout (which holds <name>.md files only)")

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from conftest import EXAMPLE, Driver, git, repo_state
-from test_skills_layout import agentskills_validate_main
+from test_skills_layout import FLAKY, GUIDE, SCRIPT, agentskills_validate_main
+from test_skills_layout import seed as skills_seed
 
 from expgit.store.repository import ExperienceRepository
 
@@ -304,3 +305,18 @@ def test_a_proposal_goes_to_the_forge_with_pr(run_cli: Any, tmp_path: Path) -> N
     assert git(forge, "rev-parse", f"expgit/proposals/{pid}").strip() == \
         d.rev(f"expgit/proposals/{pid}")
     assert git(forge, "rev-parse", "trunk").strip() == d.rev("trunk")  # main not moved
+
+
+def test_a_skill_folder_moves_whole_into_the_code_repository(run_cli: Any,
+                                                             tmp_path: Path) -> None:
+    """A seed's skill keeps its other files, byte for byte, under .agents/skills/."""
+    path = code_repo(tmp_path)
+    seed = skills_seed(tmp_path)
+    (seed / "skills" / FLAKY / ".notes").write_bytes(b"kept\n")
+    assert run_cli("-C", path, "init", ".", "--from", seed).code == 0
+    root = f"trunk:.agents/skills/{FLAKY}"
+    assert git(path, "show", f"{root}/references/guide.md").encode() == GUIDE
+    assert git(path, "show", f"{root}/scripts/run.sh").encode() == SCRIPT
+    assert git(path, "show", f"{root}/.notes") == "kept\n"
+    assert git(path, "show", f"{root}/SKILL.md") == \
+        (seed / "skills" / FLAKY / "SKILL.md").read_text()
