@@ -73,7 +73,7 @@ def commit_repo(base: Path) -> tuple[Callable[[], float], Callable[[], float]]:
     from expgit.init import init_repository
 
     repo = base / "client"
-    init_repository(repo, seed=seed_folder(base))
+    init_repository(repo, seed=seed_folder(base), layout="flat")
     names = sorted(p.stem for p in (repo / "experiences").glob("*.md"))[:10]
     counter = iter(range(1_000_000))
 

@@ -62,7 +62,7 @@ class RecordingModel:
 async def record(cases: slice, calls: int, out: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         seed = Path(tmp) / "seed"
-        shutil.copytree(HERE / "example_repo" / "experiences", seed / "experiences")
+        shutil.copytree(HERE / "example_repo" / "skills", seed / "skills")
         settings = (HERE / "example_repo" / "expgit.toml").read_text()
         (seed / "expgit.toml").write_text(f"{settings}\n[train]\ncalls_per_rollout = {calls}\n")
         path = Path(tmp) / "experiences"

@@ -106,15 +106,15 @@ done 3< "$work/train-verdicts.txt"
 
 step "4. By hand: expgit propose, three gradients, each a commit on its own branch"
 g1=$(expgit propose cancellation-eligibility-rules \
-  --content-file "$demo/cancellation-eligibility-rules.md" \
+  --content-file "$demo/cancellation-eligibility-rules/SKILL.md" \
   --rationale "Agents quoted the 24-hour rule for reservations whose first segment had already flown." \
   --evidence "example:trajectory/cancel-after-departure" --confidence 0.8)
 g2=$(expgit propose checked-baggage-allowance \
-  --content-file "$demo/checked-baggage-allowance.md" \
+  --content-file "$demo/checked-baggage-allowance/SKILL.md" \
   --rationale "Free bags were counted per reservation instead of per passenger." \
   --evidence "example:trajectory/baggage-two-passengers" --confidence 0.7)
 g3=$(expgit propose handle-multiple-reservations \
-  --content-file "$demo/handle-multiple-reservations.md" \
+  --content-file "$demo/handle-multiple-reservations/SKILL.md" \
   --rationale "With several reservations on file, the agent guessed which one the user meant." \
   --evidence "example:trajectory/wrong-reservation-cancelled" --confidence 0.6)
 echo "gradients: $g1 $g2 $g3"

@@ -15,6 +15,7 @@ import pytest
 from expgit.cli import main as cli_main
 from expgit.git.repo import GitRepo
 from expgit.init import init_repository
+from expgit.store.experience import in_layout, parse_experience
 from expgit.store.repository import ExperienceRepository
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,15 +87,31 @@ def run_expgit(*args: str | Path, cwd: Path | None = None,
 @pytest.fixture
 def seeded_repo(tmp_path: Path) -> ExperienceRepository:
     """A non-bare repository initialised from example_repo/ (hooks installed)."""
-    init_repository(tmp_path / "repo", seed=EXAMPLE)
+    init_repository(tmp_path / "repo", seed=EXAMPLE, layout="flat")
     return ExperienceRepository.open(tmp_path / "repo")
 
 
 @pytest.fixture
 def bare_repo(tmp_path: Path) -> ExperienceRepository:
     """A bare repository initialised from example_repo/ (server hooks installed)."""
-    init_repository(tmp_path / "server.git", bare=True, seed=EXAMPLE)
+    init_repository(tmp_path / "server.git", bare=True, seed=EXAMPLE, layout="flat")
     return ExperienceRepository.open(tmp_path / "server.git")
+
+
+def as_flat(path: Path) -> str:
+    """The SKILL.md at ``path`` as a flat ``<name>.md`` (init's conversion)."""
+    return in_layout(parse_experience(path.read_text(), str(path)), False, str(path)).render()
+
+
+def example_flat(name: str) -> str:
+    """Example experience ``name`` as a repository seeded from example_repo/ with
+    ``layout="flat"`` holds it: its SKILL.md converted by init (``<name>.md``)."""
+    return as_flat(EXAMPLE / "skills" / name / "SKILL.md")
+
+
+def demo_flat(name: str) -> str:
+    """The demo's "after" version of experience ``name`` (example_repo/demo/), flat."""
+    return as_flat(DEMO / name / "SKILL.md")
 
 
 def edited(name: str, extra: str, repo: ExperienceRepository) -> str:
@@ -227,7 +244,7 @@ def shared_server(tmp_path: Path, clones: int) -> tuple[Path, list[Path]]:
     """A bare repository seeded from example_repo/ (server hooks installed) that logs
     every ref update (``core.logAllRefUpdates=always``), and ``clones`` clones of it."""
     server = tmp_path / "server.git"
-    init_repository(server, bare=True, seed=EXAMPLE)
+    init_repository(server, bare=True, seed=EXAMPLE, layout="flat")
     git(server, "config", "core.logAllRefUpdates", "always")
     paths = [tmp_path / f"clone{i}" for i in range(1, clones + 1)]
     for path in paths:

@@ -86,7 +86,7 @@ def forge(tmp_path: Path) -> Path:
     """The bare repository CI clones: example_repo's experiences, the cases files and
     ci/expgit-ci.sh."""
     bare = tmp_path / "forge.git"
-    init_repository(bare, bare=True, seed=EXAMPLE)
+    init_repository(bare, bare=True, seed=EXAMPLE, layout="flat")
     seed = tmp_path / "seed"
     git(tmp_path, "clone", "-q", str(bare), str(seed))
     (seed / "cases").mkdir()

@@ -96,7 +96,7 @@ def hand_made_update_reverted(work: Path, out: str) -> None:
     assert "Done. The experience repository is" in out
     subjects = git(repo, "log", "--format=%s", "-2", "main").splitlines()
     assert subjects[0].startswith("Revert") and "3 experiences" in subjects[1], subjects
-    assert git(repo, "diff", "main~2", "main", "--", "experiences").strip() == ""
+    assert git(repo, "diff", "main~2", "main", "--", "skills").strip() == ""
 
 
 def test_a_proposal_the_gate_passes_is_applied_and_the_rest_goes_on(
@@ -116,7 +116,7 @@ def test_a_proposal_the_gate_passes_is_applied_and_the_rest_goes_on(
     assert "expgit: update 1 experience: answer-from-the-rules" in applied
     hand_made_update_reverted(work, proc.stdout)
     # the revert undid the hand-made update only: the trained lesson stays on main
-    assert "answer-from-the-rules.md" in git(repo, "show", "main:experiences/").split()
+    assert "answer-from-the-rules/" in git(repo, "show", "main:skills/").split()
 
 
 def test_without_a_proposal_the_review_section_says_so_and_the_rest_goes_on(

@@ -367,15 +367,23 @@ class GitRepo:
         self._trees.put(sha, tree)
         return sha
 
-    def edit_tree(self, tree: str | None, changes: Mapping[str, str | None]) -> str:
-        """A new tree: ``tree`` with each path set to a blob sha (mode 100644) or removed
-        (None). Intermediate trees are created or dropped as needed."""
+    def edit_tree(self, tree: str | None, changes: Mapping[str, str | None],
+                  modes: Mapping[str, str] | None = None) -> str:
+        """A new tree: ``tree`` with each path set to a blob sha (mode 100644, or the mode
+        ``modes`` gives the path, such as a symlink's 120000) or removed (None).
+        Intermediate trees are created or dropped as needed."""
         index = self.tree_index(tree) if tree else {}
         edits, nested = objects.split_edits(changes)
+        modes = {path.strip("/"): mode for path, mode in (modes or {}).items()}
+        for name, entry in edits.items():
+            if entry is not None and name in modes:
+                edits[name] = TreeEntry(modes[name], name, entry.sha)
         for name, sub in nested.items():
             current = edits[name] if name in edits else index.get(name)
             below = current.sha if current and current.is_tree else None
-            subtree = self.edit_tree(below, sub)
+            subtree = self.edit_tree(below, sub, {
+                path[len(name) + 1:]: mode for path, mode in modes.items()
+                if path.startswith(name + "/")})
             if subtree == EMPTY_TREE and below is None:
                 continue  # only removals of paths that are not there: a file stays
             edits[name] = None if subtree == EMPTY_TREE else TreeEntry(TREE_MODE, name, subtree)

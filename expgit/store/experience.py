@@ -166,6 +166,25 @@ def new_experience(name: str, body: str, *, status: Status = "active", summary: 
                       spec_fields={} if skill else None)
 
 
+def in_layout(exp: Experience, skill: bool, path: str) -> Experience:
+    """``exp`` as the other layout holds it: an Agent Skills SKILL.md (``skill``) or a
+    flat ``<name>.md``, with the SKILL.md codec's mapping (``summary`` <-> ``description``,
+    ``status``, ``tags`` and ``always`` <-> ``metadata.expgit-*``); ``exp`` itself when it
+    is already that. ``path`` (the file it came from) names it in errors; the caller
+    checks what the result renders to against the rules of its new place."""
+    if (exp.spec_fields is not None) == skill:
+        return exp
+    if not skill and exp.spec_fields:
+        raise InvalidInputError(
+            f"{path}: {', '.join(sorted(exp.spec_fields))} "
+            "has no place in a flat experience file", hint="use the skills layout")
+    if skill and any("," in tag for tag in exp.front_matter.tags):
+        raise InvalidInputError(f"{path}: a tag contains a comma, and a SKILL.md keeps "
+                                f"the tags comma-separated in metadata.{skill_md.TAGS}")
+    return Experience(front_matter=exp.front_matter, body=exp.body,
+                      spec_fields={} if skill else None)
+
+
 def decode_experience(data: bytes, path: str) -> str:
     try:
         return data.decode("utf-8")

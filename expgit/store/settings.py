@@ -6,7 +6,9 @@ default branch), so a server and every clone see the same committed settings.
 
 from __future__ import annotations
 
+import json
 import tomllib
+from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Annotated, Literal
 
@@ -416,3 +418,28 @@ def render_settings(settings: Settings) -> str:
         "# Upper bound per experience file, in estimated tokens (about 4 bytes per token).\n"
         f"token_budget = {settings.token_budget}\n"
     )
+
+
+def with_top_keys(text: str, values: Mapping[str, str], origin: str = SETTINGS_FILE) -> str:
+    """The ``expgit.toml`` ``text`` with top-level string keys set (``layout``,
+    ``experiences_root``, ``main_branch``): each one's line rewritten, or added before
+    the first table; every other line kept as it is. Raises InvalidInputError when the
+    result does not read back with those values (a key written across lines, say)."""
+    lines = text.splitlines(keepends=True)
+    tables = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith("[")),
+                  len(lines))
+    todo = dict(values)
+    for i in range(tables):
+        key, eq, _ = lines[i].partition("=")
+        if eq and key.strip() in todo:
+            lines[i] = f"{key.strip()} = {json.dumps(todo.pop(key.strip()))}\n"
+    if tables and not lines[tables - 1].endswith("\n"):
+        lines[tables - 1] += "\n"
+    lines[tables:tables] = [f"{k} = {json.dumps(v)}\n" for k, v in todo.items()]
+    result = "".join(lines)
+    settings = parse_settings(result, origin)
+    wrong = [k for k, v in values.items() if getattr(settings, k) != v]
+    if wrong:
+        raise InvalidInputError(f"{origin}: could not set {', '.join(wrong)}; write "
+                                "each on one line of its own")
+    return result

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
 def test_train_propose_with_the_local_model(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     repo = tmp_path / "repo"
-    init_repository(repo, seed=EXAMPLE)
+    init_repository(repo, seed=EXAMPLE, layout="flat")
     main_before = git(repo, "rev-parse", "main").strip()
     raw = yaml.safe_load((EXAMPLE / "cases" / "train.yaml").read_text())
     cases = raw["cases"] if isinstance(raw, dict) else raw

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import EXAMPLE, Driver
+from conftest import Driver, example_flat
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -41,7 +41,7 @@ def on_a_terminal(args: list[str], **env: str) -> tuple[str, int]:
 
 def test_review_and_log_print_no_colour_with_no_color(driver: Driver) -> None:
     name = "checked-baggage-allowance"
-    text = (EXAMPLE / "experiences" / f"{name}.md").read_text()
+    text = example_flat(name)
     pid = driver.merge(driver.propose(name, text + "\nCheck the fare class first.\n"))
     driver.apply(pid)
     for args in (["review", pid], ["log"]):

@@ -73,7 +73,7 @@ def probe(tmp_path: Path) -> Probe:
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     path = tmp_path / "repo"
-    init_repository(path, seed=EXAMPLE)
+    init_repository(path, seed=EXAMPLE, layout="flat")
     return path
 
 

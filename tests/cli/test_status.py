@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cli_support import agent, cases_file
-from conftest import EXAMPLE, Driver, git, repo_state
+from conftest import EXAMPLE, Driver, example_flat, git, repo_state
 from json_shapes import assert_shape
 from scripted_pipeline import BAGGAGE_CASE, PETS_CASE
 from test_cli_candidate import steps_with, train
@@ -53,7 +53,7 @@ def test_a_fresh_empty_repository(run_cli: Any, tmp_path: Path) -> None:
 
 
 def edit(driver: Driver, name: str, line: str) -> str:
-    text = (EXAMPLE / "experiences" / f"{name}.md").read_text()
+    text = example_flat(name)
     return driver.propose(name, f"{text}\n{line}\n", rationale=f"{name}: {line}",
                           confidence=0.7)
 
@@ -162,7 +162,7 @@ def test_an_overridden_evidence_template_leaves_what_it_does_not_show_null() -> 
 
 def test_init_from_a_seed_and_a_session_pending(run_cli: Any, tmp_path: Path) -> None:
     path = tmp_path / "seeded"
-    init_repository(path, seed=EXAMPLE)
+    init_repository(path, seed=EXAMPLE, layout="flat")
     session = tmp_path / "long.jsonl"
     rows = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}"}
             for i in range(4)]

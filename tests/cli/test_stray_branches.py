@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conftest import EXAMPLE, git, repo_state
+from conftest import EXAMPLE, example_flat, git, repo_state
 
 from expgit.init import init_repository
 
@@ -19,12 +19,12 @@ def _shared(run_cli: Any, tmp_path: Path) -> tuple[Path, str, str, list[str]]:
     gradient), and three stray branches pushed from a clone: ``(bare, gradient id,
     proposal id, stray branch names)``."""
     bare = tmp_path / "server.git"
-    init_repository(bare, bare=True, seed=EXAMPLE)
+    init_repository(bare, bare=True, seed=EXAMPLE, layout="flat")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     ids = []
     for name in ("refund-method-rules", "flight-change-rules"):
-        text = (EXAMPLE / "experiences" / f"{name}.md").read_text()
+        text = example_flat(name)
         content = scratch / f"{name}.md"
         content.write_text(f"{text}\n- one more rule for {name}\n")
         made = run_cli("-C", bare, "propose", name, "--rationale", "it helps",

@@ -6,7 +6,7 @@ stay."""
 
 from __future__ import annotations
 
-from conftest import EXAMPLE, Driver
+from conftest import Driver, example_flat
 from test_no_color import ANSI, on_a_terminal
 
 from expgit.cli._terminal import terminal_text
@@ -34,7 +34,7 @@ def test_terminal_text_keeps_words_newlines_and_tabs_only() -> None:
 
 
 def test_review_evidence_gradients_and_log_print_no_control_byte(driver: Driver) -> None:
-    text = (EXAMPLE / "experiences" / f"{NAME}.md").read_text()
+    text = example_flat(NAME)
     gid = driver.propose(NAME, text + "\nCheck the fare class first.\n", rationale=HOSTILE)
     for args in (["review", gid], ["evidence", gid]):
         result = driver.ok(*args)
@@ -50,7 +50,7 @@ def test_review_evidence_gradients_and_log_print_no_control_byte(driver: Driver)
 
 
 def test_on_a_terminal_own_colours_stay_and_the_models_sequences_go(driver: Driver) -> None:
-    text = (EXAMPLE / "experiences" / f"{NAME}.md").read_text()
+    text = example_flat(NAME)
     gid = driver.propose(NAME, text + "\nCheck the fare class first.\n", rationale=HOSTILE)
     shown, code = on_a_terminal(["-C", str(driver.path), "review", gid])
     assert code == 0, shown

@@ -52,7 +52,7 @@ class Writer:
 
 def work_tree(path: Path) -> tuple[GitRepo, str]:
     """A seeded repository with a work tree at ``path`` (HEAD -> main): it and main."""
-    init_repository(path, seed=EXAMPLE)
+    init_repository(path, seed=EXAMPLE, layout="flat")
     repo = GitRepo.discover(path)
     main = repo.ref("refs/heads/main")
     assert main is not None
@@ -186,7 +186,7 @@ def test_reflogs_are_byte_identical_to_gits(tmp_path: Path, monkeypatch: pytest.
     for key, value in IDENT.items():
         monkeypatch.setenv(key, value)
     mine = tmp_path / "mine"
-    init_repository(mine, seed=EXAMPLE)
+    init_repository(mine, seed=EXAMPLE, layout="flat")
     git_in(mine, "config", "core.logAllRefUpdates", log_all)
     theirs = tmp_path / "theirs"
     shutil.copytree(mine, theirs)

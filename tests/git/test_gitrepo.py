@@ -68,7 +68,7 @@ def test_another_repositorys_variables_do_not_redirect_c(
     other = tmp_path / "other"
     init_repository(other)  # no experiences at all
     path = tmp_path / ("repo.git" if bare else "repo")
-    init_repository(path, bare=bare, seed=EXAMPLE)
+    init_repository(path, bare=bare, seed=EXAMPLE, layout="flat")
     before = repo_state(other)
     content = tmp_path / "new.md"
     content.write_text("---\nname: new-rule\nsummary: a new rule\n---\nDo it.\n")
@@ -125,7 +125,7 @@ def test_the_layout_is_the_same_with_another_repositorys_variables(
 def test_c_with_another_git_dir_in_a_separate_process(tmp_path: Path) -> None:
     other, path = tmp_path / "other", tmp_path / "repo"
     init_repository(other)
-    init_repository(path, seed=EXAMPLE)
+    init_repository(path, seed=EXAMPLE, layout="flat")
     env = {**os.environ, "GIT_DIR": str(other / ".git"),
            "GIT_WORK_TREE": str(other)}
     proc = subprocess.run([sys.executable, "-m", "expgit", "-C", str(path),
@@ -141,8 +141,8 @@ def test_a_hook_environment_of_the_same_repository_is_kept(
     ``GIT_DIR`` set in a linked worktree only); the same variables are dropped for
     another repository opened in that environment."""
     path, other = tmp_path / "repo", tmp_path / "other"
-    init_repository(path, seed=EXAMPLE)
-    init_repository(other, seed=EXAMPLE)
+    init_repository(path, seed=EXAMPLE, layout="flat")
+    init_repository(other, seed=EXAMPLE, layout="flat")
     shutil.copy(path / ".git" / "index", path / ".git" / "next-index")
     blob = git(path, "hash-object", "-w", "--stdin", input="a staged file\n").strip()
     git_env(path, "update-index", "--add", "--cacheinfo", f"100644,{blob},experiences/x.md",
@@ -164,7 +164,7 @@ def test_a_push_quarantine_is_read_and_written_by_the_same_repository(
     """In a pre-receive hook the pushed objects are in a quarantine directory: the
     persistent cat-file process reads them, new objects go there too."""
     server, other = tmp_path / "server.git", tmp_path / "other.git"
-    init_repository(server, bare=True, seed=EXAMPLE)
+    init_repository(server, bare=True, seed=EXAMPLE, layout="flat")
     init_repository(other, bare=True)
     quarantine = server / "objects" / "tmp_objdir-incoming-test"
     quarantine.mkdir()

@@ -143,7 +143,7 @@ def test_a_missing_tree_or_parent_is_refused(tmp_path: Path) -> None:
 
 def test_loose_and_packed_objects_read_alike(tmp_path: Path) -> None:
     path = tmp_path / "seeded.git"
-    init_repository(path, bare=True, seed=EXAMPLE)
+    init_repository(path, bare=True, seed=EXAMPLE, layout="flat")
     repo = GitRepo.discover(path)
     main = repo.ref("refs/heads/main")
     assert main is not None

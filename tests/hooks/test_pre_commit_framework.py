@@ -84,7 +84,7 @@ def offline_env(pre_commit_home: Path) -> dict[str, str]:
 def target(tmp_path: Path, hook_repo: tuple[Path, str]) -> Path:
     """An experience repository whose .pre-commit-config.yaml uses the hook repository."""
     path = tmp_path / "experiences"
-    init_repository(path, seed=EXAMPLE)
+    init_repository(path, seed=EXAMPLE, layout="flat")
     repo, sha = hook_repo
     (path / ".pre-commit-config.yaml").write_text(
         f"repos:\n  - repo: {repo}\n    rev: {sha}\n    hooks:\n      - id: expgit-validate\n")

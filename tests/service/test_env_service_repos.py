@@ -28,7 +28,7 @@ from expgit.train.context import ExecutionContext
 def test_a_rollout_for_a_repository_not_served_is_refused_unopened(
         seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     other = tmp_path / "other"
-    init_repository(other, seed=EXAMPLE)
+    init_repository(other, seed=EXAMPLE, layout="flat")
     (tmp_path / "link").symlink_to(other)
     chat = ScriptedChatModel([])  # any LLM call is a script error
     env = ExampleEnvironment({"train": [BAGGAGE_CASE]}, LLMRuntime.fixed(chat),

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import DEMO, EXAMPLE, Driver, git, repo_state, run_expgit
+from conftest import EXAMPLE, Driver, demo_flat, git, repo_state, run_expgit
 
 BAGS = "checked-baggage-allowance"
 MULTI = "handle-multiple-reservations"
-VALID = (DEMO / f"{BAGS}.md").read_text()
+VALID = demo_flat(BAGS)
 
 
 def refused(d: Driver, code: int, *args: str | Path) -> str:
@@ -277,7 +277,7 @@ def test_dash_c_resolves_every_relative_path_against_its_folder(
     caller's own folder (and environment) is as it was afterwards."""
     monkeypatch.chdir(tmp_path)
     assert run_cli("init", "repo", "--from", EXAMPLE).code == 0
-    new = (Path("repo") / "experiences" / f"{BAGS}.md").read_text() + "One more line.\n"
+    new = (Path("repo") / "skills" / BAGS / "SKILL.md").read_text() + "One more line.\n"
     Path("repo", "new.md").write_text(new)
     proposed = run_cli("-C", "repo", "propose", BAGS, "--content-file", "new.md",
                        "--rationale", "r")
@@ -298,8 +298,8 @@ def test_init_into_a_non_empty_directory(tmp_path: Path, run_cli) -> None:  # ty
     result = run_cli("init", target, "--from", EXAMPLE)
     assert result.code == 2
     assert result.err.strip() == (
-        f"expgit: error: {target} exists and is not empty (choose a new folder; expgit init "
-        "creates the repository)")
+        f"expgit: error: {target} exists and is not empty (choose a new folder (expgit init "
+        "creates the repository), or the top folder of a git repository with commits)")
     assert [p.name for p in target.iterdir()] == ["notes.txt"]
 
 

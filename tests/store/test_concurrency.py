@@ -79,7 +79,7 @@ def test_eight_writers_at_once_all_land_in_a_linear_history(tmp_path: Path,
                                                             kind: str) -> None:
     bare = kind == "bare"
     path = tmp_path / ("server.git" if bare else "repo")
-    init_repository(path, bare=bare, seed=EXAMPLE)
+    init_repository(path, bare=bare, seed=EXAMPLE, layout="flat")
     places = [path]
     if kind == "linked-worktrees":  # half the writers run in another work tree of it
         git(path, "worktree", "add", "-q", "-b", "review", str(tmp_path / "review"))
@@ -126,7 +126,7 @@ def test_eight_writers_at_once_all_land_in_a_linear_history(tmp_path: Path,
 
 def test_same_proposal_applied_by_many_at_once_lands_once(tmp_path: Path) -> None:
     path = tmp_path / "repo"
-    init_repository(path, seed=EXAMPLE)
+    init_repository(path, seed=EXAMPLE, layout="flat")
     repo = ExperienceRepository.open(path)
     base = repo.main_commit()
     ((pid, (name, text)),) = make_proposals(repo, ["refund-method-rules"], "once").items()
@@ -172,7 +172,7 @@ def start_holder(path: Path) -> subprocess.Popen[str]:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> ExperienceRepository:
-    init_repository(tmp_path / "repo", seed=EXAMPLE)
+    init_repository(tmp_path / "repo", seed=EXAMPLE, layout="flat")
     return ExperienceRepository.open(tmp_path / "repo")
 
 
@@ -328,7 +328,7 @@ def test_apply_with_a_deleted_linked_worktree_on_main(tmp_path: Path) -> None:
     import shutil
 
     server = tmp_path / "server.git"
-    init_repository(server, bare=True, seed=EXAMPLE)
+    init_repository(server, bare=True, seed=EXAMPLE, layout="flat")
     git(server, "worktree", "add", "-q", str(tmp_path / "gone"), "main")
     git(server, "worktree", "add", "-q", "-f", str(tmp_path / "kept"), "main")
     shutil.rmtree(tmp_path / "gone")

@@ -63,7 +63,7 @@ sys.exit(code)
 
 def _template(tmp_path: Path) -> tuple[Path, str, str]:
     path = tmp_path / "template"
-    init_repository(path, seed=EXAMPLE)
+    init_repository(path, seed=EXAMPLE, layout="flat")
     repo = ExperienceRepository.open(path)
     pids = []
     for name in ("refund-method-rules", "checked-baggage-allowance"):

@@ -21,7 +21,7 @@ from expgit.store.repository import ExperienceRepository
 
 def _repo(tmp_path: Path) -> tuple[Path, str]:
     path = tmp_path / "repo"
-    init_repository(path, seed=EXAMPLE)
+    init_repository(path, seed=EXAMPLE, layout="flat")
     repo = ExperienceRepository.open(path)
     entry = repo.snapshot().get("refund-method-rules")
     assert entry is not None

@@ -29,9 +29,15 @@ def _ids(paths: list[Path]) -> list[str]:
     return [str(p.relative_to(EXAMPLE)) for p in paths]
 
 
+def _stem(path: Path) -> str:
+    """The experience name of a file: its folder's for a SKILL.md."""
+    return path.parent.name if path.name == "SKILL.md" else path.stem
+
+
 def test_example_files_were_found() -> None:
     assert len(EXAMPLE_FILES) >= 10
-    assert {p.parent.name for p in EXAMPLE_FILES} == {"experiences", "demo"}
+    assert {p.parent.parent.name if p.name == "SKILL.md" else p.parent.name
+            for p in EXAMPLE_FILES} == {"skills", "demo"}
 
 
 # ------------------------------------------------------------------ round trips
@@ -40,12 +46,12 @@ def test_example_file_round_trips_byte_for_byte(path: Path) -> None:
     data = path.read_bytes()
     exp = parse_experience(decode_experience(data, str(path)), str(path))
     assert exp.render().encode("utf-8") == data
-    assert exp.name == path.stem
+    assert exp.name == _stem(path)
 
 
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=_ids(EXAMPLE_FILES))
 def test_example_file_passes_every_per_file_rule(path: Path) -> None:
-    exp = check_experience(path.read_text(), str(path), path.stem, 800)
+    exp = check_experience(path.read_text(), str(path), _stem(path), 800)
     assert exp.status in ("active", "draft", "deprecated")
     assert exp.front_matter.summary
 
@@ -53,16 +59,18 @@ def test_example_file_passes_every_per_file_rule(path: Path) -> None:
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=_ids(EXAMPLE_FILES))
 def test_with_fields_rerenders_and_parses_back(path: Path) -> None:
     exp = parse_experience(path.read_text(), str(path))
+    metadata = {"owner": "me", "nested": {"n": 1, "l": [1, 2]}} if path.name != "SKILL.md" \
+        else {"owner": "me", "nested": "n: 1"}  # a SKILL.md's metadata maps strings
     changed = exp.with_fields(
         status="deprecated", summary="New: summary with # hash, 'quotes' and: colons",
-        tags=["x", "y z", "ünï"], metadata={"owner": "me", "nested": {"n": 1, "l": [1, 2]}})
+        tags=["x", "y z", "ünï"], metadata=metadata)
     text = changed.render()
     back = parse_experience(text, str(path))
     assert back.front_matter == changed.front_matter
     assert back.body == exp.body
     assert back.front_matter.status == "deprecated"
     assert back.front_matter.tags == ["x", "y z", "ünï"]
-    assert back.front_matter.metadata == {"owner": "me", "nested": {"n": 1, "l": [1, 2]}}
+    assert back.front_matter.metadata == metadata
     # a re-rendered file is itself stable
     assert back.render() == text
 

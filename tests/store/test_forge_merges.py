@@ -22,7 +22,7 @@ NAME = "refund-method-rules"
 def _forge(tmp_path: Path) -> tuple[Path, Path]:
     """A bare "forge" repository seeded by ``expgit init --bare``, and a clone of it."""
     forge = tmp_path / "forge.git"
-    init_repository(forge, bare=True, seed=EXAMPLE)
+    init_repository(forge, bare=True, seed=EXAMPLE, layout="flat")
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(forge), str(clone))
     return forge, clone

@@ -12,7 +12,7 @@ from conftest import EXAMPLE
 from expgit.store.experience import parse_experience
 from expgit.store.front_matter import replace_fields
 
-EXAMPLE_FILES = sorted((EXAMPLE / "experiences").glob("*.md"))
+EXAMPLE_FILES = sorted((EXAMPLE / "skills").glob("*/SKILL.md"))
 PATH = "experiences/sample-rule.md"
 
 
@@ -22,14 +22,14 @@ def changed_lines(old: str, new: str) -> list[str]:
             if line[:1] in "+-" and not line.startswith(("+++", "---"))]
 
 
-@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=[p.stem for p in EXAMPLE_FILES])
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=[p.parent.name for p in EXAMPLE_FILES])
 def test_a_new_summary_changes_only_its_line(path: Path) -> None:
     text = path.read_text()
     old = parse_experience(text, str(path))
     new = old.with_fields(summary="Check the rule: then act.").render()
-    assert changed_lines(text, new) == [
-        f"-summary: {old.front_matter.summary}", "+summary: 'Check the rule: then act.'"]
-    assert "tags: [" in new  # the flow list the edit did not touch is still one
+    assert changed_lines(text, new) == [  # a SKILL.md's summary is its description
+        f"-description: {old.front_matter.summary}",
+        "+description: 'Check the rule: then act.'"]
     assert parse_experience(new, str(path)).front_matter.tags == old.front_matter.tags
 
 

@@ -34,7 +34,9 @@ def _outside_secret(tmp_path: Path) -> Path:
     return secret
 
 
-@pytest.mark.parametrize("where", ["experiences/leak.md", ".expgit/templates/leak.md.j2",
+@pytest.mark.parametrize("where", ["skills/leak/SKILL.md",
+                                   "skills/refund-method-rules/references/leak.md",
+                                   ".expgit/templates/leak.md.j2",
                                    ".expgit/templates/prompts/leak.j2", "expgit.toml"])
 def test_a_link_to_a_secret_outside_the_seed_is_refused(run_cli: Any, tmp_path: Path,
                                                         where: str) -> None:
@@ -51,8 +53,8 @@ def test_a_link_to_a_secret_outside_the_seed_is_refused(run_cli: Any, tmp_path: 
     assert not target.exists()  # nothing created, so the secret is in no object
 
 
-@pytest.mark.parametrize("folder", ["experiences", ".expgit", ".expgit/templates",
-                                    ".expgit/templates/prompts"])
+@pytest.mark.parametrize("folder", ["skills", "skills/refund-method-rules", ".expgit",
+                                    ".expgit/templates", ".expgit/templates/prompts"])
 def test_a_linked_folder_is_refused(run_cli: Any, tmp_path: Path, folder: str) -> None:
     secret = _outside_secret(tmp_path)
     seed = _seed(tmp_path)
@@ -71,7 +73,7 @@ def test_a_hidden_link_is_left_out_and_its_target_in_no_object(run_cli: Any,
                                                                tmp_path: Path) -> None:
     secret = _outside_secret(tmp_path)
     seed = _seed(tmp_path)
-    os.symlink(secret, seed / "experiences" / ".cache")
+    os.symlink(secret, seed / "skills" / ".cache")
     (seed / ".expgit" / "templates").mkdir(parents=True)
     os.symlink(secret, seed / ".expgit" / "templates" / ".cache")
     target = tmp_path / "new"

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from conftest import Driver, git, repo_state
 from json_shapes import assert_shape
-from test_skills_layout import AGENTSKILLS, agentskills_validate_main
+from skills_support import AGENTSKILLS
+from test_skills_layout import agentskills_validate_main
 
 from expgit.init import init_repository
 
@@ -59,7 +60,7 @@ def flat_seed(tmp: Path, extra: dict[str, str] | None = None) -> Path:
 
 @pytest.fixture
 def flat(run_cli: Any, tmp_path: Path) -> Driver:
-    init_repository(tmp_path / "repo", seed=flat_seed(tmp_path))
+    init_repository(tmp_path / "repo", seed=flat_seed(tmp_path), layout="flat")
     d = Driver(run_cli, tmp_path / "repo", tmp_path / "scratch")
     # one edit before the move: refund-rules is at version 2
     new = REFUND_MD.replace("method.\n", "method, never a voucher.\n")
@@ -169,7 +170,8 @@ def test_a_flat_repository_migrates_as_one_reviewed_proposal(flat: Driver,
 ])
 def test_an_experience_that_cannot_be_a_skill_stops_the_migration(
         run_cli: Any, tmp_path: Path, name: str, text: str, why: str) -> None:
-    init_repository(tmp_path / "repo", seed=flat_seed(tmp_path, {name: text}))
+    init_repository(tmp_path / "repo", seed=flat_seed(tmp_path, {name: text}),
+                    layout="flat")
     d = Driver(run_cli, tmp_path / "repo", tmp_path / "scratch")
     state = repo_state(d.path)
     failed = d.fails(5, "migrate", "--to", "skills")
@@ -179,7 +181,7 @@ def test_an_experience_that_cannot_be_a_skill_stops_the_migration(
 
 def test_a_bare_repository_migrates(run_cli: Any, tmp_path: Path) -> None:
     server = tmp_path / "server.git"
-    init_repository(server, bare=True, seed=flat_seed(tmp_path))
+    init_repository(server, bare=True, seed=flat_seed(tmp_path), layout="flat")
     d = Driver(run_cli, server, tmp_path / "scratch")
     pid = d.ok("migrate", "--to", "skills", "--root", ".agents/skills").out.strip()
     d.ok("apply", pid)

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from conftest import Driver, git
 from json_shapes import assert_shape
+from skills_support import AGENTSKILLS
 from test_always_on import HEAD, TAIL, block_of, refund_with
-from test_skills_layout import AGENTSKILLS, FLAKY, FLAKY_MD, GUIDE, REFUND, SCRIPT, seed
+from test_skills_layout import FLAKY, FLAKY_MD, GUIDE, REFUND, SCRIPT, seed
 
 from expgit.init import init_repository
 from expgit.store import skill_export

@@ -72,10 +72,11 @@ def blob(d: Driver, path: str, rev: str = "main") -> str | None:
     return out[2] if out else None
 
 
-def agentskills_validate_main(d: Driver, tmp: Path) -> list[str]:
-    """Check out main's tree with ``git archive`` and run the reference validator on
-    every skill folder of it; return the folders checked."""
-    return agentskills_validate(d.path, "main", tmp / "archive")
+def agentskills_validate_main(d: Driver, tmp: Path, root: str = "skills",
+                              rev: str = "main") -> list[str]:
+    """Check out ``rev``'s tree with ``git archive`` and run the reference validator on
+    every skill folder under ``root``; return the folders checked."""
+    return agentskills_validate(d.path, rev, tmp / "archive", root)
 
 
 def test_a_skills_repository_end_to_end(skills: Driver, tmp_path: Path) -> None:
@@ -259,7 +260,7 @@ def test_a_long_skill_is_warned_about(skills: Driver, tmp_path: Path) -> None:
 
 
 def test_a_flat_repository_is_unchanged(tmp_path: Path) -> None:
-    init_repository(tmp_path / "flat")
+    init_repository(tmp_path / "flat", layout="flat")
     repo = ExperienceRepository.open(tmp_path / "flat")
     assert repo.settings.layout == "flat"
     assert repo.path_of("a-b") == "experiences/a-b.md"

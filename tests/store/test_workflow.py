@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DEMO, Driver, fsck, git, run_expgit
+from conftest import Driver, demo_flat, fsck, git, run_expgit
 
 BAGS = "checked-baggage-allowance"
 CANCEL = "cancellation-eligibility-rules"
@@ -21,7 +21,7 @@ ID_RE = re.compile(r"[0-9a-f]{12}")
 
 
 def demo(name: str) -> str:
-    return (DEMO / f"{name}.md").read_text()
+    return demo_flat(name)
 
 
 def replaced(d: Driver, name: str, old: str, new: str) -> str:
@@ -551,7 +551,7 @@ def test_log_understands_proposals_manual_commits_and_git_reverts(driver: Driver
     # filtered by experience and limited
     only = json.loads(driver.ok("log", BAGS, "--json").out)["updates"]
     assert [u["kind"] for u in only] == ["proposal", "init"]
-    assert only[1]["changes"] == [{"experience": BAGS, "operation": "create", "added": 31,
+    assert only[1]["changes"] == [{"experience": BAGS, "operation": "create", "added": 34,
                                    "removed": 0}]
     assert len(json.loads(driver.ok("log", "-n", "2", "--json").out)["updates"]) == 2
 
@@ -685,8 +685,11 @@ def test_whole_flow_in_a_bare_repository(bare_repo, run_cli, tmp_path: Path,  # 
         return result.out.strip()
 
     init = git(server, "rev-parse", "main").strip()
-    g1 = ok("propose", BAGS, "--content-file", DEMO / f"{BAGS}.md", "--rationale", "bags")
-    g2 = ok("propose", MULTI, "--content-file", DEMO / f"{MULTI}.md", "--rationale", "multi")
+    for name in (BAGS, MULTI):
+        (tmp_path / f"{name}.md").write_text(demo(name))
+    g1 = ok("propose", BAGS, "--content-file", tmp_path / f"{BAGS}.md", "--rationale", "bags")
+    g2 = ok("propose", MULTI, "--content-file", tmp_path / f"{MULTI}.md", "--rationale",
+            "multi")
     g3 = ok("propose", TRANSFER, "--delete", "--rationale", "gone")
     assert "expgit/gradients/" + g1 in git(server, "branch")
     pid = ok("merge", "--all")
@@ -774,7 +777,7 @@ def test_custom_settings_nested_root_and_many_experiences(tmp_path: Path, run_cl
             f"---\nname: rule-{i}\nsummary: Rule number {i}.\n---\nBody {i}, ünï.\n")
     (seed / "docs" / "exp" / ".gitkeep").write_text("")
     d = Driver(run_cli, tmp_path / "repo", tmp_path / "scratch")
-    assert run_cli("init", d.path, "--from", seed).code == 0
+    assert run_cli("init", d.path, "--from", seed, "--layout", "flat").code == 0
     assert d.git("symbolic-ref", "HEAD").strip() == "refs/heads/trunk"
     rows = json.loads(d.ok("list", "--json").out)["experiences"]
     assert len(rows) == 30

@@ -5,11 +5,13 @@ flow list of tags as a block list, and called that an update)."""
 from __future__ import annotations
 
 import pytest
-from conftest import EXAMPLE
+from conftest import example_flat
 
 from expgit.train.cosmetic import only_cosmetic
 
-CURRENT = (EXAMPLE / "experiences" / "checked-baggage-allowance.md").read_text()
+# the example as a flat file, its tags in the flow list people write by hand
+CURRENT = example_flat("checked-baggage-allowance").replace(
+    "tags:\n- baggage\n- membership\n- pricing\n", "tags: [baggage, membership, pricing]\n")
 
 
 @pytest.mark.parametrize("change", [

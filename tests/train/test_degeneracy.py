@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import EXAMPLE, ROOT
+from conftest import EXAMPLE, ROOT, example_flat
 from scripted_pipeline import analyze, edit_reply
 
 from expgit.store.experience import parse_experience
@@ -37,8 +37,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "degenerate"
 JUNK: list[dict[str, Any]] = yaml.safe_load((FIXTURES / "junk.yaml").read_text())
 REPLIES = [json.loads(line) for line in
            (FIXTURES / "smollm2_replies.jsonl").read_text().splitlines()]
-GOOD_FILES = sorted(p for p in EXAMPLE.glob("*/*.md")
-                    if p.parent.name in ("experiences", "demo") and p.name != "README.md")
+GOOD_FILES = sorted(p for p in EXAMPLE.glob("*/*/SKILL.md")
+                    if p.parent.parent.name in ("skills", "demo"))
 GOOD_RATIONALES = [
     *re.findall(r'--rationale "([^"]+)"', (ROOT / "scripts" / "run_example.sh").read_text()),
     "Refunds to gift cards were promised in 5 days",  # the README's
@@ -54,7 +54,7 @@ def verdict(field: str, text: str, shown: list[str] | None = None) -> str | None
     """The guard's message for ``text`` written in ``field`` with the example experiences
     ``shown`` in the prompt, None if it passes: an edit's field through the edit check, a
     trajectory's through the analysis rule."""
-    headings = headings_shown((EXAMPLE / "experiences" / f"{name}.md").read_text()
+    headings = headings_shown(example_flat(name)
                               for name in shown or [])
     if field not in EDIT_FIELDS:
         return written_problem(field, text, prose=field == "line", shown=headings)
@@ -129,7 +129,7 @@ def test_the_recorded_analyses_lose_their_junk_lines() -> None:
 
 
 # ---------------------------------------------------------------------- good text
-@pytest.mark.parametrize("path", GOOD_FILES, ids=[f"{p.parent.name}/{p.stem}"
+@pytest.mark.parametrize("path", GOOD_FILES, ids=[f"{p.parent.parent.name}/{p.parent.name}"
                                                   for p in GOOD_FILES])
 def test_the_example_experiences_and_demo_edits_pass(path: Path) -> None:
     exp = parse_experience(path.read_text(), str(path))
@@ -142,14 +142,14 @@ def test_good_rationales_pass(rationale: str) -> None:
     assert verdict("rationale", rationale, ["flight-change-rules"]) is None
 
 
-DEMO_UPDATES = [p for p in GOOD_FILES if p.parent.name == "demo"
-                and (EXAMPLE / "experiences" / p.name).is_file()]
+DEMO_UPDATES = [p for p in GOOD_FILES if p.parent.parent.name == "demo"
+                and (EXAMPLE / "skills" / p.parent.name / "SKILL.md").is_file()]
 
 
-@pytest.mark.parametrize("path", DEMO_UPDATES, ids=[p.stem for p in DEMO_UPDATES])
+@pytest.mark.parametrize("path", DEMO_UPDATES, ids=[p.parent.name for p in DEMO_UPDATES])
 def test_a_demo_update_passes_with_the_file_it_updates_shown(path: Path) -> None:
     exp = parse_experience(path.read_text(), str(path))
-    current = (EXAMPLE / "experiences" / path.name).read_text()
+    current = example_flat(path.parent.name)
     check_written(rationale=OK_RATIONALE, summary=exp.front_matter.summary, body=exp.body,
                   shown=headings_shown([current]))
 
@@ -260,7 +260,9 @@ def test_a_long_text_is_clipped_after_a_sentence_not_with_an_ellipsis() -> None:
 
 
 def test_an_update_of_the_summary_keeps_the_flow_list_of_tags() -> None:
-    current = (EXAMPLE / "experiences" / "refund-method-rules.md").read_text()
+    current = example_flat("refund-method-rules").replace(  # tags as a flow list
+        "tags:\n- refunds\n- payments\n- policy\n", "tags: [refunds, payments, policy]\n")
+    assert "tags: [refunds, payments, policy]" in current
     new = compose_experience("refund-method-rules", current,
                              summary="Refund to the original payment methods.", tags=[],
                              body="", path="experiences/refund-method-rules.md")

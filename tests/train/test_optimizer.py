@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from conftest import EXAMPLE, repo_state
+from conftest import example_flat, repo_state
 
 from expgit.errors import ExpgitError
 from expgit.llm.port import ChatMessages, UsageMeter
@@ -203,7 +203,7 @@ OVERSIZED_TEXT = "".join(chr(0x4E00 + i) for i in range(1700))  # 3 bytes each, 
 # most of the current rules (9 of their 16 lines: the rules replaced whole would be a
 # collapse) and a long text, within the reply's body bound
 FLIGHT_CHANGE_LINES = [line for line in parse_experience(
-    (EXAMPLE / "experiences" / "flight-change-rules.md").read_text("utf-8"), "x.md"
+    example_flat("flight-change-rules"), "x.md"
 ).body.splitlines() if line.strip()]
 OVERSIZED_BODY = "\n".join([*FLIGHT_CHANGE_LINES[:9], OVERSIZED_TEXT[:1100]]) + "\n"
 OVERSIZED = exp("flight-change-rules", OVERSIZED_TEXT)

@@ -105,7 +105,7 @@ def test_the_two_paths_store_the_same_trajectory_and_gradients(tmp_path: Any) ->
     document (but for the time it was analysed) and the same gradient content."""
     made: dict[int, tuple[str, list[str]]] = {}
     for calls in (1, 2):
-        init_repository(tmp_path / f"r{calls}", seed=EXAMPLE)
+        init_repository(tmp_path / f"r{calls}", seed=EXAMPLE, layout="flat")
         repo = ExperienceRepository.open(tmp_path / f"r{calls}")
         update = cancellation_update(repo)
         steps = ([Step("reflect", reflection(update))] if calls == 1 else
