@@ -9,13 +9,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from skills_support import REFUND, REFUND_MD
 from tool_support import call, last_role, turn, write_cases
 
 from expgit.init import init_repository
 from expgit.llm.port import ToolMessages, ToolTurn
 
 BAGGAGE = "baggage-rules"
-REFUND = "refund-rules"
 OTHER = "seat-rules"
 MARKER = "Call update_reservation_baggages yourself"
 DESCRIPTION = "Use when a user asks to change the checked bags of a reservation."
@@ -28,14 +28,6 @@ metadata:
 # Baggage changes are tool calls
 
 When the user asks to set checked bags: {MARKER}, with the total and paid bags given.
-"""
-REFUND_MD = f"""---
-name: {REFUND}
-description: Decide the refund method for a cancelled booking.
-metadata:
-  expgit-always: "true"
----
-Refund to the original payment method unless the customer asks for a voucher.
 """
 OTHER_MD = f"""---
 name: {OTHER}

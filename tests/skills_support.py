@@ -17,6 +17,16 @@ from expgit.store.experience import parse_experience
 AGENTSKILLS = Path(sys.executable).parent / "agentskills"
 SKILLS_ROOT = "skills"
 # a file of the checked-baggage-allowance skill besides its SKILL.md, which no edit touches
+# an always-on skill, as a SKILL.md with expgit's field in its metadata
+REFUND = "refund-rules"
+REFUND_MD = f"""---
+name: {REFUND}
+description: Decide the refund method for a cancelled booking.
+metadata:
+  expgit-always: "true"
+---
+Refund to the original payment method unless the customer asks for a voucher.
+"""
 BAGGAGE_REFERENCE = f"{SKILLS_ROOT}/checked-baggage-allowance/references/fees.md"
 BAGGAGE_REFERENCE_BYTES = b"# Fees\n\nEach checked bag past the free allowance: 50 USD.\n"
 

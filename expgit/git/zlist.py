@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from expgit.errors import GitError
+from expgit.git.objects import GITLINK_MODE
 
 __all__ = ["Listed", "RawChange", "fields", "ls_files_stage", "ls_tree", "raw_diff",
            "shown_path"]
@@ -54,30 +55,29 @@ def fields(data: bytes) -> list[str]:
     return [_decode(part) for part in parts]
 
 
-def ls_tree(data: bytes) -> list[Listed]:
-    """``git ls-tree -z`` output: ``<mode> SP <kind> SP <id> TAB <path>`` per entry."""
+def _three_fields(data: bytes, command: str) -> list[tuple[list[str], str]]:
+    """``<a> SP <b> SP <c> TAB <path>`` records: ``([a, b, c], path)`` each."""
     found = []
     for record in fields(data):
         meta, tab, path = record.partition("\t")
         parts = meta.split(" ")
         if not tab or len(parts) != 3:
-            raise GitError(f"unexpected git ls-tree output: {record[:80]!r}")
-        found.append(Listed(parts[0], parts[1], parts[2], path))
+            raise GitError(f"unexpected git {command} output: {record[:80]!r}")
+        found.append((parts, path))
     return found
+
+
+def ls_tree(data: bytes) -> list[Listed]:
+    """``git ls-tree -z`` output: ``<mode> SP <kind> SP <id> TAB <path>`` per entry."""
+    return [Listed(mode, kind, sha, path)
+            for (mode, kind, sha), path in _three_fields(data, "ls-tree")]
 
 
 def ls_files_stage(data: bytes) -> list[Listed]:
     """``git ls-files -s -z`` output: ``<mode> SP <id> SP <stage> TAB <path>`` per entry,
     as :class:`Listed` entries (a gitlink's kind is commit, any other's blob)."""
-    found = []
-    for record in fields(data):
-        meta, tab, path = record.partition("\t")
-        parts = meta.split(" ")
-        if not tab or len(parts) != 3:
-            raise GitError(f"unexpected git ls-files output: {record[:80]!r}")
-        kind = "commit" if parts[0] == "160000" else "blob"
-        found.append(Listed(parts[0], kind, parts[1], path))
-    return found
+    return [Listed(mode, "commit" if mode == GITLINK_MODE else "blob", sha, path)
+            for (mode, sha, _), path in _three_fields(data, "ls-files")]
 
 
 def raw_diff(data: bytes) -> list[RawChange]:

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from expgit.errors import InvalidInputError
+from expgit.git.objects import GITLINK_MODE, SYMLINK_MODE
 from expgit.git.zlist import fields, ls_files_stage, ls_tree
 from expgit.store.experience import check_experience, decode_experience, estimate_tokens
 from expgit.store.injection import injection_problem
@@ -25,9 +26,6 @@ from expgit.store.layout import SKILL_FILE
 from expgit.store.repository import ExperienceRepository
 from expgit.store.skill_md import size_warnings
 from expgit.store.skill_scanner import scan_experiences
-
-SYMLINK = "120000"
-GITLINK = "160000"
 
 
 @dataclass(frozen=True)
@@ -69,12 +67,12 @@ def check_tree_files(repo: ExperienceRepository, files: list[TreeFile], *,
                             f"holds only <name>/{SKILL_FILE} skill folders")
             continue
         folders.setdefault(folder, []).append(file)
-    links = [f.sha for fs in folders.values() for f in fs if f.mode == SYMLINK]
+    links = [f.sha for fs in folders.values() for f in fs if f.mode == SYMLINK_MODE]
     skill_files = [f for name, fs in folders.items() for f in fs
-                   if f.path == f"{prefix}{name}/{SKILL_FILE}" and f.mode != SYMLINK]
+                   if f.path == f"{prefix}{name}/{SKILL_FILE}" and f.mode != SYMLINK_MODE]
     blobs = repo.git.read_blobs([*links, *(f.sha for f in skill_files)])
     sizes = _sizes(repo, [f.sha for fs in folders.values() for f in fs
-                          if f.mode not in (SYMLINK, GITLINK)])
+                          if f.mode not in (SYMLINK_MODE, GITLINK_MODE)])
     limit = repo.settings.skills.max_file_bytes
     valid: list[tuple[str, str, str]] = []  # (path, name, text) for the scanner
     for name, fs in sorted(folders.items()):
@@ -82,7 +80,7 @@ def check_tree_files(repo: ExperienceRepository, files: list[TreeFile], *,
         skill = next((f for f in fs if f.path == f"{folder}/{SKILL_FILE}"), None)
         if skill is None and not whole:
             pass
-        elif skill is None or skill.mode in (SYMLINK, GITLINK):
+        elif skill is None or skill.mode in (SYMLINK_MODE, GITLINK_MODE):
             problems.append(f"{folder}/: a skill folder without {SKILL_FILE}")
         else:
             try:
@@ -97,11 +95,11 @@ def check_tree_files(repo: ExperienceRepository, files: list[TreeFile], *,
                 else:
                     valid.append((skill.path, name, text))
         for f in fs:
-            if f.mode == SYMLINK and _escapes(f.path[len(folder) + 1:], blobs[f.sha]):
+            if f.mode == SYMLINK_MODE and _escapes(f.path[len(folder) + 1:], blobs[f.sha]):
                 problems.append(f"{f.path}: a symlink that points outside its skill folder")
-            elif f.mode == GITLINK:
+            elif f.mode == GITLINK_MODE:
                 problems.append(f"{f.path}: a submodule inside a skill folder")
-            elif f.mode != SYMLINK and sizes.get(f.sha, 0) > limit:
+            elif f.mode != SYMLINK_MODE and sizes.get(f.sha, 0) > limit:
                 problems.append(f"{f.path}: {sizes[f.sha]} bytes, over the limit of {limit} "
                                 "per file of a skill ([skills] max_file_bytes)")
     return problems + scan_experiences(repo.settings.skills.scanner, valid)

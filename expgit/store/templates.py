@@ -27,6 +27,7 @@ import jinja2.exceptions
 import jinja2.sandbox
 
 from expgit.errors import InvalidInputError
+from expgit.git.objects import GITLINK_MODE
 from expgit.resources import data_dir
 from expgit.store.repository import ExperienceRepository
 
@@ -69,7 +70,7 @@ def _override_files(repo: ExperienceRepository, tree: str, prefix: str = ""
     for entry in repo.git.read_tree(tree):
         if entry.is_tree:
             files |= _override_files(repo, entry.sha, f"{prefix}{entry.name}/")
-        elif entry.mode != "160000":
+        elif entry.mode != GITLINK_MODE:
             files[prefix + entry.name] = repo.git.read_blob(entry.sha)
     return files
 

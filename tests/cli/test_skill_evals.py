@@ -230,6 +230,16 @@ def harmful_edit(path: Path, run_cli: Any, tmp_path: Path) -> str:
     return str(merged.out.strip())
 
 
+def held_out_cases(path: Path) -> Path:
+    """One held-out case that every answer passes: the gate's verdict comes from the
+    skill's own evals."""
+    path.write_text(json.dumps({"cases": [{
+        "name": "flaky", "input": "a flaky test?",
+        "rubric": {"criteria": [{"name": "any", "check": {"type": "not_contains",
+                                                          "value": "zzz"}}]}}]}))
+    return path
+
+
 def neutral(messages: list[dict[str, str]]) -> str:
     return "Sorry, I do not know."
 
@@ -237,11 +247,7 @@ def neutral(messages: list[dict[str, str]]) -> str:
 def test_apply_gate_refuses_a_skill_edit_that_does_worse_on_its_own_evals(
         run_cli: Any, serve: Any, repo_path: Path, tmp_path: Path) -> None:
     pid = harmful_edit(repo_path, run_cli, tmp_path)
-    held_out = tmp_path / "e.yaml"
-    held_out.write_text(json.dumps({"cases": [{
-        "name": "flaky", "input": "a flaky test?",
-        "rubric": {"criteria": [{"name": "any", "check": {"type": "not_contains",
-                                                          "value": "zzz"}}]}}]}))
+    held_out = held_out_cases(tmp_path / "e.yaml")
     main = git(repo_path, "rev-parse", "main").strip()
     # held-out: main and the proposal (both pass); skill evals: old then new, 2 cases each
     server = serve([Step("rollout", neutral)] * 2 + [Step("rollout", agent)] * 4)
@@ -272,11 +278,7 @@ def test_train_on_a_skills_evals_and_the_gate_refuses_the_harmful_edit(
     eval, the PR body and the HTML report show the lift, and --gate refuses it."""
     repo = ExperienceRepository.open(repo_path)
     body = "# Refunds\n\nOffer a voucher first.\n"
-    held_out = tmp_path / "e.yaml"
-    held_out.write_text(json.dumps({"cases": [{
-        "name": "flaky", "input": "a flaky test?",
-        "rubric": {"criteria": [{"name": "any", "check": {"type": "not_contains",
-                                                          "value": "zzz"}}]}}]}))
+    held_out = held_out_cases(tmp_path / "e.yaml")
     steps = [*training_steps(body),
              # baseline, candidate (held-out); skill evals old (2), new (2); final
              Step("rollout", neutral), Step("rollout", neutral),
@@ -312,11 +314,7 @@ def test_eval_compare_gate_refuses_a_skill_edit_that_does_worse_on_its_evals(
     """The pull request gate (``eval --compare A B --gate --comment``): B changes the
     skill, its evals run on A and B, and the comment shows the lift."""
     pid = harmful_edit(repo_path, run_cli, tmp_path)
-    held_out = tmp_path / "e.yaml"
-    held_out.write_text(json.dumps({"cases": [{
-        "name": "flaky", "input": "a flaky test?",
-        "rubric": {"criteria": [{"name": "any", "check": {"type": "not_contains",
-                                                          "value": "zzz"}}]}}]}))
+    held_out = held_out_cases(tmp_path / "e.yaml")
     server = serve([Step("rollout", neutral)] * 2 + [Step("rollout", agent)] * 4)
     result = run_cli("-C", repo_path, "eval", "--cases", held_out, "--compare", "main", pid,
                      "--gate", "--comment", tmp_path / "gate.md", "--json",

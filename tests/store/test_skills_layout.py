@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import Driver, git, repo_state
-from skills_support import agentskills_validate
+from skills_support import REFUND, REFUND_MD, agentskills_validate
 
 from expgit.errors import InvalidInputError
 from expgit.init import init_repository
@@ -20,7 +20,6 @@ from expgit.store.experience import new_experience, parse_experience
 from expgit.store.repository import ExperienceRepository
 
 FLAKY = "fix-flaky-tests"
-REFUND = "refund-rules"
 FLAKY_MD = f"""---
 name: {FLAKY}
 description: "Use when: a test passes and fails on reruns without a code change"
@@ -34,14 +33,6 @@ metadata:
 
 1. Rerun the test alone; then with the suite.
 2. Look for shared state, time and ordering.
-"""
-REFUND_MD = f"""---
-name: {REFUND}
-description: Decide the refund method for a cancelled booking.
-metadata:
-  expgit-always: "true"
----
-Refund to the original payment method unless the customer asks for a voucher.
 """
 GUIDE = b"# Guide\n\nShared fixtures leak state between tests.\n"
 SCRIPT = b"#!/bin/sh\npytest -p no:randomly \"$@\"\n"
