@@ -57,6 +57,24 @@ def edit_reply(name: str, action: str, body: str, **extra: object) -> dict[str, 
             "confidence": 0.7}
 
 
+SKILLS_REPLY = '"description", "tags", "body"'  # the reply fields a skills-layout prompt names
+
+
+def in_prompt_layout(messages: list[dict[str, str]], reply: dict[str, object]
+                     ) -> dict[str, object]:
+    """``reply`` (with ``edits`` or ``items`` in the flat reply format) as the prompt in
+    ``messages`` asks for it: a skills-layout prompt names the field ``description``."""
+    if not any(SKILLS_REPLY in str(m.get("content", "")) for m in messages):
+        return reply
+    return {k: [skill_reply(e) for e in v] if k in ("edits", "items") and isinstance(v, list)
+            else v for k, v in reply.items()}
+
+
+def layout_reply(reply: dict[str, object]) -> Callable[[list[dict[str, str]]], str]:
+    """A scripted reply that speaks the layout of the prompt it answers."""
+    return lambda messages: json.dumps(in_prompt_layout(messages, reply))
+
+
 def skill_reply(edit: dict[str, object], description: object = None) -> dict[str, object]:
     """An edit (or merge item) of the flat reply format as the skills layout's replies
     write it: its summary is named ``description`` (``description`` replaces it)."""
@@ -117,7 +135,8 @@ def combined(analyst: Reply, estimator: Reply) -> Reply:
 def reflect_with(*edits: dict[str, object]) -> Callable[[list[dict[str, str]]], str]:
     """A scripted reflection with the analyst's trajectory and these ``edits``."""
     def reflect(messages: list[dict[str, str]]) -> str:
-        return json.dumps({**json.loads(analyze(messages)), "edits": list(edits)})
+        return json.dumps(in_prompt_layout(
+            messages, {**json.loads(analyze(messages)), "edits": list(edits)}))
     return reflect
 
 

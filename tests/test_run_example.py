@@ -7,7 +7,6 @@ The model is a local OpenAI-compatible server answering from a strict script."""
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import subprocess
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import ROOT, git
-from scripted_pipeline import analyze
+from scripted_pipeline import layout_reply, reflect_with
 
 from expgit.errors import EXIT_USAGE
 from expgit.llm.local import INSTALL_COMMAND, MODEL_PACKAGE
@@ -74,9 +73,7 @@ def agent(messages: list[dict[str, str]]) -> str:
 
 
 def reflect(*edits: dict[str, object]) -> Any:
-    def reply(messages: list[dict[str, str]]) -> str:
-        return json.dumps({**json.loads(analyze(messages)), "edits": list(edits)})
-    return reply
+    return reflect_with(*edits)
 
 
 def run_scripted(work: Path, server: Any) -> subprocess.CompletedProcess[str]:
@@ -105,7 +102,7 @@ def test_a_proposal_the_gate_passes_is_applied_and_the_rest_goes_on(
     rollouts = [Step("rollout", agent)] * 12
     server = serve([*rollouts, Step("reflect", reflect(LESSON)),
                     Step("reflect", reflect(LESSON)),
-                    Step("merge", json.dumps({"items": [
+                    Step("merge", layout_reply({"items": [
                         {**LESSON, "action": "upsert", "gradient_ids": []}]}))])
     work = tmp_path / "work"
     proc = run_scripted(work, server)
