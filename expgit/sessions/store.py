@@ -77,7 +77,7 @@ class SessionStore:
     @staticmethod
     def path_of(folder: str, name: str) -> str:
         """Where the record ``name`` of ``folder`` is written (the one path function of
-        this store; older flat files are found by :meth:`SideBranch.locate`)."""
+        this store)."""
         return fanned(folder, f"{name}.json")
 
     def _folder(self, folder: str) -> dict[str, bytes]:
@@ -154,7 +154,7 @@ class SessionStore:
                                         hint="run the command again")
             files: dict[str, bytes | None] = {}
             for folder, name, data in records:
-                files.update(self.branch.placed(folder, f"{name}.json", data, tip=tip))
+                files[self.path_of(folder, name)] = data
             return files
 
         return self.branch.write(at, subject, trailers=(KIND_TRAILER,))
@@ -176,7 +176,7 @@ class SessionStore:
                 manifest.refresh_status()
                 new = encode_manifest(manifest)
                 if new != data:
-                    files.update(self.branch.placed(MANIFESTS, f"{key}.json", new, tip=tip))
+                    files[self.path_of(MANIFESTS, key)] = new
             return files
 
         if not patches:
