@@ -10,8 +10,7 @@ Files on the branch (all JSON, all redacted, no identifier in the clear):
 
 ``<ab>`` is the first two characters of the name: the folders are fanned out
 (:func:`~expgit.store.sidebranch.fanned`), so a commit never rewrites a tree of every
-session. Files an older version wrote flat (``sessions/<key>.json``) are still read, and
-move to their fanned place when rewritten.
+session.
 
 Writes go through :class:`~expgit.store.sidebranch.SideBranch` (objects, then a compare-and-
 swap of the branch). A save names the manifests it was computed from; if another writer
