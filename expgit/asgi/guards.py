@@ -1,6 +1,6 @@
 """Request guards every expgit HTTP service installs: bearer token, body size limit,
 JSON bodies only, allowed Host names, client timeouts, and one-line JSON error bodies
-(``{"error": "..."}``, :class:`expgit.remote.protocol.ErrorBody`).
+(``{"error": "..."}``).
 
 A web page must not be able to drive a service on this machine: a cross-site ``fetch``
 or form can send a ``text/plain``, form or untyped body without a CORS preflight, and a

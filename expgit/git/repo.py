@@ -357,9 +357,6 @@ class GitRepo:
         self._keep_blob(sha, data)
         return sha
 
-    def write_tree(self, entries: Iterable[TreeEntry]) -> str:
-        return self._write_sorted_tree(sorted(entries, key=objects.tree_sort_key))
-
     def _write_sorted_tree(self, ordered: list[TreeEntry], tree: Tree | None = None) -> str:
         if tree is None:
             tree = Tree(ordered, objects.serialise_tree(ordered))

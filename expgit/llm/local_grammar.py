@@ -15,13 +15,12 @@ stop. Two flaws of that converter are fixed here, in the server process only:
   valid JSON; the patched ``char`` rule excludes them, as llama.cpp's own rule does.
 
 A schema the converter cannot handle (e.g. a ``(?:...)`` group in a pattern) silently
-falls back to plain JSON, with no bounds at all: :func:`schema_grammar` converts without
-that fallback, so tests can prove every output schema converts.
+falls back to plain JSON, with no bounds at all: the tests call the converter's
+``json_schema_to_gbnf``, which raises instead, to prove every output schema converts.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -64,9 +63,3 @@ def patch_converter(module: ModuleType) -> None:
     rules["char"] = module.BuiltinRule(JSON_CHAR, [])
     setattr(module, _PATCHED, True)
 
-
-def schema_grammar(module: ModuleType, schema: dict[str, Any]) -> str:
-    """The GBNF grammar of ``schema`` as the (patched) server builds it; raises what the
-    converter raises instead of falling back to unbounded JSON."""
-    convert: Callable[[str], str] = module.json_schema_to_gbnf
-    return convert(json.dumps(schema))

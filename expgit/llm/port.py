@@ -97,23 +97,6 @@ class ChatModel(Protocol):
                        temperature: float, seed: int | None = None) -> Completion: ...
 
 
-class ToolChatModel(Protocol):
-    """A chat model that can call tools (OpenAI-style ``tools=`` / ``tool_calls``).
-
-    May assume: ``messages`` are OpenAI-style dicts (assistant turns may carry
-    ``tool_calls``; results are ``{"role": "tool", "tool_call_id", "content"}``) and
-    ``tools`` are ``{"type": "function", "function": {name, description, parameters}}``.
-    Must: return the turn's text and tool calls (arguments as sent, never parsed) with
-    usage; retry transient failures like :meth:`ChatModel.complete`. Raises LLMError.
-    """
-
-    model: str
-
-    async def complete_tools(self, messages: ToolMessages, tools: list[dict[str, Any]], *,
-                             stage: str, max_tokens: int, temperature: float,
-                             seed: int | None = None) -> ToolTurn: ...
-
-
 class EmbeddingModel(Protocol):
     """Embeds texts; one endpoint call per :meth:`embed`. Raises LLMError on failure."""
 

@@ -8,7 +8,7 @@ learning report): ``target_kind``, ``target_id``, ``verdict``, ``score``, ``sour
 Canonical target ids (what ``target_id`` holds once stored):
 
 * ``rollout``: the rollout's content id, 16 hex digits (``trajectory_store.rollout_id``);
-* ``trajectory``: the trajectory URI ``<trajectories branch>:trajectories/<id>.md``;
+* ``trajectory``: the trajectory URI ``<trajectories branch>:trajectories/<ab>/<id>.md``;
 * ``experience``: the experience name on ``main``;
 * ``proposal``: the proposal id, 12 hex digits (a unique prefix is accepted on input).
 

@@ -36,11 +36,10 @@ def _trajectory(repo: ExperienceRepository, target_id: str) -> str | None:
     if ":" in text:  # a URI: only of the configured trajectories branch and folder
         branch, _, path = text.partition(":")
         branch = branch.removeprefix("refs/heads/")
-        # flat (older repositories) or fanned out: trajectories/[ab/]<id>.md
-        match = re.fullmatch(rf"{FOLDER}/(?:[0-9a-f]{{2}}/)?([0-9a-f]{{{ID_LEN}}})\.md", path)
-        if branch != store.branch or match is None:
+        match = re.fullmatch(rf"{FOLDER}/[0-9a-f]{{2}}/([0-9a-f]{{{ID_LEN}}})\.md", path)
+        if branch != store.branch or match is None or path != store.path_of(match[1]):
             return None
-        tid = match.group(1)
+        tid = match[1]
     else:
         tid = text.lower()
         if not _ROLLOUT_ID.fullmatch(tid):
@@ -79,7 +78,7 @@ RESOLVERS: dict[TargetKind, Resolver] = {
 _HINTS: dict[TargetKind, str] = {
     "rollout": "a rollout id is the 16-hex content id of a stored trajectory "
                "(`git ls-tree` the trajectories branch)",
-    "trajectory": "give a trajectory URI <branch>:trajectories/<id>.md or its 16-hex id",
+    "trajectory": "give a trajectory URI <branch>:trajectories/<ab>/<id>.md or its 16-hex id",
     "experience": "give an experience name on main (`expgit list`)",
     "proposal": "give a proposal id (`expgit proposals --state all`)",
 }

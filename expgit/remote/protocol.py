@@ -84,8 +84,3 @@ class Health(BaseModel):
     version: str
     metadata: dict[str, Any] = Field(default_factory=dict)
 
-
-class ErrorBody(BaseModel):
-    """Every 4xx/5xx answer of expgit's services: one readable line."""
-
-    error: str

@@ -118,13 +118,13 @@ def _advance(repo: ExperienceRepository, store: SessionStore, kept: Ledger, tree
     """The ledger of the manifests folder ``tree``, from the ``kept`` one of an earlier
     folder and the manifests that differ between the two (a tree diff of the changed
     fan subtrees: what changed is read, the rest never is); None when it cannot be
-    (the old tree is gone, a flat layout, a change too large to be worth it, or one
-    that touches an invalidation, whose order only a full count keeps)."""
+    (the old tree is gone, a change too large to be worth it, or one that touches an
+    invalidation, whose order only a full count keeps)."""
     try:
         changes = store.branch.fanned_changes(kept.tree, tree, suffix=".json")
     except GitError:
         return None
-    if changes is None or len(changes) > _ADVANCE_LIMIT:
+    if len(changes) > _ADVANCE_LIMIT:
         return None
     blobs = repo.git.read_blobs(sha for _, *shas in changes for sha in shas if sha)
 

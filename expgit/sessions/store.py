@@ -10,8 +10,7 @@ Files on the branch (all JSON, all redacted, no identifier in the clear):
 
 ``<ab>`` is the first two characters of the name: the folders are fanned out
 (:func:`~expgit.store.sidebranch.fanned`), so a commit never rewrites a tree of every
-session. Files an older version wrote flat (``sessions/<key>.json``) are still read, and
-move to their fanned place when rewritten.
+session.
 
 Writes go through :class:`~expgit.store.sidebranch.SideBranch` (objects, then a compare-and-
 swap of the branch). A save names the manifests it was computed from; if another writer
@@ -77,7 +76,7 @@ class SessionStore:
     @staticmethod
     def path_of(folder: str, name: str) -> str:
         """Where the record ``name`` of ``folder`` is written (the one path function of
-        this store; older flat files are found by :meth:`SideBranch.locate`)."""
+        this store)."""
         return fanned(folder, f"{name}.json")
 
     def _folder(self, folder: str) -> dict[str, bytes]:
@@ -154,7 +153,7 @@ class SessionStore:
                                         hint="run the command again")
             files: dict[str, bytes | None] = {}
             for folder, name, data in records:
-                files.update(self.branch.placed(folder, f"{name}.json", data, tip=tip))
+                files[self.path_of(folder, name)] = data
             return files
 
         return self.branch.write(at, subject, trailers=(KIND_TRAILER,))
@@ -176,7 +175,7 @@ class SessionStore:
                 manifest.refresh_status()
                 new = encode_manifest(manifest)
                 if new != data:
-                    files.update(self.branch.placed(MANIFESTS, f"{key}.json", new, tip=tip))
+                    files[self.path_of(MANIFESTS, key)] = new
             return files
 
         if not patches:

@@ -18,7 +18,6 @@ AGENT_MODEL = "Expgit-Agent-Model"
 TRAINER_MODEL = "Expgit-Trainer-Model"
 ENDPOINT = "Expgit-Endpoint"
 MODEL_SHA256 = "Expgit-Model-Sha256"
-KEYS = (AGENT_MODEL, TRAINER_MODEL, ENDPOINT, MODEL_SHA256)
 MAX_CHARS = 120
 UNKNOWN = "unknown"
 

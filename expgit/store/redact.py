@@ -248,17 +248,6 @@ def _secret_key(key: str) -> bool:
     return _KEY.fullmatch(key) is not None
 
 
-def redact_all(texts: Iterable[str]) -> tuple[list[str], Counter[str]]:
-    """Several texts redacted, with the summed counts."""
-    counts: Counter[str] = Counter()
-    out = []
-    for text in texts:
-        new, found = redact_text(text)
-        counts.update(found)
-        out.append(new)
-    return out, counts
-
-
 SECRET_KINDS = ("private_key", "password", "api_key", "token", "bearer_token", "secret",
                 "high_entropy")
 

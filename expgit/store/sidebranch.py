@@ -8,9 +8,8 @@ commit with ``main``; its history is the audit trail of the records it holds.
 Fan-out: a folder that grows with every record (trajectories, session manifests) keeps
 each file at ``folder/<first two characters of its name>/<name>`` (:func:`fanned`), as
 git fans out ``objects/``: a commit then rewrites the folder's tree (at most 256
-sub-folders) and one sub-folder's tree, never one tree of every file. Files of the flat
-layout (``folder/<name>``) that older versions wrote are still read, and a file
-rewritten moves to its fanned place (:meth:`SideBranch.placed`).
+sub-folders) and one sub-folder's tree, never one tree of every file. Anything else in
+such a folder is not a record and is not read.
 
 Group commit: writers of one branch in one process queue up while one of them writes;
 that one commits every queued write, each as its own commit in order, and moves the
@@ -26,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeGuard
 
 from expgit.errors import ConflictError, UsageError
 from expgit.git.repo import RefMovedError, RefUpdate, TreeEntry
@@ -56,8 +55,9 @@ def fanned(folder: str, name: str) -> str:
 _ABSENT = re.compile("0+")  # the id diff-tree gives the side a file is not on
 
 
-def _is_fan(entry: TreeEntry) -> bool:
-    return entry.is_tree and len(entry.name) == FAN_OUT
+def is_fan(entry: TreeEntry | None) -> TypeGuard[TreeEntry]:
+    """Whether ``entry`` of a fanned-out folder is one of its sub-folders."""
+    return entry is not None and entry.is_tree and len(entry.name) == FAN_OUT
 
 
 @dataclass
@@ -133,66 +133,40 @@ class SideBranch:
         return {e.name: blobs[e.sha] for e in found}
 
     # ------------------------------------------------------- fanned-out folders
-    def locate(self, folder: str, name: str, *, tip: str | None = None) -> str | None:
-        """The path of file ``name`` of the fanned-out ``folder`` (its fanned place, else
-        the flat one of older repositories), None if it is in neither."""
+    def holds(self, folder: str, name: str, *, tip: str | None = None) -> bool:
+        """Whether file ``name`` of the fanned-out ``folder`` is stored (at ``tip``)."""
         tree = self.tree(tip)
-        if tree is None:
-            return None
-        for path in (fanned(folder, name), f"{folder}/{name}"):
-            entry = self.repo.git.path_entry(tree, path)
-            if entry is not None and not entry.is_tree:
-                return path
-        return None
+        entry = self.repo.git.path_entry(tree, fanned(folder, name)) if tree else None
+        return entry is not None and not entry.is_tree
 
     def read_in(self, folder: str, name: str, *, tip: str | None = None) -> bytes | None:
         """The content of file ``name`` of the fanned-out ``folder``, None if absent."""
-        path = self.locate(folder, name, tip=tip)
-        return None if path is None else self.read(path, tip=tip)
-
-    def placed(self, folder: str, name: str, data: bytes, *, tip: str | None
-               ) -> dict[str, bytes | None]:
-        """The changes that write ``data`` as file ``name`` of the fanned-out ``folder``
-        onto ``tip``: at its fanned place, removing a flat copy an older version left."""
-        changes: dict[str, bytes | None] = {fanned(folder, name): data}
-        if tip is not None and self.locate(folder, name, tip=tip) == f"{folder}/{name}":
-            changes[f"{folder}/{name}"] = None
-        return changes
+        return self.read(fanned(folder, name), tip=tip)
 
     def fanned_entries(self, folder: str, *, suffix: str = "", tip: str | None = None
                        ) -> Entries:
-        """The files of the fanned-out ``folder`` ending with ``suffix``, both layouts
-        (a name in both: the fanned one), by name."""
+        """The files of the fanned-out ``folder`` ending with ``suffix``, by name."""
         tree = self.tree(tip)
         git = self.repo.git
         entry = git.path_entry(tree, folder) if tree is not None else None
         if entry is None or not entry.is_tree:
             return []
-        found: dict[str, TreeEntry] = {}
-        for item in git.read_tree(entry.sha):
-            if _is_fan(item):
-                found.update((e.name, e) for e in git.read_tree(item.sha)
-                             if not e.is_tree and e.name.endswith(suffix))
-            elif not item.is_tree and item.name.endswith(suffix):
-                found.setdefault(item.name, item)
-        return [found[name] for name in sorted(found)]
+        return sorted((e for item in git.read_tree(entry.sha) if is_fan(item)
+                       for e in git.read_tree(item.sha)
+                       if not e.is_tree and e.name.endswith(suffix)), key=lambda e: e.name)
 
-    def fanned_changes(self, old: str, new: str, *, suffix: str = "") -> FileChanges | None:
+    def fanned_changes(self, old: str, new: str, *, suffix: str = "") -> FileChanges:
         """The files ending with ``suffix`` that differ between two trees of a fanned-out
         folder (``old`` and ``new``: the folder's tree ids), as ``(name, old blob, new
-        blob)`` in name order (None: not there): one ``git diff-tree``, whose cost follows
-        the change, not the folder. None when either side is not fanned-out alone (a flat
-        file may be shadowed by a fanned one); GitError when a tree is not there."""
+        blob)`` in name order (None: not there), the files :meth:`fanned_entries` lists:
+        one ``git diff-tree``, whose cost follows the change, not the folder. GitError
+        when a tree is not there."""
         git = self.repo.git
-        if not all(_is_fan(item) for item in git.read_tree(new)):
-            return None
         raw = git.run("diff-tree", "-r", "-z", "--raw", "--no-renames", old, new).stdout
         changes: FileChanges = []
         for change in raw_diff(raw):  # a side that is not there has an all-zero id
             fan, _, name = change.path.partition("/")
-            if len(fan) != FAN_OUT or not name or "/" in name:
-                return None
-            if name.endswith(suffix):
+            if len(fan) == FAN_OUT and name and "/" not in name and name.endswith(suffix):
                 before, after = (None if _ABSENT.fullmatch(sha) else sha
                                  for sha in (change.old_sha, change.new_sha))
                 changes.append((name, before, after))

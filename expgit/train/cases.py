@@ -191,10 +191,6 @@ class ListCaseLoader:
         self.cases = list(cases)
         self.batch_size = batch_size
 
-    @classmethod
-    def from_file(cls, path: str | Path, batch_size: int) -> ListCaseLoader:
-        return cls(load_cases(path), batch_size)
-
     async def batches(self, context: PipelineContext) -> AsyncIterator[list[Case]]:
         for start in range(0, len(self.cases), self.batch_size):
             yield self.cases[start:start + self.batch_size]

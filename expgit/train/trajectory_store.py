@@ -4,13 +4,10 @@ A trajectory is a markdown file ``trajectories/<ab>/<id>.md`` where ``<id>`` is 
 16 hex digits of the SHA-256 of the rollout's canonical JSON and ``<ab>`` its first two
 (a fanned-out folder: no tree holds every trajectory); the same rollout is stored once,
 and storing it again writes nothing. Its URI is ``<branch>:trajectories/<ab>/<id>.md``.
-Trajectories an older version stored flat (``trajectories/<id>.md``, and URIs naming
-that path) are still found. Beside the document, in the same commit,
-``<id>.transcript.json`` keeps the rollout's messages and tool calls with their results,
-redacted and bounded as the prompts show them (:mod:`expgit.train.transcript`); a
-trajectory stored before transcripts were kept has none until its rollout is analysed
-again (:meth:`TrajectoryStore.add_transcript`), which puts it beside the document
-wherever that is.
+Beside the document, in the same commit, ``<id>.transcript.json`` keeps the rollout's
+messages and tool calls with their results, redacted and bounded as the prompts show
+them (:mod:`expgit.train.transcript`); a trajectory stored before transcripts were kept
+has none until its rollout is analysed again (:meth:`TrajectoryStore.add_transcript`).
 
 The branch is a :class:`~expgit.store.sidebranch.SideBranch`: an orphan history of its own that
 never shares a commit with ``main``, written by building blob, tree and commit in the
@@ -28,7 +25,7 @@ from expgit.errors import InvalidInputError, NotFoundError
 from expgit.git.repo import GitRepo, TreeEntry
 from expgit.store import trailers as tr
 from expgit.store.repository import ExperienceRepository
-from expgit.store.sidebranch import ATTEMPTS, FAN_OUT, SideBranch, fanned
+from expgit.store.sidebranch import ATTEMPTS, SideBranch, fanned, is_fan
 from expgit.train.domain import Rollout
 
 __all__ = ["ATTEMPTS", "FOLDER", "ID_LEN", "TRANSCRIPT_SUFFIX", "TrajectoryStore",
@@ -57,36 +54,26 @@ def _is_trajectory(entry: TreeEntry | None) -> bool:
 
 
 def folder_files(git: GitRepo, folder: str | None) -> list[TreeEntry]:
-    """The trajectory files of the folder tree ``folder``, flat and fanned out."""
-    found: list[TreeEntry] = []
-    for entry in git.read_tree(folder) if folder else []:
-        if entry.is_tree and len(entry.name) == FAN_OUT:
-            found += [e for e in git.read_tree(entry.sha) if _is_trajectory(e)]
-        elif _is_trajectory(entry):
-            found.append(entry)
-    return found
+    """The trajectory files of the folder tree ``folder`` (in its sub-folders)."""
+    return [e for fan in (git.read_tree(folder) if folder else []) if is_fan(fan)
+            for e in git.read_tree(fan.sha) if _is_trajectory(e)]
 
 
 def added_files(git: GitRepo, old: str, new: str) -> list[TreeEntry] | None:
     """The trajectory files folder tree ``new`` adds to ``old`` (a few tree diffs), None
     when it also changed or removed one (then read :func:`folder_files` whole)."""
     added: list[TreeEntry] = []
-    for before, after in git.diff_trees(old, new):
-        if after is None or (before is not None and before.is_tree != after.is_tree):
-            return None
-        if after.is_tree and len(after.name) == FAN_OUT:
-            if before is None:
-                added += [e for e in git.read_tree(after.sha) if _is_trajectory(e)]
-                continue
+    for before, after in git.diff_trees(old, new):  # anything but sub-folders: not read
+        if is_fan(before) and is_fan(after):
             for sub_before, sub_after in git.diff_trees(before.sha, after.sha):
                 if sub_before is not None or sub_after is None:
                     return None
                 if _is_trajectory(sub_after):
                     added.append(sub_after)
-        elif before is not None:
+        elif is_fan(after):  # a new sub-folder
+            added += [e for e in git.read_tree(after.sha) if _is_trajectory(e)]
+        elif is_fan(before):  # a sub-folder removed
             return None
-        elif _is_trajectory(after):
-            added.append(after)
     return added
 
 
@@ -116,10 +103,8 @@ class TrajectoryStore:
         return f"{self.branch}:{self.path_of(tid)}"
 
     def stored_uri(self, tid: str) -> str | None:
-        """The URI of trajectory ``tid`` where it is stored (fanned, or flat in an older
-        repository), None if it is not stored."""
-        path = self.side.locate(FOLDER, f"{tid}.md")
-        return None if path is None else f"{self.branch}:{path}"
+        """The URI of trajectory ``tid``, None if it is not stored."""
+        return self.uri_of(tid) if self.side.holds(FOLDER, f"{tid}.md") else None
 
     def _split(self, uri: str) -> tuple[str, str]:
         branch, sep, path = uri.partition(":")
@@ -132,21 +117,14 @@ class TrajectoryStore:
     # ------------------------------------------------------------------ reads
     def _located(self, uri: str) -> tuple[str | None, str]:
         """The tip of the branch a URI names (another branch than this store's, maybe)
-        and where the file it names is stored there: a trajectory path in either layout
-        (flat in an older repository, :meth:`SideBranch.locate`), else the path itself."""
+        and the path it names there."""
         ref, path = self._split(uri)
-        tip = self.repo.git.ref(ref)
-        name = path.rpartition("/")[2]
-        if tip is not None and path in (f"{FOLDER}/{name}", fanned(FOLDER, name)):
-            path = self.side.locate(FOLDER, name, tip=tip) or path
-        return tip, path
+        return self.repo.git.ref(ref), path
 
     def find_transcript(self, tid: str) -> bytes | None:
-        """The stored transcript of trajectory ``tid`` (beside its document, in either
-        layout), None if there is none (a trajectory stored before transcripts were
-        kept)."""
-        path = self.side.locate(FOLDER, f"{tid}.md")
-        return None if path is None else self.side.read(beside_of(path))
+        """The stored transcript of trajectory ``tid`` (beside its document), None if
+        there is none (a trajectory stored before transcripts were kept)."""
+        return self.side.read(self.transcript_path_of(tid))
 
     def find(self, tid: str) -> str | None:
         """The stored document of trajectory ``tid``, None if it is not stored."""
@@ -162,8 +140,7 @@ class TrajectoryStore:
         return data.decode("utf-8", "replace")
 
     def transcript_of(self, uri: str) -> bytes | None:
-        """The transcript beside the trajectory a URI names (a flat URI of an older
-        repository included), None if there is none."""
+        """The transcript beside the trajectory a URI names, None if there is none."""
         tip, path = self._located(uri)
         return None if tip is None else self.side.read(beside_of(path), tip=tip)
 
@@ -188,15 +165,12 @@ class TrajectoryStore:
             files[self.transcript_path_of(tid)] = transcript
 
         def unless_stored(tip: str | None) -> dict[str, bytes | None]:
-            stored = tip is not None and self.side.locate(FOLDER, f"{tid}.md",
-                                                          tip=tip) is not None
+            stored = tip is not None and self.side.holds(FOLDER, f"{tid}.md", tip=tip)
             return {} if stored else files
 
         title = " ".join(subject.split())[:200] or f"trajectory {tid}"
         commit = self.side.write(unless_stored, title, trailers=((tr.KIND, "trajectory"),))
-        if commit is None:  # stored already, maybe flat by an older version
-            return self.stored_uri(tid) or self.uri_of(tid), False
-        return self.uri_of(tid), True
+        return self.uri_of(tid), commit is not None  # None: stored already
 
     def add_transcript(self, tid: str, transcript: bytes) -> bool:
         """Store ``transcript`` beside trajectory ``tid`` when the trajectory is stored
@@ -205,10 +179,9 @@ class TrajectoryStore:
         git = self.repo.git
 
         def missing(tip: str | None) -> dict[str, bytes | None]:
-            path = self.side.locate(FOLDER, f"{tid}.md", tip=tip) if tip is not None else None
-            if tip is None or path is None:
+            if tip is None or not self.side.holds(FOLDER, f"{tid}.md", tip=tip):
                 return {}
-            beside = beside_of(path)
+            beside = self.transcript_path_of(tid)
             if git.path_entry(git.read_commit(tip).tree, beside) is not None:
                 return {}
             return {beside: transcript}

@@ -79,8 +79,9 @@ def test_loose_objects_are_whole_files_named_once(tmp_path: Path, unnamed: bool,
     data = os.urandom(3000)
     blob = repo.write_blob(data)
     assert repo.write_blob(data) == blob  # again: freshened, not rewritten
-    tree = repo.edit_tree(None, {"a": blob, "d/b": repo.write_blob(b"b\n")})
-    assert repo.write_tree(repo.read_tree(tree)) == tree  # a tree written again (fresh)
+    files_in_tree = {"a": blob, "d/b": repo.write_blob(b"b\n")}
+    tree = repo.edit_tree(None, files_in_tree)
+    assert repo.edit_tree(None, files_in_tree) == tree  # a tree written again (fresh)
     commit = repo.write_commit(tree, [], "m\n")
     repo.update_refs([RefUpdate("refs/heads/main", commit, None)], "test")
     assert subprocess.run(["git", "cat-file", "blob", blob], cwd=path, capture_output=True,

@@ -38,7 +38,6 @@ from expgit.llm.local_grammar import (
     JSON_CHAR,
     flat_repetition,
     patch_converter,
-    schema_grammar,
 )
 from expgit.llm.port import LLMError, Price
 from expgit.llm.scripted import ScriptedChatModel
@@ -265,7 +264,7 @@ def test_every_output_schema_is_a_grammar_llama_cpp_accepts() -> None:
     try:
         vocab = capi.llama_model_get_vocab(model)
         for label, schema, longest in output_schemas():
-            grammar = schema_grammar(grammar_module, schema)  # raises, never falls back
+            grammar = grammar_module.json_schema_to_gbnf(json.dumps(schema))  # raises, no fallback
             assert f"char{{0,{longest}}}" in grammar, label  # flat, not nested 1000 deep
             assert JSON_CHAR in grammar  # no raw control characters in strings
             sampler = capi.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")

@@ -1,7 +1,7 @@
 """The kept status is moved forward by the manifests a change touched: after any mix of
 added, changed and removed sessions it equals a count of every manifest, and it is
 counted whole again where moving forward cannot be trusted (an invalidation, a
-truncated listing left short, a flat layout)."""
+truncated listing left short)."""
 
 from __future__ import annotations
 
@@ -147,18 +147,3 @@ def test_an_invalidation_is_counted_whole(seeded_repo: ExperienceRepository,
     status = check(seeded_repo)
     assert status.invalidation_proposals == ["p-1", "p-0"]  # in session order
     assert counted.count(False) == 2
-
-
-def test_a_flat_manifest_is_counted_whole(seeded_repo: ExperienceRepository,
-                                         counted: list[bool]) -> None:
-    store = SessionStore(seeded_repo)
-    write(store, {f"{i:04x}": manifest(f"{i:04x}") for i in range(3)})
-    check(seeded_repo)
-    # an older expgit's flat file, then the same session written fanned-out (shadowing it)
-    store.branch.write({f"{MANIFESTS}/0009.json": manifest("0009", status="pending")},
-                       "sessions: flat")
-    assert check(seeded_repo).sessions == 4
-    write(store, {"0009": manifest("0009")})
-    status = check(seeded_repo)
-    assert status.sessions == 4 and status.pending == []
-    assert counted.count(False) == 3

@@ -1,6 +1,6 @@
 """Fanned-out side branch folders: trajectories and session records are written at
-``folder/<ab>/<name>``, so no tree holds every record; the flat layout older versions
-wrote is still read, and a rewritten record moves to its fanned place."""
+``folder/<ab>/<name>``, so no tree holds every record; a file directly in such a folder
+is not a record and is not read."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import EXAMPLE, git
 
-from expgit.git.repo import RefUpdate
+from expgit.errors import NotFoundError
 from expgit.outcomes.targets import resolve_target
 from expgit.sessions.store import MANIFESTS, SessionStore
 from expgit.store.repository import ExperienceRepository
-from expgit.store.sidebranch import SideBranch, fanned
+from expgit.store.sidebranch import fanned
 from expgit.train.trajectory_store import FOLDER, TrajectoryStore, added_files, folder_files
 
 BRANCH = "refs/heads/expgit/trajectories"
@@ -34,22 +35,6 @@ def tree_sizes(repo: Path, rev: str) -> dict[str, int]:
     return sizes
 
 
-def flatten(repo: ExperienceRepository, ref: str, folders: tuple[str, ...]) -> None:
-    """Rewrite ``ref``'s tip as an older expgit laid it out: every file of ``folders``
-    directly in its folder."""
-    g = repo.git
-    tip = g.ref(ref)
-    assert tip is not None
-    side = SideBranch(repo, ref, what="records")
-    changes: dict[str, str | None] = {}
-    for folder in folders:
-        for entry in side.fanned_entries(folder):
-            changes[fanned(folder, entry.name)] = None
-            changes[f"{folder}/{entry.name}"] = entry.sha
-    tree = g.edit_tree(g.read_commit(tip).tree, changes)
-    g.update_refs([RefUpdate(ref, g.write_commit(tree, [tip], "flat, as before"), tip)], "t")
-
-
 def test_trajectories_are_fanned_out(seeded_repo: ExperienceRepository) -> None:
     store = TrajectoryStore(seeded_repo)
     for tid in ids(40):
@@ -63,50 +48,6 @@ def test_trajectories_are_fanned_out(seeded_repo: ExperienceRepository) -> None:
     assert store.find(ids(40)[3]) == f"# {ids(40)[3]}\n"
 
 
-def test_trajectories_stored_flat_by_an_older_version_are_still_read(
-        seeded_repo: ExperienceRepository) -> None:
-    store = TrajectoryStore(seeded_repo)
-    old, new = ids(2)
-    store.store(old, "# old\n", "old trajectory")
-    flatten(seeded_repo, BRANCH, (FOLDER,))
-    flat_uri = f"{store.branch}:{FOLDER}/{old}.md"
-    assert seeded_repo.git.out("ls-tree", "--name-only", BRANCH, f"{FOLDER}/").split() \
-        == [f"{FOLDER}/{old}.md"]
-    assert store.find(old) == "# old\n"
-    assert store.read(flat_uri) == "# old\n"
-    assert store.read(store.uri_of(old)) == "# old\n"  # the fanned URI finds it too
-    assert store.stored_uri(old) == flat_uri
-    assert resolve_target(seeded_repo, "trajectory", old) == flat_uri
-    assert resolve_target(seeded_repo, "trajectory", store.uri_of(old)) == flat_uri
-    tip = store.side.tip()
-    assert store.store(old, "# old\n", "again") == (flat_uri, False)  # stored once
-    assert store.side.tip() == tip
-    uri, created = store.store(new, "# new\n", "new trajectory")
-    assert created and uri == store.uri_of(new)
-    assert store.ids() == sorted([old, new])
-    assert resolve_target(seeded_repo, "trajectory", uri) == uri
-
-
-def test_a_flat_trajectory_gets_its_transcript_beside_it(
-        seeded_repo: ExperienceRepository) -> None:
-    # a trajectory an older version stored flat, before transcripts were kept: the
-    # transcript added later lands beside the document, and every read finds it there
-    store = TrajectoryStore(seeded_repo)
-    [old] = ids(1)
-    store.store(old, "# old\n", "old trajectory")
-    flatten(seeded_repo, BRANCH, (FOLDER,))
-    assert store.find_transcript(old) is None
-    assert store.add_transcript(old, b'{"messages": []}\n')
-    names = seeded_repo.git.out("ls-tree", "-r", "--name-only", BRANCH).split()
-    assert names == [f"{FOLDER}/{old}.md", f"{FOLDER}/{old}.transcript.json"]
-    assert store.find_transcript(old) == b'{"messages": []}\n'
-    flat_uri = f"{store.branch}:{FOLDER}/{old}.md"
-    assert store.transcript_of(flat_uri) == b'{"messages": []}\n'
-    assert store.transcript_of(store.uri_of(old)) == b'{"messages": []}\n'
-    assert not store.add_transcript(old, b"{}")  # it has one now: nothing written
-    assert store.ids() == [old]  # a transcript is not a trajectory
-
-
 def ingest(run_cli, repo: Path, session: Path) -> dict[str, object]:  # type: ignore[no-untyped-def]
     result = run_cli("-C", repo, "sessions", "ingest", session, "--agent", "bot", "--json")
     assert result.code == 0, result.err
@@ -114,7 +55,28 @@ def ingest(run_cli, repo: Path, session: Path) -> dict[str, object]:  # type: ig
     return report
 
 
-def test_session_records_flat_from_an_older_version_are_read_and_move_when_rewritten(
+def test_a_file_directly_in_the_trajectories_folder_is_not_read(
+        seeded_repo: ExperienceRepository) -> None:
+    store = TrajectoryStore(seeded_repo)
+    kept, stray = ids(2)
+    uri, _ = store.store(kept, "# kept\n", "kept trajectory")
+    store.side.write({f"{FOLDER}/{stray}.md": b"# stray\n"}, "a file in no sub-folder")
+    assert store.ids() == [kept]
+    assert store.find(stray) is None and store.stored_uri(stray) is None
+    for target in (f"{store.branch}:{FOLDER}/{stray}.md", stray,
+                   f"{store.branch}:{FOLDER}/ff/{kept}.md"):  # not the path the store writes
+        with pytest.raises(NotFoundError):
+            resolve_target(seeded_repo, "trajectory", target)
+    assert resolve_target(seeded_repo, "trajectory", uri) == uri
+    assert resolve_target(seeded_repo, "trajectory", kept) == uri
+    assert store.add_transcript(kept, b'{"messages": []}\n')
+    assert store.find_transcript(kept) == b'{"messages": []}\n'
+    assert store.transcript_of(uri) == b'{"messages": []}\n'
+    assert not store.add_transcript(stray, b"{}")  # not stored: nothing written
+    assert store.ids() == [kept]  # a transcript is not a trajectory
+
+
+def test_session_records_are_fanned_out_and_a_file_beside_them_is_not_read(
         seeded_repo: ExperienceRepository, run_cli, tmp_path: Path) -> None:
     path = seeded_repo.git.work_tree
     assert path is not None
@@ -123,26 +85,25 @@ def test_session_records_flat_from_an_older_version_are_read_and_move_when_rewri
     session.write_text("".join(lines[:2]))
     ingest(run_cli, path, session)
     store = SessionStore(seeded_repo)
-    ref = store.branch.ref
     [manifest] = store.manifests()
     key = manifest.session_key
-    assert store.branch.locate(MANIFESTS, f"{key}.json") == fanned(MANIFESTS, f"{key}.json")
-    flatten(seeded_repo, ref, ("sessions", "transcripts", "segments"))
-    assert store.branch.locate(MANIFESTS, f"{key}.json") == f"{MANIFESTS}/{key}.json"
+    files = git(path, "ls-tree", "-r", "--name-only", store.branch.ref).split()
+    assert fanned(MANIFESTS, f"{key}.json") in files
+    assert fanned("transcripts", f"{key}.json") in files
+    stray = manifest.model_copy(update={"session_key": "ffff"})
+    store.branch.write({f"{MANIFESTS}/ffff.json": stray.model_dump_json().encode()},
+                       "a file in no sub-folder")
     assert [m.session_key for m in store.manifests()] == [key]
-    assert store.transcript(key)
-    assert store.segment_messages(manifest.segments[0].fingerprint)
+    assert store.manifest("ffff") is None
     status = run_cli("-C", path, "sessions", "status", "--json")
     assert status.code == 0 and json.loads(status.out)["sessions"] == 1
-    # the session grows: its manifest and transcript are rewritten, at their fanned place
+    # the session grows: its records are rewritten in place
     shutil.copy(EXAMPLE / "sessions" / "bags-then-cancel.jsonl", session)
     ingest(run_cli, path, session)
-    files = git(path, "ls-tree", "-r", "--name-only", ref).split()
-    assert fanned(MANIFESTS, f"{key}.json") in files
-    assert f"{MANIFESTS}/{key}.json" not in files
-    assert fanned("transcripts", f"{key}.json") in files
     [again] = SessionStore(seeded_repo).manifests()
     assert again.session_key == key and len(again.segments) >= 1
+    status = run_cli("-C", path, "sessions", "status", "--json")
+    assert status.code == 0 and json.loads(status.out)["sessions"] == 1
 
 
 def test_added_trajectory_files_are_found_by_a_few_tree_diffs(
@@ -155,13 +116,12 @@ def test_added_trajectory_files_are_found_by_a_few_tree_diffs(
     grown = g.edit_tree(old, {fanned("", f"{'ab' + '3' * 14}.md")[1:]: blob,
                               fanned("", f"{new_fan}.md")[1:]: blob, f"{later_flat}.md": blob})
     added = added_files(g, old, grown)
-    assert added is not None
-    assert sorted(e.name for e in added) == sorted(
-        [f"{'ab' + '3' * 14}.md", f"{new_fan}.md", f"{later_flat}.md"])
+    assert added is not None  # files in no sub-folder are not trajectories
+    assert sorted(e.name for e in added) == sorted([f"{'ab' + '3' * 14}.md", f"{new_fan}.md"])
     assert sorted(e.name for e in folder_files(g, grown)) == sorted(
-        [f"{flat}.md", f"{old_fan}.md", f"{'ab' + '3' * 14}.md", f"{new_fan}.md",
-         f"{later_flat}.md"])
+        [f"{old_fan}.md", f"{'ab' + '3' * 14}.md", f"{new_fan}.md"])
     shrunk = g.edit_tree(grown, {fanned("", f"{old_fan}.md")[1:]: None})
     assert added_files(g, grown, shrunk) is None  # a removal: read the folder whole
-    changed = g.edit_tree(grown, {f"{flat}.md": g.write_blob(b"# other\n")})
-    assert added_files(g, grown, changed) is None
+    changed = g.edit_tree(grown, {fanned("", f"{old_fan}.md")[1:]: g.write_blob(b"# o\n")})
+    assert added_files(g, grown, changed) is None  # a change: read the folder whole
+    assert added_files(g, grown, g.edit_tree(grown, {f"{flat}.md": None})) == []

@@ -220,11 +220,11 @@ def test_list_case_loader_batches() -> None:
             ListCaseLoader(cases, size)
 
 
-def test_list_case_loader_from_file(tmp_path: Path) -> None:
-    loader = ListCaseLoader.from_file(EXAMPLE / "cases" / "eval.yaml", 4)
+def test_list_case_loader_batches_a_case_file(tmp_path: Path) -> None:
+    loader = ListCaseLoader(load_cases(EXAMPLE / "cases" / "eval.yaml"), 4)
     assert [len(b) for b in collect(loader)] == [4, 3]
     with pytest.raises(InvalidInputError):
-        ListCaseLoader.from_file(write(tmp_path, "bad.yaml", "- 1\n"), 4)
+        load_cases(write(tmp_path, "bad.yaml", "- 1\n"))
 
 
 # ------------------------------------------------------------------------ example cases

@@ -21,7 +21,7 @@ from expgit.store.proposals import list_proposals
 from expgit.store.repository import ExperienceRepository
 from expgit.train.components.gradient_estimator import to_semantic
 from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer
-from expgit.train.components.policy_updater import DryRunPolicyUpdater, GitPolicyUpdater
+from expgit.train.components.policy_updater import GitPolicyUpdater
 from expgit.train.context import PipelineContext
 from expgit.train.domain import PolicyPlanItem, PolicyUpdatePlan, SemanticGradient
 from expgit.train.engine import PolicyTrainingEngine
@@ -140,18 +140,6 @@ def test_an_empty_plan_commits_nothing(seeded_repo: ExperienceRepository) -> Non
     plan, result = run(eng, grads, "apply")
     assert plan.items == [] and result.proposal_id is None
     assert plan.metadata["dropped_gradient_ids"] == [g.gradient_id for g in grads]
-    assert repo_state(path_of(seeded_repo)) == before
-
-
-def test_dry_run_writes_nothing(seeded_repo: ExperienceRepository) -> None:
-    grads, merged = gradients(seeded_repo)
-    before = repo_state(path_of(seeded_repo))
-    eng, _ = engine(seeded_repo, merged, [g.gradient_id or "" for g in grads],
-                    DryRunPolicyUpdater())
-    plan, result = run(eng, grads, "apply")
-    assert plan.items[0].after_content == merged
-    assert result.written == [NAME] and result.metadata["dry_run"] is True
-    assert result.proposal_id is None and result.applied_commit is None
     assert repo_state(path_of(seeded_repo)) == before
 
 

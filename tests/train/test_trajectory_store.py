@@ -148,7 +148,7 @@ def test_a_lost_race_re_reads_the_tip_and_retries(seeded_repo: ExperienceReposit
             tip = git_repo.ref(BRANCH)
             assert tip is not None
             tree = git_repo.edit_tree(git_repo.read_commit(tip).tree,
-                                      {"trajectories/bbbbbbbbbbbbbbbb.md":
+                                      {store.path_of("b" * 16):
                                        git_repo.write_blob(b"# b\n")})
             real([RefUpdate(BRANCH, git_repo.write_commit(tree, [tip], "other"), tip)], "x")
         real(updates, message)

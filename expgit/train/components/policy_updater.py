@@ -1,6 +1,5 @@
 """Policy updaters: the write boundary of training (RFC 6.7).
 
-* :class:`DryRunPolicyUpdater` reports what a plan would change and writes nothing;
 * :class:`GitPolicyUpdater` turns the plan into a proposal (the core's ``commit_plan``:
   a proposal branch and its PR description) and, in apply mode, applies it to ``main``
   with the core's guarded compare-and-swap (``apply_proposal_locked``: the caller, the
@@ -39,18 +38,6 @@ def _names(plan: PolicyUpdatePlan) -> tuple[list[str], list[str]]:
     written = [i.target_experience_name for i in plan.items if i.kind == "upsert_experience"]
     deleted = [i.target_experience_name for i in plan.items if i.kind == "delete_experience"]
     return written, deleted
-
-
-class DryRunPolicyUpdater:
-    """Reports which experiences a plan would write and delete; writes nothing, and the
-    policy set stays the one given."""
-
-    async def apply(self, plan: PolicyUpdatePlan, policy_set: Snapshot,
-                    context: PipelineContext) -> PolicyApplyResult:
-        written, deleted = _names(plan)
-        return PolicyApplyResult(updated_policy_set=set_ref(policy_set), written=written,
-                                 deleted=deleted, metadata={"dry_run": True,
-                                                            "mode": context.mode})
 
 
 class GitPolicyUpdater:
