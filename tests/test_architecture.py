@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("expgit.status",),  # the repository at a glance: store, doctor and sessions read
     ("expgit.service",),  # the HTTP services
     ("expgit.cli",),  # the command line: one thin module per command
-    ("expgit.__main__", "expgit.hook_run", "expgit"),  # entry points and the public face
+    ("expgit.__main__", "expgit.hook_run", "expgit.api", "expgit"),  # entry points, public API
 )
 GITPYTHON_HOME = "expgit.git"
 
