@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("expgit.status",),  # the repository at a glance: store, doctor and sessions read
     ("expgit.service",),  # the HTTP services
     ("expgit.cli",),  # the command line: one thin module per command
-    ("expgit.__main__", "expgit"),  # entry points and the public face
+    ("expgit.__main__", "expgit.api", "expgit"),  # entry points, the public API
 )
 GITPYTHON_HOME = "expgit.git"
 

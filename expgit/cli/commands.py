@@ -111,8 +111,9 @@ REGISTRY: tuple[CommandEntry, ...] = (
                  "the job's status and, once finished, its trajectory URI, gradient ids, "
                  "proposal id or applied commit, and errors."),
     CommandEntry("env", "expgit.cli.env:env_group",
-                 "Environment services: a benchmark's cases and rollouts over HTTP (RFC "
-                 "15.6), for `expgit train --env-url URL` and `expgit eval --env-url URL`."),
+                 "Environment services: a benchmark's cases and rollouts over HTTP "
+                 "(docs/design.md), for `expgit train --env-url URL` and "
+                 "`expgit eval --env-url URL`."),
     CommandEntry("mcp", "expgit.cli.mcp:mcp_cmd",
                  "Serve the experiences on main to an agent as an MCP server over stdio."),
     CommandEntry("export", "expgit.cli.export:export_cmd",

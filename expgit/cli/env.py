@@ -19,7 +19,7 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 @click.group("env")
 def env_group() -> None:
-    """Environment services: a benchmark's cases and rollouts over HTTP (RFC 15.6), for
+    """Environment services: a benchmark's cases and rollouts over HTTP (docs/design.md), for
     `expgit train --env-url URL` and `expgit eval --env-url URL`.
 
     \b

@@ -1,5 +1,5 @@
-"""The remote benchmark protocol (RFC sections 13 and 15.6): the JSON that crosses HTTP
-between the training side and an environment service, as pydantic models.
+"""The remote benchmark protocol (docs/design.md, "Environment services"): the JSON that
+crosses HTTP between the training side and an environment service, as pydantic models.
 
 POST /v1/cases/query               CaseQuery        -> CasePage
 POST /v1/rollouts/execute          RolloutRequest   -> ExecutionStatus (running)

@@ -1,4 +1,5 @@
-"""RemoteRolloutExecutor: rollouts run by an environment service (RFC 13 / 15.6)."""
+"""RemoteRolloutExecutor: rollouts run by an environment service (docs/design.md,
+"Environment services")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The service SDK: any Python environment becomes an environment service (RFC 15.6).
+"""The service SDK: any Python environment becomes an environment service
+(docs/design.md, "Environment services").
 
 Write a class with the three members of :class:`Environment`, then::
 

@@ -1,5 +1,5 @@
 """RemoteTrainingPolicyTrainer: a PolicyTrainer whose training happens in a training
-service (``expgit serve``; the RFC's SessionCommitPolicyTrainer, on git).
+service (``expgit serve``; docs/design.md, "The training service").
 
 ``train_rollouts`` checks ``GET /health`` (reachable, same mode as the run), posts each
 rollout (``POST /v1/train/rollouts``, a bounded number at a time; ``429``/``503`` and

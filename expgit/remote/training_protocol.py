@@ -1,7 +1,7 @@
 """The training service's protocol (``expgit serve``): the JSON between a trainer that
 runs elsewhere and the service that trains the experience repository, as pydantic models.
 
-POST /v1/train/rollouts      a Rollout (RFC 3.4, with its case and, ideally, its
+POST /v1/train/rollouts      a Rollout (docs/design.md, with its case and, ideally, its
                              evaluation; tool calls as ToolParts)  -> 202 TrainingJob
 GET  /v1/train/jobs/{job_id}                                       -> TrainingJob
 GET  /health                                                       -> Health (metadata.mode)

@@ -1,5 +1,6 @@
 """The real training components wired from a repository and an LLM runtime: the rollout
-executor (single-turn, tool-calling, or routed by case) and the RFC's default pipeline.
+executor (single-turn, tool-calling, or routed by case) and the default pipeline of
+docs/design.md.
 The runs of :mod:`expgit.runs.build` and the services build on these."""
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
                    tools: EnvironmentFactory | None = None,
                    user_llm: StructuredLLM | None = None
                    ) -> OfflinePolicyOptimizationPipeline:
-    """The RFC's default chain on ``repo``: single-turn executor with the rubric
+    """The default chain of docs/design.md on ``repo``: single-turn executor with the rubric
     evaluator (unless another ``executor`` is given, e.g. a remote one), trajectory
     analyzer and gradient estimator (in one reflect call per rollout unless
     ``[train] calls_per_rollout`` is 2, or the model is the embedded one), patch-merge

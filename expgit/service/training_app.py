@@ -1,10 +1,10 @@
-"""The training service (``expgit serve``, RFC 12 and 15.4 on git): rollouts in over HTTP,
-one StreamingPolicyTrainer, results in git.
+"""The training service (``expgit serve``; docs/design.md, "The training service"):
+rollouts in over HTTP, one StreamingPolicyTrainer, results in git.
 
 Routes (bearer token and body limit by :mod:`expgit.asgi.guards`):
 
 * ``GET /health`` -> Health; ``metadata``: mode, main branch, job counts, limits;
-* ``POST /v1/train/rollouts`` — the body is one Rollout JSON object (RFC 3.4: its case,
+* ``POST /v1/train/rollouts`` — the body is one Rollout JSON object (docs/design.md: its case,
   messages with tool calls as ToolParts, ideally its evaluation, free ``metadata``) ->
   ``202`` TrainingJob (``job_id``, ``status``). The same rollout while its job is
   unfinished -> ``200`` with that job (a retried POST trains once). A malformed or

@@ -1,4 +1,5 @@
-"""Parsing ``.jsonl`` agent sessions into the RFC's normalised messages.
+"""Parsing ``.jsonl`` agent sessions into the normalised messages of
+docs/design.md ("Cases and rollouts").
 
 Five row shapes are read (one module each, behind :data:`FORMATS`): OpenAI chat rows,
 Anthropic Messages rows, Claude Code transcripts, OpenAI Responses API items and Codex CLI

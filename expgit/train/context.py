@@ -1,4 +1,4 @@
-"""PipelineContext and ExecutionContext (RFC section 7)."""
+"""PipelineContext and ExecutionContext (docs/design.md, "The chain of components")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The training domain of the RFC, as pydantic models (they cross files, HTTP and LLMs).
+"""The training domain of docs/design.md ("The objects"), as pydantic models (they cross
+files, HTTP and LLMs).
 
 Case -> Rollout (messages of Parts, optional evaluation) -> RolloutAnalysis (with a
 Trajectory) -> SemanticGradient (a before/after edit of one experience, committed as a
@@ -25,7 +26,7 @@ class TextPart(_Model):
 
 
 class ToolPart(_Model):
-    """A tool call and its result, kept apart from text (RFC 14.4)."""
+    """A tool call and its result, kept apart from text (docs/design.md, "Cases and rollouts")."""
 
     type: Literal["tool"] = "tool"
     tool_id: str

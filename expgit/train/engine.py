@@ -1,4 +1,5 @@
-"""PolicyTrainingEngine: the shared plan-and-apply kernel of every trainer (RFC 8.1).
+"""PolicyTrainingEngine: the shared plan-and-apply kernel of every trainer
+(docs/design.md, "One batch").
 
 ``plan_and_apply`` takes the repository lock, reloads the latest ``main``, plans and
 applies, and releases the lock, so concurrent trainers (batch, streaming, other

@@ -1,6 +1,6 @@
 """The Protocols of the training pipeline. Each docstring is the contract.
 
-The RFC's chain, on git:
+The chain of docs/design.md ("The chain of components"), on git:
 CaseLoader -> RolloutExecutor -> PolicyTrainer (RolloutAnalyzer -> GradientEstimator, or
 both in one RolloutReflector -> PolicyOptimizer -> PolicyUpdater). ``ExperienceSet`` is a
 snapshot of ``main``.

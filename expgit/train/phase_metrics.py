@@ -1,6 +1,6 @@
-"""What a run's phases measured (RFC section 15.5): each phase's metrics and batch records
-as the report writes them, the pipeline's results, and how a trained batch or an eval's
-rollouts are accounted into them."""
+"""What a run's phases measured (docs/design.md, "What a run reports"): each phase's
+metrics and batch records as the report writes them, the pipeline's results, and how a
+trained batch or an eval's rollouts are accounted into them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""OfflinePolicyOptimizationPipeline (RFC section 8): train, eval, train_from_rollouts.
+"""OfflinePolicyOptimizationPipeline (docs/design.md, "One batch"): train, eval,
+train_from_rollouts.
 
 ``train``: optional baseline eval (epoch -1), then per epoch and batch: snapshot ``main``
 -> execute -> ``trainer.train_rollouts``, then optional final eval (epoch = max_epochs).

@@ -1,4 +1,4 @@
-"""What a train/eval run prints (RFC section 15.5) and writes with ``--report``.
+"""What a train/eval run prints (docs/design.md, "What a run reports") and writes with ``--report``.
 
 Phase lines (training phases add ``commits=1 errors=0``)::
 

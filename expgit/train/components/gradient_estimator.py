@@ -1,4 +1,5 @@
-"""ExperienceGradientEstimator: one trajectory -> gradient commits (RFC 6.5).
+"""ExperienceGradientEstimator: one trajectory -> gradient commits
+(docs/design.md, "Semantic gradients").
 
 One ``estimate`` call per analysis, shown the trajectory and the most relevant
 experiences in full (``[train] relevant_experiences`` of them, or the constructor's

@@ -1,4 +1,5 @@
-"""PatchMergePolicyOptimizer: gradients -> one update plan, by LLM patch merge (RFC 10).
+"""PatchMergePolicyOptimizer: gradients -> one update plan, by LLM patch merge
+(docs/design.md, "One batch").
 
 Gradients go in chunks of at most ``[train] gradients_per_chunk``; one ``merge`` call per
 chunk sees each gradient as a unified diff with its rationale, confidence and evidence,

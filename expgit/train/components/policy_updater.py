@@ -1,4 +1,5 @@
-"""Policy updaters: the write boundary of training (RFC 6.7).
+"""Policy updaters: the write boundary of training (docs/design.md,
+"One batch").
 
 * :class:`GitPolicyUpdater` turns the plan into a proposal (the core's ``commit_plan``:
   a proposal branch and its PR description) and, in apply mode, applies it to ``main``

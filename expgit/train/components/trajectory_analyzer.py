@@ -1,5 +1,5 @@
 """TrajectoryRolloutAnalyzer: a rollout -> one trajectory document on the trajectories
-branch (RFC 6.4), with at most one LLM call.
+branch (docs/design.md, "Trajectories"), with at most one LLM call.
 
 The stored document (``templates/trajectory.md.j2``) starts with YAML front matter that
 expgit reads back: ``outcome``, ``retrieval_anchor``, ``title`` and the ``evaluation`` it
@@ -98,8 +98,8 @@ def longest_part(view: list[dict[str, Any]]) -> int:
 
 def fallback_evaluation(extracted: bool, missing: str = "empty transcript"
                         ) -> RubricEvaluation:
-    """RFC 3.4: with no other evaluation, passed iff a trajectory was extracted
-    (``missing``: why none was)."""
+    """The fallback evaluation of docs/design.md ("Cases and rollouts"): with no other
+    evaluation, passed iff a trajectory was extracted (``missing``: why none was)."""
     why = ("passed because a trajectory was extracted" if extracted
            else f"failed because no trajectory could be extracted ({missing})")
     return RubricEvaluation(passed=extracted, score=1.0 if extracted else 0.0,
@@ -156,9 +156,9 @@ def without_junk(out: AnalyzeOutput, counts: Counter[str]) -> tuple[AnalyzeOutpu
 class TrajectoryRolloutAnalyzer:
     """Turns a rollout into a trajectory document stored (content-addressed) on the
     trajectories branch, with one ``analyze`` call; an already stored rollout is reused
-    with no call. Evaluation: ``rollout.evaluation``, else the evaluator, else the RFC
-    fallback. ``analysis.metadata``: ``trajectory_id``, ``reused`` (bool),
-    ``evaluation_source`` (rollout | evaluator | fallback | stored). With an evaluation
+    with no call. Evaluation: ``rollout.evaluation``, else the evaluator, else the
+    fallback of docs/design.md. ``analysis.metadata``: ``trajectory_id``, ``reused``
+    (bool), ``evaluation_source`` (rollout | evaluator | fallback | stored). With an evaluation
     (not the fallback), the trajectory's outcome follows from it (:func:`outcome_of`),
     whatever the model said.
 
