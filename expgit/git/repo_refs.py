@@ -9,10 +9,12 @@ reader, the ref writer, the git dir and :meth:`run`); it imports no GitPython.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from expgit.errors import ExpgitError
 from expgit.git import zlist
 from expgit.git.operands import END_OF_OPTIONS
 from expgit.git.refs import FilesRefs, RefUpdate
@@ -64,6 +66,16 @@ class RepoRefs:
         # each record: the format's NUL, then the newline git ends every record with
         pairs = (item.split(" ", 1) for item in zlist.fields(listed.replace(b"\0\n", b"\0")))
         return {name: sha for sha, name in pairs}
+
+    def branch_tips(self, branch: str) -> list[str]:
+        """The tips of ``branch`` (a name below ``refs/heads/``) to read: the local branch,
+        then each remote-tracking one (``refs/remotes/<remote>/<branch>``: a clone with a
+        work tree holds a branch it did not check out only there), without repeats."""
+        tips = [tip] if (tip := self.ref(f"refs/heads/{branch}")) else []
+        with contextlib.suppress(ExpgitError):
+            tips += [sha for ref, sha in self.refs("refs/remotes/").items()
+                     if ref.endswith(f"/{branch}") and sha not in tips]
+        return tips
 
     def update_refs(self, updates: Sequence[RefUpdate], message: str) -> None:
         """Apply all updates in one atomic transaction, or none (RefMovedError)."""

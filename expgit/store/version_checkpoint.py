@@ -23,7 +23,6 @@ writer that loses the race leaves it to the next one. ``--remote`` pushes it
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 from collections.abc import Callable, Mapping
 
@@ -54,11 +53,7 @@ def file_name(root: str) -> str:
 
 def _candidates(git: GitRepo) -> list[str]:
     """The checkpoint branch tips to try: the local branch, then remote-tracking ones."""
-    tips = [tip] if (tip := git.ref(REF)) else []
-    with contextlib.suppress(ExpgitError):
-        tips += [sha for ref, sha in git.refs("refs/remotes/").items()
-                 if ref.endswith(f"/{BRANCH}") and sha not in tips]
-    return tips
+    return git.branch_tips(BRANCH)
 
 
 def _read(git: GitRepo, tip: str, root: str) -> Checkpoint | None:
