@@ -3,7 +3,8 @@
 Run by hand (this is not a test and asserts nothing about timings)::
 
     python benchmarks/bench_scale.py [--sizes 1000,10000,100000] [--repeat 3]
-                                     [--ingest-sizes 1000,10000] [--only history|sessions|disk]
+                                     [--ingest-sizes 1000,10000] [--log-sizes 200,20000]
+                                     [--only history|sessions|disk|log]
 
 Every figure is the median of ``--repeat`` whole ``python -m expgit`` processes
 (in-process for storing one trajectory), printed for each size with its ratio to the
@@ -30,6 +31,14 @@ or two, not hours:
 3. **disk**: ``sessions ingest`` of SIZE real sessions, 100 per process (the
    ``--ingest-sizes``), once with automatic maintenance off (``gc.auto=0``) and once as
    shipped; the git directory's size after each, and after a full ``git gc``.
+4. **log**: the history of part 1 at the ``--log-sizes``, with a commit-graph and its
+   changed-path Bloom filters (``git commit-graph write --reachable --changed-paths``):
+   the whole ``expgit log NAME --json`` with no derived-data cache and again (warm),
+   against git's own ``git log --format=%H main -- PATH`` (the floor: the walk the Bloom
+   filters make cheap) and the same without the commit-graph; the walk ``log`` adds for
+   the layout moves (a ``git log --grep`` of every message); and the start of a
+   ``python -m expgit --version`` process, the part of every figure that no history
+   changes.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from expgit.git import maintenance
+from expgit.store import trailers as tr
 from expgit.store import version_checkpoint
 from expgit.store.repository import ExperienceRepository
 from expgit.train.trajectory_store import TrajectoryStore
@@ -343,6 +353,37 @@ def disk_figures(work: Path, size: int) -> Figures:
     return got
 
 
+def log_figures(work: Path, size: int, repeat: int) -> Figures:
+    repo = work / f"log-{size}.git"
+    build_history(repo, size, random.Random(size))
+    name = "lesson-0007"
+    path = f"{ROOT}/{name}.md"
+
+    def git_log(*config: str) -> None:
+        subprocess.run(["git", *config, "log", "--format=%H", "main", "--", path], cwd=repo,
+                       check=True, capture_output=True, env=ENV)
+
+    got: Figures = {}
+    got["git log --format=%H -- PATH, no commit-graph"] = median_s(
+        repeat, lambda: git_log("-c", "core.commitGraph=false"))
+    subprocess.run(["git", "commit-graph", "write", "--reachable", "--changed-paths"],
+                   cwd=repo, check=True, capture_output=True, env=ENV)
+    got["git log --format=%H -- PATH (Bloom filters)"] = median_s(repeat, git_log)
+    got["expgit log NAME --json, no cache"] = median_s(
+        repeat, lambda: expgit(repo, "log", name, "--json"), lambda: drop_cache(repo))
+    # the walk expgit adds: the layout moves of the whole history (store.moves.moves_in),
+    # a --grep of every commit message, which no Bloom filter shortens
+    got["  of which the moves' walk (git log --grep)"] = median_s(repeat, lambda: subprocess.run(
+        ["git", "log", "-z", "--format=%H%n%B", "-i", f"--grep=^{tr.MIGRATED_FROM}:", "main",
+         "--"], cwd=repo, check=True, capture_output=True, env=ENV))
+    got["expgit log NAME --json (cache warm)"] = median_s(
+        repeat, lambda: expgit(repo, "log", name, "--json"))
+    got["expgit --version (process start)"] = median_s(
+        repeat, lambda: expgit(repo, "--version"))
+    shutil.rmtree(repo)
+    return got
+
+
 # --------------------------------------------------------------------- report
 def report(title: str, sizes: Sequence[int], rows: dict[int, Figures], *,
            cpu: bool = True) -> None:
@@ -364,7 +405,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--ingest-sizes", default="1000,10000")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--only", choices=("history", "sessions", "disk"))
+    parser.add_argument("--log-sizes", default="200,20000")
+    parser.add_argument("--only", choices=("history", "sessions", "disk", "log"))
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
@@ -379,6 +421,10 @@ def main() -> None:
             ingest_sizes = [int(s) for s in args.ingest_sizes.split(",")]
             report("disk: SIZE sessions ingested, 100 per process", ingest_sizes,
                    {s: disk_figures(work, s) for s in ingest_sizes}, cpu=False)
+        if args.only in (None, "log"):
+            log_sizes = [int(s) for s in args.log_sizes.split(",")]
+            report("log: expgit log NAME against git log -- PATH, SIZE commits", log_sizes,
+                   {s: log_figures(work, s, args.repeat) for s in log_sizes})
 
 
 if __name__ == "__main__":

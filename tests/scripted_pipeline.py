@@ -152,5 +152,6 @@ def script(repo: ExperienceRepository, *, eval_cases: int = 0) -> ScriptedChatMo
     steps = [Step("rollout", agent), Step("rollout", agent),
              Step("reflect", reflect_for(bodies)), Step("reflect", reflect_for(bodies)),
              Step("merge", merge_of(bodies))]
-    steps += [Step("rollout", agent) for _ in range(2 * eval_cases)]
+    # the baseline eval's rollouts; the final eval of the unchanged main reuses them
+    steps += [Step("rollout", agent) for _ in range(eval_cases)]
     return ScriptedChatModel(steps)

@@ -72,12 +72,12 @@ EXPRESSIONS = {"vars.OPENAI_BASE_URL": "<the scripted server>", "vars.EXPGIT_INS
 
 def training_steps(repo: ExperienceRepository) -> list[Step]:
     """A baseline eval of PETS_CASE, one batch of BAGGAGE_CASE and PETS_CASE (2 rollouts,
-    reflections, 1 merge), the candidate eval of its proposal and a final eval, both of
-    PETS_CASE."""
+    reflections, 1 merge) and the candidate eval of its proposal, of PETS_CASE; the final
+    eval of the unchanged main is the baseline's (no rollout)."""
     bodies = lesson_bodies(repo)
     reflect = reflect_for(bodies)
     return [Step("rollout", agent), Step("rollout", agent), Step("rollout", agent),
-            Step("rollout", agent), Step("rollout", agent), Step("reflect", reflect),
+            Step("rollout", agent), Step("reflect", reflect),
             Step("reflect", reflect), Step("merge", merge_of(bodies))]
 
 

@@ -58,15 +58,16 @@ SKIPPED = [  # the first line of each skipped block
 # llm_judge criterion), 7 in eval.yaml, 2 each in demo_train.yaml and demo_eval.yaml.
 # Every rollout fails, so each is reflected on in one call (analysed and estimated); a
 # rollout already stored as a trajectory is only estimated. Each run merges once.
-#   run_example.sh train (the demo cases): 2 + 2 + 2 + 2 rollouts (baseline, train,
-#   candidate, final), 2 reflect, 1 merge; its eval --compare by hand: 2 + 2 rollouts
-#   eval: 7 rollouts; train: 7 + 10 + 7 + 7 rollouts, 1 judge, 10 reflect, 1 merge;
+#   run_example.sh train (the demo cases): 2 + 2 + 2 rollouts (baseline, train,
+#   candidate; the final eval of the unchanged main is the baseline's), 2 reflect,
+#   1 merge; its eval --compare by hand: 2 + 2 rollouts
+#   eval: 7 rollouts; train: 7 + 10 + 7 rollouts (as above), 1 judge, 10 reflect, 1 merge;
 #   train-rollouts: 2 reflect, 1 merge
 #   env serve train: as train (the rollouts run in the service); eval: 7 rollouts
 #   serve: the recorded rollout again (stored: no reflect), 1 estimate, 1 merge
 #   sessions run: 1 segment (the 6-message session), 2 score (the thumbs-down session is
 #   labelled by its feedback), 3 reflect, 1 merge
-CALLS = {"rollout": 88, "judge": 2, "reflect": 29, "estimate": 1, "merge": 7,
+CALLS = {"rollout": 72, "judge": 2, "reflect": 29, "estimate": 1, "merge": 7,
          "segment": 1, "score": 2}
 
 

@@ -98,8 +98,9 @@ def hand_made_update_reverted(work: Path, out: str) -> None:
 
 def test_a_proposal_the_gate_passes_is_applied_and_the_rest_goes_on(
         tmp_path: Path, serve: Any) -> None:
-    # baseline, training, candidate, final: 2 each; then section 4's eval --compare: 2 x 2
-    rollouts = [Step("rollout", agent)] * 12
+    # baseline, training, candidate: 2 each (the final eval is the baseline's); then
+    # section 4's eval --compare: 2 x 2
+    rollouts = [Step("rollout", agent)] * 10
     server = serve([*rollouts, Step("reflect", reflect(LESSON)),
                     Step("reflect", reflect(LESSON)),
                     Step("merge", layout_reply({"items": [
@@ -119,7 +120,8 @@ def test_a_proposal_the_gate_passes_is_applied_and_the_rest_goes_on(
 def test_without_a_proposal_the_review_section_says_so_and_the_rest_goes_on(
         tmp_path: Path, serve: Any) -> None:
     refused = {**LESSON, "name": "no-such-lesson", "action": "delete", "body": ""}
-    server = serve([*[Step("rollout", agent)] * 10, Step("reflect", reflect(refused)),
+    # baseline, training: 2 each; section 4's eval --compare: 2 x 2
+    server = serve([*[Step("rollout", agent)] * 8, Step("reflect", reflect(refused)),
                     Step("reflect", reflect(refused))])
     work = tmp_path / "work"
     proc = run_scripted(work, server)

@@ -9,7 +9,8 @@ A process costs milliseconds, so the hot paths avoid them where git's formats ma
 exact and cheap; :class:`GitRepo` wires together the parts that start none:
 :mod:`expgit.git.objects` (object formats), :mod:`expgit.git.loose` (loose objects read
 and written, commits as ``git commit-tree`` writes them), :mod:`expgit.git.ident`
-(identities and writer settings, asked of git once), :mod:`expgit.git.refs` (loose refs,
+(identities and writer settings, asked of git once), :mod:`expgit.git.repo_refs` (the
+ref reads and writes of :class:`GitRepo`) over :mod:`expgit.git.refs` (loose refs,
 ``packed-refs``), :mod:`expgit.git.reftx` and :mod:`expgit.git.refwrite` (ref
 transactions under git's lock files, reflogs included; ``git update-ref --stdin`` for the
 rest), :mod:`expgit.git.idcache` and
@@ -33,7 +34,7 @@ from pathlib import Path
 import git
 
 from expgit.errors import GitError, UsageError
-from expgit.git import objects, zlist
+from expgit.git import objects
 from expgit.git.env import RepoEnv, inherited_repository, without_repository
 from expgit.git.idcache import IdCache
 from expgit.git.ident import Identities, WriterSettings
@@ -43,7 +44,8 @@ from expgit.git.objects import EMPTY_TREE, TREE_MODE, ZERO_SHA, CommitInfo, Pair
 from expgit.git.operands import END_OF_OPTIONS
 from expgit.git.refs import FilesRefs, RefMovedError, RefUpdate
 from expgit.git.reftx import RefWriter
-from expgit.git.refwrite import FilesRefWriter, Journal
+from expgit.git.refwrite import FilesRefWriter
+from expgit.git.repo_refs import RepoRefs
 
 __all__ = ["EMPTY_TREE", "ZERO_SHA", "CommitInfo", "GitRepo", "RefMovedError", "RefUpdate",
            "TreeEntry"]
@@ -81,9 +83,9 @@ def _layout(git_dir: Path) -> tuple[Path, Path | None]:
     return common, (git_dir / worktree).resolve() if worktree else git_dir.parent
 
 
-class GitRepo:
+class GitRepo(RepoRefs):
     """A git repository (bare or not) seen through plumbing only; safe to share between
-    threads."""
+    threads. Its refs are read and moved by :class:`~expgit.git.repo_refs.RepoRefs`."""
 
     def __init__(self, repo: git.Repo) -> None:
         self._repo = repo
@@ -189,60 +191,6 @@ class GitRepo:
         proc = self.run("rev-parse", "--verify", "--quiet", END_OF_OPTIONS,
                         f"{rev}^{{commit}}", check=False)
         return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
-
-    def ref(self, ref: str) -> str | None:
-        if self._refs.readable(ref):
-            try:
-                return self._refs.read(ref)
-            except LookupError:
-                pass  # let git decide
-        proc = self.run("rev-parse", "--verify", "--quiet", END_OF_OPTIONS, ref,
-                        check=False)
-        return proc.stdout.decode().strip() or None if proc.returncode == 0 else None
-
-    def refs_named(self, names: Iterable[str]) -> dict[str, str]:
-        """``{ref: object}`` of those of ``names`` that exist, as :meth:`ref` finds them
-        (``packed-refs`` read once at most)."""
-        wanted = list(names)
-        try:
-            return self._refs.read_many(wanted)
-        except LookupError:
-            return {name: sha for name in wanted if (sha := self.ref(name)) is not None}
-
-    def refs(self, prefix: str) -> dict[str, str]:
-        """``{ref: object}`` for the refs below ``prefix`` (ending in ``/``), by name."""
-        if prefix.endswith("/") and self._refs.readable(prefix[:-1]):
-            try:
-                return self._refs.listing(prefix)
-            except LookupError:
-                pass  # a ref this cannot read: git lists them all
-        listed = self.run("for-each-ref", "--format=%(objectname) %(refname)%00",
-                          END_OF_OPTIONS, prefix).stdout
-        # each record: the format's NUL, then the newline git ends every record with
-        pairs = (item.split(" ", 1) for item in zlist.fields(listed.replace(b"\0\n", b"\0")))
-        return {name: sha for sha, name in pairs}
-
-    def update_refs(self, updates: Sequence[RefUpdate], message: str) -> None:
-        """Apply all updates in one atomic transaction, or none (RefMovedError)."""
-        self._ref_writer.apply(updates, message)
-
-    def set_ref_journal(self, journal: Journal | None) -> None:
-        """``journal(lock files, updates)`` is told of every ref transaction before it
-        takes a lock file, until set to None (the expgit lock records them there)."""
-        self._ref_writer.journal = journal
-
-    def head_symref(self) -> str | None:
-        try:
-            return self._refs.head_symref(self.git_dir)
-        except LookupError:
-            pass
-        proc = self.run("symbolic-ref", "-q", "HEAD", check=False)
-        return proc.stdout.decode().strip() or None
-
-    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
-        proc = self.run("merge-base", "--is-ancestor", END_OF_OPTIONS, ancestor, descendant,
-                        check=False)
-        return proc.returncode == 0
 
     # ------------------------------------------------------------ reading objects
     def _raw(self, sha: str) -> bytes:

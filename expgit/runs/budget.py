@@ -167,8 +167,9 @@ def train_plan(repo: ExperienceRepository, train_set: list[Case], eval_set: list
                *, epochs: int, batch_size: int | None, measure: bool, rollouts_here: bool,
                group_size: int = 1, apply: bool = False) -> RunPlan:
     """``expgit train``: baseline eval, each epoch's batches (each measured), final eval;
-    in apply mode with the candidate eval, the final eval reuses the measurement of
-    ``main``'s tree (no call) unless something else moves ``main`` meanwhile."""
+    the final eval reuses the measurement of ``main``'s tree (no call) unless something
+    else moves ``main`` meanwhile: the baseline's in propose mode, the applied proposal's
+    candidate eval in apply mode with the candidate eval."""
     plan = RunPlan(repo, rollouts_here=rollouts_here)
     size = batch_size or len(train_set) or 1
     if eval_set:
@@ -178,7 +179,7 @@ def train_plan(repo: ExperienceRepository, train_set: list[Case], eval_set: list
             plan.train(train_set[start:start + size], group_size=group_size)
             if eval_set and measure:
                 plan.eval(eval_set)
-    if eval_set and not (apply and measure):
+    if eval_set and apply and not measure:
         plan.eval(eval_set)
     return plan
 

@@ -70,7 +70,9 @@ class SessionStore:
 
     def __init__(self, repo: ExperienceRepository) -> None:
         self.repo = repo
-        self.branch = SideBranch(repo, repo.settings.sessions.branch, what="session records")
+        # a clone with a work tree may hold the branch only as origin's: read that one
+        self.branch = SideBranch(repo, repo.settings.sessions.branch, what="session records",
+                                 tracking=True)
 
     # ------------------------------------------------------------------ reads
     @staticmethod

@@ -21,6 +21,11 @@ travel:
   version stands, as trajectories and outcomes are written): the remote's file is kept,
   the local one stays in the history, and the path is reported.
 
+* the versions checkpoint (:mod:`expgit.store.version_checkpoint`), a cache every writer
+  extends (:func:`push_checkpoint`): a plain push, so the remote takes it only as a
+  fast-forward; a remote checkpoint that went another way is left as it is (the next
+  writer builds on it), never overwritten.
+
 A refused lease (someone else pushed meanwhile) fetches again and retries, with jitter,
 up to :data:`ATTEMPTS` times. A failed push leaves every local ref as it was, except a
 side branch moved to its replay commit, which still holds every local entry: the next
@@ -39,20 +44,22 @@ from typing import Literal
 from expgit.errors import ConflictError, ExpgitError, UsageError
 from expgit.git.operands import END_OF_OPTIONS, operand
 from expgit.git.repo import GitRepo, RefMovedError, RefUpdate
+from expgit.store import version_checkpoint
 from expgit.store.repository import ExperienceRepository
 
 # Refused leases one push rides out: each means another trainer's push landed.
 ATTEMPTS = 20
 _REMOTE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
 
-PushStatus = Literal["absent", "up to date", "pushed", "replayed"]
+PushStatus = Literal["absent", "up to date", "pushed", "replayed", "diverged"]
 
 
 @dataclass
 class SidePush:
     """What :func:`push_side_branch` did: ``absent`` (no such branch here), ``up to
     date`` (the remote holds it all), ``pushed`` (a fast-forward of the remote), or
-    ``replayed`` (the local entries replayed on the remote's tip, then pushed)."""
+    ``replayed`` (the local entries replayed on the remote's tip, then pushed); and
+    :func:`push_checkpoint`: ``diverged`` (the remote's went another way: left as is)."""
 
     branch: str
     status: PushStatus
@@ -220,6 +227,31 @@ def push_side_branch(repo: ExperienceRepository, branch: str, remote: str, *,
                         "attempts", hint="everything is kept here; push again later")
 
 
+def push_checkpoint(repo: ExperienceRepository, remote: str) -> SidePush:
+    """Push the local versions checkpoint to ``remote`` as a fast-forward (a plain push:
+    git refuses anything else); a remote checkpoint that is not an ancestor of the local
+    one is left as it is (``diverged``): it is a cache, and the next checkpoint written
+    here builds on the remote's. ExpgitError when the remote cannot be reached."""
+    ref, name = version_checkpoint.REF, version_checkpoint.BRANCH
+    git = repo.git
+    local = git.ref(ref)
+    if local is None:
+        return SidePush(name, "absent")
+    theirs = fetch_tip(repo, remote, ref)
+    if theirs is not None and (theirs == local or git.is_ancestor(local, theirs)):
+        return SidePush(name, "up to date", theirs)
+    if theirs is not None and not git.is_ancestor(theirs, local):
+        return SidePush(name, "diverged", theirs)
+    proc = git.run("push", "--porcelain", END_OF_OPTIONS, operand(remote, "--remote"),
+                   f"{local}:{ref}", check=False)
+    if proc.returncode == 0:
+        return SidePush(name, "pushed", local)
+    moved = fetch_tip(repo, remote, ref)  # another writer's push landed first
+    if moved is not None and (moved == local or git.is_ancestor(local, moved)):
+        return SidePush(name, "up to date", moved)
+    return SidePush(name, "diverged", moved)
+
+
 def existing_refs(repo: ExperienceRepository, ids: Iterable[str],
                   states: Mapping[str, str]) -> dict[str, str]:
     """``{ref: commit}`` of the objects ``ids`` in whichever state each is now."""
@@ -228,4 +260,5 @@ def existing_refs(repo: ExperienceRepository, ids: Iterable[str],
 
 
 __all__ = ["ATTEMPTS", "SidePush", "check_remote", "existing_refs",
-           "fetch_tip", "push_refs", "push_side_branch", "tracking_ref", "union_tree"]
+           "fetch_tip", "push_checkpoint", "push_refs", "push_side_branch", "tracking_ref",
+           "union_tree"]

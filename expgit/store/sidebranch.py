@@ -79,8 +79,14 @@ class SideBranch:
     _queues: ClassVar[dict[tuple[str, str], list[_Write]]] = {}
     _guard: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, repo: ExperienceRepository, branch: str, *, what: str) -> None:
+    def __init__(self, repo: ExperienceRepository, branch: str, *, what: str,
+                 tracking: bool = False) -> None:
+        """``tracking``: while the local branch is missing, read the remote-tracking one
+        (:meth:`~expgit.git.repo_refs.RepoRefs.branch_tips`: a clone with a work tree
+        holds the branch only as ``refs/remotes/origin/<branch>``), and write on top of it
+        (so a push is a fast-forward)."""
         self.repo = repo
+        self.tracking = tracking
         name = branch.strip()
         self.ref = name if name.startswith("refs/") else f"refs/heads/{name}"
         self.branch = self.ref.removeprefix("refs/heads/")
@@ -94,7 +100,16 @@ class SideBranch:
 
     # ------------------------------------------------------------------ reads
     def tip(self) -> str | None:
-        return self.repo.git.ref(self.ref)
+        local = self.repo.git.ref(self.ref)
+        return local if local is not None or not self._tracked() else self._remote_tip()
+
+    def _tracked(self) -> bool:
+        return self.tracking and self.ref.startswith("refs/heads/")
+
+    def _remote_tip(self) -> str | None:
+        """The first remote-tracking tip of the branch (its local tip is missing)."""
+        return next(iter(self.repo.git.branch_tips(self.branch)), None) \
+            if self._tracked() else None
 
     def tree(self, tip: str | None = None) -> str | None:
         commit = tip if tip is not None else self.tip()
@@ -212,7 +227,8 @@ class SideBranch:
         try:
             for attempt in range(1, ATTEMPTS + 1):
                 tip = git.ref(self.ref)
-                head, tree = tip, git.read_commit(tip).tree if tip else None
+                base = tip if tip is not None else self._remote_tip()
+                head, tree = base, git.read_commit(base).tree if base else None
                 for item in batch:
                     item.commit = item.error = None
                     try:
@@ -229,7 +245,7 @@ class SideBranch:
                     head = item.commit = git.write_commit(new_tree, [head] if head else [],
                                                           item.message)
                     tree = new_tree
-                if head == tip:
+                if head == base:
                     return
                 made = [item for item in batch if item.commit]
                 reflog = made[0].subject + (f" (+{len(made) - 1} more)" if len(made) > 1

@@ -15,13 +15,14 @@ versions are counted from history, as without it.
 ``refs/remotes/<remote>/expgit/versions``; both are read. It is written by
 :func:`refresh` (``expgit apply`` after it moved ``main``, and ``doctor --fix``) once
 ``main`` is :data:`EVERY` commits past the last checkpoint: a commit on top of the
-previous one (a fast-forward, so it pushes without force), moved by compare-and-swap;
-a writer that loses the race leaves it to the next one.
+previous one (the local branch's, or in a clone that has only the remote-tracking one,
+that one's: a fast-forward, so it pushes without force), moved by compare-and-swap; a
+writer that loses the race leaves it to the next one. ``--remote`` pushes it
+(:func:`expgit.store.remote_sync.push_checkpoint`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 from collections.abc import Callable, Mapping
 
@@ -52,11 +53,7 @@ def file_name(root: str) -> str:
 
 def _candidates(git: GitRepo) -> list[str]:
     """The checkpoint branch tips to try: the local branch, then remote-tracking ones."""
-    tips = [tip] if (tip := git.ref(REF)) else []
-    with contextlib.suppress(ExpgitError):
-        tips += [sha for ref, sha in git.refs("refs/remotes/").items()
-                 if ref.endswith(f"/{BRANCH}") and sha not in tips]
-    return tips
+    return git.branch_tips(BRANCH)
 
 
 def _read(git: GitRepo, tip: str, root: str) -> Checkpoint | None:
@@ -115,11 +112,12 @@ def write(git: GitRepo, root: str, commit: str,
     """Commit the checkpoint of ``root`` at ``commit`` on the branch; the new tip, or None
     when another writer moved the branch meanwhile (it is a cache: left to the next)."""
     tip = git.ref(REF)
+    parent = tip or next(iter(_candidates(git)), None)  # the remote's, in a fresh clone
     data = Checkpoint(format=FORMAT, root=root, commit=commit,
                       versions=dict(versions)).model_dump_json().encode()
-    tree = git.edit_tree(git.read_commit(tip).tree if tip else None,
+    tree = git.edit_tree(git.read_commit(parent).tree if parent else None,
                          {file_name(root): git.write_blob(data)})
-    new = git.write_commit(tree, [tip] if tip else [],
+    new = git.write_commit(tree, [parent] if parent else [],
                            f"expgit: versions checkpoint of {root} at {commit[:12]}\n")
     try:
         git.update_refs([RefUpdate(REF, new, tip)], "expgit: versions checkpoint")

@@ -3,10 +3,11 @@ train_from_rollouts.
 
 ``train``: optional baseline eval (epoch -1), then per epoch and batch: snapshot ``main``
 -> execute -> ``trainer.train_rollouts``, then optional final eval (epoch = max_epochs).
-In apply mode a final eval of a tree the run already measured reuses that measurement
-(``reused``: the phase it comes from) and makes no call.
-In propose mode ``main`` never moves, so every batch runs against the same ``main``; the
-result records the policy each batch saw and says so in ``notes``.
+A final eval of a tree the run already measured reuses that measurement (``reused``: the
+phase it comes from) and makes no call: in apply mode the applied proposal's candidate eval
+(or the baseline if nothing was applied); in propose mode ``main`` never moves, so the
+final eval is the baseline's. Every batch then runs against the same ``main``; the result
+records the policy each batch saw and says so in ``notes``.
 """
 
 from __future__ import annotations
@@ -111,11 +112,12 @@ class OfflinePolicyOptimizationPipeline:
         main_before = await asyncio.to_thread(self.repo.main_commit)
         result = PipelineResult(mode=context.mode, main_before=main_before,
                                 main_after=main_before)
+        # the trees this run measured: the candidate stage's, or (without one) the baseline's
+        measured = self.candidates or CandidateStage(self.repo)
         if eval_loader is not None:
             result.baseline = await self._evaluate(
                 "baseline_eval", eval_loader, replace(context, epoch=-1))
-            if self.candidates is not None:
-                self.candidates.remember(main_before, result.baseline.rollouts)
+            measured.remember(main_before, result.baseline.rollouts)
         stage = self.candidates if eval_loader is not None else None
 
         async def evaluate(commit: str, phase: str, epoch: int,
@@ -134,7 +136,7 @@ class OfflinePolicyOptimizationPipeline:
         if stage is not None:
             result.candidates = list(stage.reports)
         if eval_loader is not None:
-            result.final = await self._final_eval(eval_loader, context)
+            result.final = await self._final_eval(eval_loader, context, measured)
         result.main_after = await asyncio.to_thread(self.repo.main_commit)
         if context.mode == "propose":
             result.notes.append(
@@ -143,15 +145,14 @@ class OfflinePolicyOptimizationPipeline:
                 "did not see the proposals of earlier ones")
         return result
 
-    async def _final_eval(self, eval_loader: CaseLoader, context: PipelineContext
-                          ) -> PipelineEvaluationResult:
-        """The final eval of ``main``; in apply mode, when a phase of this run measured its
-        tree (the applied proposal's candidate eval, or the baseline if nothing was
-        applied), that measurement, marked ``reused``."""
+    async def _final_eval(self, eval_loader: CaseLoader, context: PipelineContext,
+                          measured: CandidateStage) -> PipelineEvaluationResult:
+        """The final eval of ``main``; when a phase of this run measured its tree (the
+        baseline while ``main`` has not moved, as in propose mode, or the applied
+        proposal's candidate eval), that measurement, marked ``reused``."""
         final = replace(context, epoch=context.max_epochs)
         main = await asyncio.to_thread(self.repo.main_commit)
-        known = (await asyncio.to_thread(self.candidates.measured, main)
-                 if self.candidates is not None and context.mode == "apply" else None)
+        known = await asyncio.to_thread(measured.measured, main)
         if known is None:
             return await self._evaluate("final_eval", eval_loader, final)
         source, rollouts = known

@@ -6,8 +6,9 @@ gradient ids and its proposal id; the publisher pushes the trajectories branch a
 refs, each in the state it is in now (open gradients and proposals as branches, applied
 or rejected ones under ``refs/expgit/``), through :mod:`expgit.store.remote_sync`: never
 a forced push. :meth:`RemotePublisher.finish` (end of a run, shutdown of a service)
-pushes every side branch (trajectories, outcomes, sessions) and whatever an earlier push
-left behind.
+pushes every side branch (trajectories, outcomes, sessions), the versions checkpoint (a
+fast-forward, or left as it is when the remote's went another way: it is a cache) and
+whatever an earlier push left behind.
 
 A failed push never fails the training: everything stays in the local refs, the failure
 is recorded in the report's ``errors``, and the next push (the next update, ``finish``,
@@ -24,7 +25,13 @@ from pydantic import BaseModel, Field
 
 from expgit.errors import ExpgitError
 from expgit.store.refnames import GRADIENT_STATES, PROPOSAL_STATES
-from expgit.store.remote_sync import check_remote, existing_refs, push_refs, push_side_branch
+from expgit.store.remote_sync import (
+    check_remote,
+    existing_refs,
+    push_checkpoint,
+    push_refs,
+    push_side_branch,
+)
 from expgit.store.repository import ExperienceRepository
 
 KINDS = ("gradients", "proposals", "trajectories", "outcomes", "sessions")
@@ -82,6 +89,10 @@ class RemotePublisher:
         """Push every side branch and every ref not pushed yet; the run's report."""
         with self._lock:
             self._round([kind for kind, _, _ in self.side_branches()])
+            try:
+                push_checkpoint(self.repo, self.remote)
+            except ExpgitError as exc:
+                self.report.errors.append(f"expgit/versions: {exc.message}")
             return self.report.model_copy(deep=True)
 
     def _round(self, kinds: list[str]) -> None:

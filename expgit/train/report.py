@@ -6,8 +6,9 @@ Phase lines (training phases add ``commits=1 errors=0``)::
     [train_epoch] epoch=0 cases=50 accuracy=18.00% passed=9/50 avg_reward=0.180000 ...
     [final_eval] epoch=1 cases=10 accuracy=30.00% passed=3/10 avg_reward=0.300000
 
-An apply run's final eval of a tree the run already measured ends ``reused=candidate_eval``
-(or ``reused=baseline_eval``): those rollouts, no call. Then the accuracy summary (with a
+A final eval of a tree the run already measured ends ``reused=baseline_eval`` (propose
+mode: ``main`` did not move) or ``reused=candidate_eval`` (an applied proposal's): those
+rollouts, no call. Then the accuracy summary (with a
 baseline and a final eval), then the LLM cost table.
 """
 

@@ -55,8 +55,9 @@ def train(run_cli: Any, path: Path, tmp_path: Path, url: str, *extra: str) -> An
 def test_candidate_eval_measures_the_proposal_and_the_pr_body_carries_it(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path, main = tmp_path / "repo", seeded_repo.main_commit()
-    # baseline 2, training 2, candidate 2, final 2 rollouts
-    server = serve(steps_with(seeded_repo, agent, [agent] * 6))
+    # baseline 2, training 2, candidate 2 rollouts; the final eval of the unchanged main
+    # is the baseline's (it made 2 more rollouts before)
+    server = serve(steps_with(seeded_repo, agent, [agent] * 4))
     held_out = cases_file(tmp_path / "e.yaml", BAGGAGE_CASE, PETS_CASE)
     result = train(run_cli, path, tmp_path, server.url, "--eval-cases", held_out,
                    "--pr-body", tmp_path / "pr.md")
@@ -186,7 +187,8 @@ def test_candidate_eval_failing_half_way_never_passes_the_gate(
 def test_train_trials_measure_pass_k(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path = tmp_path / "repo"
-    server = serve(steps_with(seeded_repo, agent, [agent] * 6))  # 3 evals x 2 trials
+    # baseline and candidate eval x 2 trials (the final eval is the baseline's)
+    server = serve(steps_with(seeded_repo, agent, [agent] * 4))
     result = train(run_cli, path, tmp_path, server.url, "--eval-cases",
                    cases_file(tmp_path / "e.yaml", PETS_CASE), "--trials", "2")
     assert result.code == 0, result.err
@@ -216,12 +218,16 @@ def test_remote_training_does_not_measure_and_refuses_the_gate(
 
 def test_no_candidate_eval_skips_the_pass(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
-    server = serve(steps_with(seeded_repo, agent, [agent, agent]))  # baseline, final
+    # the baseline; the final eval of the unchanged main is its measurement, even with no
+    # candidate stage
+    server = serve(steps_with(seeded_repo, agent, [agent]))
     result = train(run_cli, tmp_path / "repo", tmp_path, server.url, "--eval-cases",
                    cases_file(tmp_path / "e.yaml", PETS_CASE), "--no-candidate-eval")
     assert result.code == 0, result.err
     server.chat.assert_done()
-    assert json.loads((tmp_path / "run.json").read_text())["candidates"] == []
+    data = json.loads((tmp_path / "run.json").read_text())
+    assert data["candidates"] == [] and data["phases"][-1]["reused"] == "baseline_eval"
+    assert data["estimate"]["calls"] == data["usage"]["total"]["calls"]
 
 
 def test_apply_gate_by_hand(run_cli: Any, serve: Any, seeded_repo: ExperienceRepository,

@@ -57,8 +57,9 @@ def test_train_propose_mode(run_cli: Any, serve: Any, seeded_repo: ExperienceRep
                             tmp_path: Path) -> None:
     path = tmp_path / "repo"
     main = seeded_repo.main_commit()
+    # + baseline and candidate eval; the final eval of the unchanged main is the baseline's
     server = serve([*training_steps(seeded_repo), Step("rollout", agent),
-                    Step("rollout", agent), Step("rollout", agent)])  # + candidate eval
+                    Step("rollout", agent)])
     train = cases_file(tmp_path / "train.yaml", BAGGAGE_CASE, PETS_CASE)
     held_out = cases_file(tmp_path / "eval.yaml", PETS_CASE)
     pr_body, report = tmp_path / "pr.md", tmp_path / "report.json"
@@ -75,7 +76,8 @@ def test_train_propose_mode(run_cli: Any, serve: Any, seeded_repo: ExperienceRep
         "2", "50.00", "1", "2", "0.500000", "1", "0")
     assert lines[2] == ("[candidate_eval] epoch=0 cases=1 accuracy=100.00% passed=1/1 "
                         "avg_reward=1.000000")  # the proposal's snapshot knows about pets
-    assert re.fullmatch(LINE["final_eval"], lines[3]).groups() == (  # type: ignore[union-attr]
+    assert re.fullmatch(LINE["final_eval"] + " reused=baseline_eval",  # no call made
+                        lines[3]).groups() == (  # type: ignore[union-attr]
         "1", "0.00", "0", "1", "0.000000")
     assert lines[4:8] == ["", "baseline accuracy: 0.00% (0/1)", "final accuracy: 0.00% (0/1)",
                           "accuracy delta: +0.00pp"]
@@ -85,7 +87,7 @@ def test_train_propose_mode(run_cli: Any, serve: Any, seeded_repo: ExperienceRep
     usage = lines[lines.index("LLM usage:") + 1:]
     assert usage[0].split()[0] == "stage" and usage[-1].split()[0] == "total"
     assert {row.split()[0]: int(row.split()[1]) for row in usage[1:]} == {
-        "rollout": 5, "reflect": 2, "merge": 1, "total": 8}
+        "rollout": 4, "reflect": 2, "merge": 1, "total": 7}
     # plain lines; the epoch counts the calls of the candidate eval it ran (1 rollout)
     assert "expgit: train_epoch epoch=0: 2/2 rollouts, 6 LLM calls" in result.err
     assert "expgit: candidate_eval epoch=0: 1/1 rollouts, 1 LLM calls" in result.err
@@ -104,7 +106,9 @@ def test_train_propose_mode(run_cli: Any, serve: Any, seeded_repo: ExperienceRep
                                                     "candidate_eval", "final_eval"]
     assert data["mode"] == "propose" and data["main_before"] == data["main_after"] == main
     assert data["proposals"] == [proposals[0].rsplit("/", 1)[1]]
-    assert data["usage"]["total"]["calls"] == 8
+    assert data["usage"]["total"]["calls"] == data["estimate"]["calls"] == 7
+    assert (data["phases"][3]["reused"], data["phases"][3]["rollouts"]) == (
+        "baseline_eval", data["phases"][0]["rollouts"])
     assert {r["case"] for r in data["phases"][1]["rollouts"]} == {BAGGAGE_CASE.name,
                                                                   PETS_CASE.name}
     fsck(path)

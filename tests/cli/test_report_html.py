@@ -160,9 +160,9 @@ def test_report_html_of_a_real_run_has_the_json_figures(
 
 def test_a_propose_run_shows_the_candidate_flips_and_says_what_the_final_eval_compared(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
-    """main does not move in propose mode: the final eval repeats the baseline's policy,
+    """main does not move in propose mode: the final eval is the baseline's measurement,
     so the flips a reader looks for are the candidate eval's, shown first."""
-    server = serve([*training_steps(seeded_repo), *(Step("rollout", agent) for _ in range(3))])
+    server = serve([*training_steps(seeded_repo), *(Step("rollout", agent) for _ in range(2))])
     report, page_file = tmp_path / "run.json", tmp_path / "run.html"
     result = train_with_pages(run_cli, tmp_path, server.url)
     assert result.code == 0, result.err
@@ -183,7 +183,8 @@ def test_a_propose_run_shows_the_candidate_flips_and_says_what_the_final_eval_co
     assert compared == (f"Compared: the final eval against the baseline eval, both of main "
                         f"at {main}, which this run did not change (propose mode): a "
                         "verdict that differs between them is the model's variance, not a "
-                        "lesson; a proposal's own effect is its candidate eval.")
+                        "lesson; a proposal's own effect is its candidate eval; the final "
+                        "eval is the baseline_eval of the same tree, not run again.")
     assert "No held-out case changed its verdict between these two evals." in page_file.read_text()
     # the text summary says the same, and lists the candidate's flip
     assert f"compared: {compared.removeprefix('Compared: ').rstrip('.')}" in result.out

@@ -280,9 +280,10 @@ def test_train_on_a_skills_evals_and_the_gate_refuses_the_harmful_edit(
     body = "# Refunds\n\nOffer a voucher first.\n"
     held_out = held_out_cases(tmp_path / "e.yaml")
     steps = [*training_steps(body),
-             # baseline, candidate (held-out); skill evals old (2), new (2); final
+             # baseline, candidate (held-out); skill evals old (2), new (2); the final
+             # eval of the unchanged main is the baseline's
              Step("rollout", neutral), Step("rollout", neutral),
-             *[Step("rollout", agent)] * 4, Step("rollout", neutral)]
+             *[Step("rollout", agent)] * 4]
     server = serve(steps)
     main = repo.main_commit()
     result = run_cli("-C", repo_path, "train", "--cases", f"skill:{SKILL}", "--eval-cases",

@@ -84,7 +84,9 @@ def test_train_propose_through_the_environment_service(
     path = tmp_path / "repo"
     main = seeded_repo.main_commit()
     snapshot_id = seeded_repo.snapshot().id
-    service = env_service(rollouts=5)  # baseline 1, train 2, candidate 1, final 1
+    # baseline 1, train 2, candidate 1; the final eval of the unchanged main is the
+    # baseline's (no rollout in the service)
+    service = env_service(rollouts=4)
     trainer = serve(training_steps(seeded_repo))
     result = run_cli("-C", path, "train", "--env-url", service.url, "--eval-split", "eval",
                      "--mode", "propose", "--llm", "openai", "--base-url", trainer.url,
@@ -96,6 +98,7 @@ def test_train_propose_through_the_environment_service(
     data = json.loads(result.out)
     baseline, epoch, candidate, final = data["phases"]
     assert (baseline["cases"], epoch["cases"], final["cases"]) == (1, 2, 1)
+    assert (final["reused"], final["rollouts"]) == ("baseline_eval", baseline["rollouts"])
     # the service ran the proposal's snapshot too (candidate eval), and it learnt pets
     assert (candidate["phase"], candidate["passed"]) == ("candidate_eval", 1)
     assert candidate["rollouts"][0]["policy_snapshot_id"] != snapshot_id

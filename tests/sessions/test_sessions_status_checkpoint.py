@@ -128,3 +128,34 @@ def test_a_damaged_checkpoint_is_ignored(seeded_repo: ExperienceRepository, dama
     forget_caches(seeded_repo)
     status = sessions_status(seeded_repo)
     assert status.sessions == 9 and status.trained == 0
+
+
+def test_a_clone_with_a_work_tree_reads_the_sessions_of_origin(
+        seeded_repo: ExperienceRepository, run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``git clone`` (not bare) holds the sessions branch only as origin/expgit/sessions:
+    it is read there, and a write here builds on it (a fast-forward of origin's)."""
+    path = seeded_repo.git.work_tree
+    assert path is not None
+    ingest = run_cli("-C", path, "sessions", "ingest", EXAMPLE / "sessions" /
+                     "pet-question.jsonl", "--agent", "bot")
+    assert ingest.code == 0, ingest.err
+    origin = json.loads(run_cli("-C", path, "sessions", "status", "--json").out)
+    keys = [m.session_key for m in SessionStore(seeded_repo).manifests()]
+    assert len(keys) == 1
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(path), str(clone)], check=True)
+    copy = ExperienceRepository.open(clone)
+    branch = f"refs/heads/{copy.settings.sessions.branch}"
+    assert copy.git.ref(branch) is None  # only refs/remotes/origin/expgit/sessions
+    assert [m.session_key for m in SessionStore(copy).manifests()] == keys
+    assert SessionStore(copy).transcript(keys[0]) == SessionStore(seeded_repo).transcript(
+        keys[0])
+    assert json.loads(run_cli("-C", clone, "sessions", "status", "--json").out) == origin
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text('{"role": "user", "content": "May I change my seat?"}\n'
+                     '{"role": "assistant", "content": "Yes."}\n')
+    assert run_cli("-C", clone, "sessions", "ingest", extra, "--agent", "bot").code == 0
+    tip = copy.git.ref(branch)
+    assert tip is not None and copy.git.is_ancestor(
+        copy.git.ref(f"refs/remotes/origin/{copy.settings.sessions.branch}") or "", tip)
+    assert len(SessionStore(copy).manifests()) == 2

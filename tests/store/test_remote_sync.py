@@ -10,13 +10,14 @@ import pytest
 from conftest import assert_only_fast_forwards, fsck, git, shared_server
 
 from expgit.errors import ConflictError, ExpgitError, InvalidInputError, UsageError
-from expgit.store import remote_sync
-from expgit.store.remote_sync import check_remote, push_refs, push_side_branch
+from expgit.store import remote_sync, version_checkpoint
+from expgit.store.remote_sync import check_remote, push_checkpoint, push_refs, push_side_branch
 from expgit.store.repository import ExperienceRepository
 from expgit.store.sidebranch import SideBranch
 
 BRANCH = "expgit/trajectories"
 REF = f"refs/heads/{BRANCH}"
+CHECKPOINT = version_checkpoint.REF
 
 
 @pytest.fixture
@@ -139,3 +140,43 @@ def test_an_unknown_remote_is_refused(two) -> None:  # type: ignore[no-untyped-d
         assert "git remote -v" in (caught.value.hint or "")
     with pytest.raises(InvalidInputError, match="--remote '-x' is refused: it starts with"):
         check_remote(one, "-x")  # git would read it as an option: invalid input (exit 5)
+
+
+def checkpoint(repo: ExperienceRepository, version: int = 1) -> str:
+    """A versions checkpoint of ``main`` written here (``version``: of a made-up path, so
+    that two clones write different commits)."""
+    main = repo.main_commit()
+    tip = version_checkpoint.write(repo.git, repo.root, main, {"x.md": (version, main, main)})
+    assert tip is not None
+    return tip
+
+
+def test_the_versions_checkpoint_is_pushed_as_a_fast_forward(two) -> None:  # type: ignore[no-untyped-def]
+    server, one, other = two
+    assert push_checkpoint(one, "origin").status == "absent"
+    first = checkpoint(one)
+    assert push_checkpoint(one, "origin").status == "pushed"
+    assert git(server, "rev-parse", CHECKPOINT).strip() == first
+    assert push_checkpoint(one, "origin").status == "up to date"
+    # a clone that has only origin/expgit/versions builds on it: the push fast-forwards
+    git(other.git.work_tree, "fetch", "-q", "origin")
+    assert other.git.ref(CHECKPOINT) is None
+    second = checkpoint(other, 2)
+    assert list(other.git.read_commit(second).parents) == [first]
+    assert push_checkpoint(other, "origin").status == "pushed"
+    assert git(server, "rev-parse", CHECKPOINT).strip() == second
+    assert push_checkpoint(one, "origin").status == "up to date"  # behind: nothing to do
+    fsck(server)
+    assert assert_only_fast_forwards(server) == 2
+
+
+def test_a_checkpoint_that_went_another_way_is_left_on_the_remote(two) -> None:  # type: ignore[no-untyped-def]
+    server, one, other = two
+    theirs = checkpoint(one)
+    push_checkpoint(one, "origin")
+    mine = checkpoint(other, 2)  # not fetched: a history of its own
+    done = push_checkpoint(other, "origin")
+    assert (done.status, done.commit) == ("diverged", theirs)
+    assert git(server, "rev-parse", CHECKPOINT).strip() == theirs  # never forced
+    assert other.git.ref(CHECKPOINT) == mine
+    assert_only_fast_forwards(server)

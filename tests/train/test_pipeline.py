@@ -254,16 +254,22 @@ def test_real_components_propose_mode(seeded_repo: ExperienceRepository) -> None
     path = seeded_repo.git.work_tree
     assert path is not None
     main = seeded_repo.main_commit()
-    chat = script(seeded_repo, eval_cases=1)
+    chat = script(seeded_repo, eval_cases=2)
     meter = UsageMeter()
     pipeline = build_pipeline(seeded_repo, Handles(StructuredLLM(chat, meter)),
                               concurrency=2)
     result = asyncio.run(pipeline.train(
         ListCaseLoader([BAGGAGE_CASE, PETS_CASE], 8), PipelineContext(mode="propose"),
-        ListCaseLoader([BAGGAGE_CASE], 8)))
-    chat.assert_done()
+        ListCaseLoader([BAGGAGE_CASE, PETS_CASE], 8)))
+    chat.assert_done()  # strict: no call beyond the script
+    # 2 baseline + 2 training rollouts: the final eval of the unchanged main is the
+    # baseline's measurement (it made 2 more rollouts before)
     assert {s: u.calls for s, u in meter.by_stage().items()} == {
         "rollout": 4, "reflect": 2, "merge": 1}
+    assert result.final is not None and result.baseline is not None
+    assert result.final.metrics.reused == "baseline_eval"
+    assert result.final.rollouts == result.baseline.rollouts
+    assert result.final.metrics.batches[0].policy_commit == main
     epoch = result.epochs[0]
     assert epoch.errors == [] and epoch.gradients == 2 and epoch.commits == 1
     assert (epoch.cases, epoch.passed) == (2, 1)

@@ -9,6 +9,7 @@ import pytest
 from conftest import assert_only_fast_forwards, git, shared_server
 
 from expgit.errors import UsageError
+from expgit.store import version_checkpoint
 from expgit.store.repository import ExperienceRepository
 from expgit.store.sidebranch import SideBranch
 from expgit.train.remote_push import RemotePublisher
@@ -35,6 +36,16 @@ def test_a_failed_push_is_reported_and_the_next_round_sends_everything(
     assert report.errors == [] and report.pushed["gradients"] == 1
     assert report.pushed["trajectories"] == 1
     assert git(server, "show", "expgit/trajectories:trajectories/a.md") == "a\n"
+    assert_only_fast_forwards(server)
+
+
+def test_finish_pushes_the_versions_checkpoint(tmp_path: Path) -> None:
+    server, (path,) = shared_server(tmp_path, 1)
+    repo = ExperienceRepository.open(path)
+    tip = version_checkpoint.write(repo.git, repo.root, repo.main_commit(), {})
+    report = RemotePublisher(repo, "origin").finish()
+    assert report.errors == []
+    assert git(server, "rev-parse", version_checkpoint.REF).strip() == tip
     assert_only_fast_forwards(server)
 
 
