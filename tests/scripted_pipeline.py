@@ -135,6 +135,14 @@ def combined(analyst: Reply, estimator: Reply) -> Reply:
 def reflect_with(*edits: dict[str, object]) -> Callable[[list[dict[str, str]]], str]:
     """A scripted reflection with the analyst's trajectory and these ``edits``."""
     def reflect(messages: list[dict[str, str]]) -> str:
+        return json.dumps({**json.loads(analyze(messages)), "edits": list(edits)})
+    return reflect
+
+
+def layout_reflect(*edits: dict[str, object]) -> Callable[[list[dict[str, str]]], str]:
+    """:func:`reflect_with` whose ``edits`` (in the flat reply format) speak the layout
+    of the prompt they answer (:func:`in_prompt_layout`)."""
+    def reflect(messages: list[dict[str, str]]) -> str:
         return json.dumps(in_prompt_layout(
             messages, {**json.loads(analyze(messages)), "edits": list(edits)}))
     return reflect

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from conftest import ROOT
 from script_server import ScriptServer
-from scripted_pipeline import layout_reply, reflect_with
+from scripted_pipeline import layout_reflect, layout_reply
 
 from expgit.llm.scripted import Reply, ScriptedChatModel, Step
 from expgit.sessions.metrics import METRIC_NAMES
@@ -116,7 +116,7 @@ def edit(action: str, **extra: object) -> dict[str, object]:
 REPLIES: dict[str, Reply] = {
     "rollout": "Let me check the policy for you.",
     "judge": json.dumps({"passed": False, "score": 0.0, "reason": "scripted"}),
-    "reflect": reflect_with(edit("create")),
+    "reflect": layout_reflect(edit("create")),
     "estimate": layout_reply({"edits": [edit("create")]}),
     "merge": layout_reply({"items": [edit("upsert", gradient_ids=[])]}),
     "segment": json.dumps({"tasks": [{"start": 1, "topic": "one support request"}]}),

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import ROOT, git
-from scripted_pipeline import layout_reply, reflect_with
+from scripted_pipeline import layout_reflect, layout_reply
 
 from expgit.errors import EXIT_USAGE
 from expgit.llm.local import INSTALL_COMMAND, MODEL_PACKAGE
@@ -72,10 +72,6 @@ def agent(messages: list[dict[str, str]]) -> str:
     return RIGHT if LESSON_TITLE in messages[0]["content"] else "Sorry, I do not know."
 
 
-def reflect(*edits: dict[str, object]) -> Any:
-    return reflect_with(*edits)
-
-
 def run_scripted(work: Path, server: Any) -> subprocess.CompletedProcess[str]:
     """The script on the scripted endpoint ``server``: it succeeds, and makes exactly
     the scripted calls."""
@@ -101,8 +97,8 @@ def test_a_proposal_the_gate_passes_is_applied_and_the_rest_goes_on(
     # baseline, training, candidate: 2 each (the final eval is the baseline's); then
     # section 4's eval --compare: 2 x 2
     rollouts = [Step("rollout", agent)] * 10
-    server = serve([*rollouts, Step("reflect", reflect(LESSON)),
-                    Step("reflect", reflect(LESSON)),
+    server = serve([*rollouts, Step("reflect", layout_reflect(LESSON)),
+                    Step("reflect", layout_reflect(LESSON)),
                     Step("merge", layout_reply({"items": [
                         {**LESSON, "action": "upsert", "gradient_ids": []}]}))])
     work = tmp_path / "work"
@@ -121,8 +117,8 @@ def test_without_a_proposal_the_review_section_says_so_and_the_rest_goes_on(
         tmp_path: Path, serve: Any) -> None:
     refused = {**LESSON, "name": "no-such-lesson", "action": "delete", "body": ""}
     # baseline, training: 2 each; section 4's eval --compare: 2 x 2
-    server = serve([*[Step("rollout", agent)] * 8, Step("reflect", reflect(refused)),
-                    Step("reflect", reflect(refused))])
+    server = serve([*[Step("rollout", agent)] * 8, Step("reflect", layout_reflect(refused)),
+                    Step("reflect", layout_reflect(refused))])
     work = tmp_path / "work"
     proc = run_scripted(work, server)
     assert "learned: nothing. The run made no proposal" in proc.stdout
