@@ -17,15 +17,14 @@ from typing import Any
 import yaml
 
 from expgit.store import yamldump
-
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+from expgit.store.yamlload import BoundedSafeLoader
 
 
 def _spans(raw: str, lines: list[str]) -> dict[str, tuple[int, int, yaml.Node]] | None:
     """Each top-level field's lines ``[start, end)`` and value node, or None when the
     front matter is not a block mapping of plain keys at column 0."""
     try:
-        root = yaml.compose(raw, Loader=_Loader)
+        root = yaml.compose(raw, Loader=BoundedSafeLoader)
     except yaml.YAMLError:
         return None
     if not isinstance(root, yaml.MappingNode) or root.flow_style:

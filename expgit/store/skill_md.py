@@ -32,6 +32,7 @@ import yaml
 from expgit.errors import InvalidInputError
 from expgit.store import yamldump
 from expgit.store.front_matter import replace_fields
+from expgit.store.yamlload import BoundedSafeLoader
 
 SKILL_FILE = "SKILL.md"
 SPEC_KEYS = ("name", "description", "license", "compatibility", "metadata", "allowed-tools")
@@ -46,7 +47,6 @@ STATUS, TAGS, ALWAYS = "expgit-status", "expgit-tags", "expgit-always"
 _OWN = (STATUS, TAGS, ALWAYS)
 _XML_TAG = re.compile(r"</?[A-Za-z_][^<>]*>")
 _NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def is_skill_path(path: str) -> bool:
@@ -57,7 +57,7 @@ def _strict_yaml(raw: str, path: str) -> None:
     """Refuse what strictyaml (the reference validator's parser) refuses: flow style,
     anchors and aliases, explicit tags."""
     try:
-        events = list(yaml.parse(raw, Loader=_Loader))
+        events = list(yaml.parse(raw, Loader=BoundedSafeLoader))
     except yaml.YAMLError:
         return  # the caller's own parse reports it
     for event in events:
@@ -185,7 +185,7 @@ def _replace_nested(raw: str, key: str, fields: Mapping[str, str]) -> str | None
     """``raw`` with keys of its block mapping ``key`` rewritten or added, the other lines
     kept; None when ``key`` is not a block mapping of its own lines."""
     try:
-        root = yaml.compose(raw, Loader=_Loader)
+        root = yaml.compose(raw, Loader=BoundedSafeLoader)
     except yaml.YAMLError:
         return None
     if not isinstance(root, yaml.MappingNode):
@@ -241,7 +241,7 @@ def _ordered_metadata(raw: str, own: Mapping[str, str], other: Mapping[str, Any]
                       ) -> dict[str, str]:
     """The whole new metadata map, in the order the old one had its keys."""
     try:
-        found = yaml.load(raw, Loader=_Loader)
+        found = yaml.load(raw, Loader=BoundedSafeLoader)
     except yaml.YAMLError:
         found = None
     before = found.get("metadata") if isinstance(found, dict) else None
