@@ -61,6 +61,7 @@ from expgit.train.tools.environment import (
     EnvironmentFactory,
     ToolEnvironment,
     close_environment,
+    conversation_of,
     served_by,
 )
 from expgit.train.tools.registry import open_environment
@@ -162,7 +163,7 @@ class ToolCallingRolloutExecutor:
                 factory = served
                 metadata["tools"] = "mcp"
             env: ToolEnvironment = factory.new()
-            conversation = getattr(factory, "conversation", None)
+            conversation = conversation_of(factory)
             listing = self.listing.listing(policy_set) if self.listing else None
             skill_env = None
             if listing is not None:
@@ -171,8 +172,7 @@ class ToolCallingRolloutExecutor:
             try:
                 metadata["stopped"] = await self._converse(
                     case, policy_set, env, messages, metadata,
-                    conversation if isinstance(conversation, Conversation) else Conversation(),
-                    listing)
+                    conversation, listing)
                 metadata["final_state"] = await asyncio.to_thread(env.final_state)
             finally:
                 await asyncio.to_thread(close_environment, env)

@@ -98,6 +98,13 @@ def served_by(factory: EnvironmentFactory, tools: EnvironmentFactory | None
     return served
 
 
+def conversation_of(factory: EnvironmentFactory) -> Conversation:
+    """The factory's :class:`Conversation` (its ``conversation`` attribute), or the
+    executor's defaults when it has none."""
+    conversation = getattr(factory, "conversation", None)
+    return conversation if isinstance(conversation, Conversation) else Conversation()
+
+
 def close_environment(env: ToolEnvironment) -> None:
     """``env.close()``, for an environment that has one."""
     close = getattr(env, "close", None)
