@@ -24,7 +24,6 @@ when known) and the field; nothing is returned partially.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from pydantic import ValidationError
 
 from expgit.errors import InvalidInputError, NotFoundError, UsageError
 from expgit.store.files import read_regular_file
+from expgit.store.jsonl import loads_untrusted
 from expgit.store.yamlload import UniqueKeyLoader
 from expgit.train.context import PipelineContext
 from expgit.train.domain import Case
@@ -104,7 +104,7 @@ def _read(path: Path) -> str:
 def _decode_document(path: Path, text: str) -> Any:
     if path.suffix.lower() == ".json":
         try:
-            return json.loads(text)
+            return loads_untrusted(text)
         except ValueError as exc:
             raise InvalidInputError(f"{path}: not valid JSON: {exc}") from None
     try:
@@ -143,7 +143,7 @@ def _jsonl_items(path: Path, text: str) -> list[tuple[Any, str]]:
         if not line.strip():
             continue
         try:
-            items.append((json.loads(line), f"{path}: line {number}"))
+            items.append((loads_untrusted(line), f"{path}: line {number}"))
         except ValueError as exc:
             raise InvalidInputError(f"{path}: line {number}: not valid JSON: {exc}") from None
     return items

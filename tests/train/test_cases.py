@@ -99,6 +99,9 @@ def test_json_is_parsed_as_json(tmp_path: Path) -> None:
     text = json.dumps([good_case("a")], indent="\t")  # tabs: fine in JSON, not in YAML
     assert [c.name for c in load_cases(write(tmp_path, "cases.json", text))] == ["a"]
     refused(write(tmp_path, "bad.json", "[{'name': 1}]"), "not valid JSON")
+    deep = "[" * 100_000 + "]" * 100_000  # past the depth bound: refused, no RecursionError
+    refused(write(tmp_path, "deep.json", deep), "not valid JSON", "nested")
+    refused(write(tmp_path, "deep.jsonl", deep + "\n"), "line 1", "not valid JSON", "nested")
 
 
 def test_jsonl(tmp_path: Path) -> None:

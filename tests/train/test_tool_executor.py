@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from tool_support import acting, call, tool_case, turn, write_cases
 
 from expgit.errors import InvalidInputError
-from expgit.llm.port import ToolMessages, ToolTurn, UsageMeter
+from expgit.llm.port import ToolCall, ToolMessages, ToolTurn, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
 from expgit.store.repository import ExperienceRepository
@@ -23,12 +23,13 @@ from expgit.train.components.executor import SingleTurnLLMRolloutExecutor
 from expgit.train.components.tool_executor import (
     RoutingRolloutExecutor,
     ToolCallingRolloutExecutor,
+    run_tool_call,
 )
 from expgit.train.context import ExecutionContext
 from expgit.train.domain import Case, Rollout, ToolPart
 from expgit.train.groups import group_cases
 from expgit.train.tools import registry
-from expgit.train.tools.environment import StateFactory, Tool
+from expgit.train.tools.environment import StateEnvironment, StateFactory, Tool
 
 CTX = ExecutionContext(policy_snapshot_id="policy-1")
 BAGS = ["I'm mia_li_3668. Add two bags to NO6JO3.", "Yes, go ahead."]
@@ -309,3 +310,13 @@ def test_an_environment_named_by_import_path(seeded_repo: ExperienceRepository,
         load_cases(write_cases(tmp_path, [case.model_dump(include={"name", "input",
                                                                     "rubric"})],
                                environment="no_such_module:Kind", name="bad.yaml"))
+
+
+def test_deeply_nested_tool_arguments_are_an_error_the_agent_sees() -> None:
+    """A model's arguments nested past the JSON depth bound are refused like any invalid
+    JSON (an error result), not a RecursionError that ends the run."""
+    nested = "[" * 100_000 + "]" * 100_000
+    part = run_tool_call(StateEnvironment([], {}), {"lookup"},
+                         ToolCall(id="c1", name="lookup", arguments=nested))
+    assert part.tool_status == "error"
+    assert part.tool_output == "error: the arguments are not a JSON object"

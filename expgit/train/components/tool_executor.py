@@ -36,13 +36,13 @@ and its ``experiences_used`` are the always-on skills and the loaded ones.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from expgit.errors import ExpgitError, ToolServerError, UsageError
 from expgit.llm.port import ToolCall, ToolMessages
 from expgit.llm.structured import StructuredLLM
+from expgit.store.jsonl import loads_untrusted
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
 from expgit.store.templates import render_prompt
@@ -75,7 +75,7 @@ LOADED = "loaded with the Skill tool"  # the reason of a loaded skill's usage re
 def run_tool_call(env: ToolEnvironment, known: set[str], call: ToolCall) -> ToolPart:
     """The call run against ``env``, as a ToolPart with its result or its error."""
     try:
-        args: Any = json.loads(call.arguments or "{}")
+        args: Any = loads_untrusted(call.arguments or "{}")
     except ValueError:
         args = None
     if not isinstance(args, dict):
