@@ -17,6 +17,7 @@ from typing import get_args, get_origin
 import click
 import markdown
 import pytest
+import yaml
 from conftest import ROOT
 from pydantic import BaseModel
 
@@ -87,6 +88,11 @@ def test_site_builds_strict_offline_with_every_page(site: Path) -> None:
     home = (site / "index.html").read_text(encoding="utf-8")
     assert "fonts.googleapis.com" not in home  # nothing to fetch when the page is read
     assert not (site / "hooks.py").exists()  # the hook is code, not a page
+    # a page not in the nav yet is listed, not an error; a broken link or anchor is one
+    validation = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))[
+        "validation"]
+    assert validation["omitted_files"] == "info"
+    assert validation["not_found"] == validation["anchors"] == "warn"
 
 
 def test_the_built_reference_pages_show_the_codes_text(site: Path) -> None:
