@@ -259,5 +259,6 @@ def test_exit_codes_reference_names_every_code_and_error_kind() -> None:
     for code, meaning in errors.exit_codes().items():
         assert rendered(f"`{code}` {inline(meaning)}") in rendered(page)
     assert "| `ToolServerError` | `RunErrorsError` | `7` |" in page
+    assert "(143)" in page  # SIGTERM's, from the CLI's handler
     planted = page.replace("| `GateError` |", "| `Gate` |")
     assert undocumented_errors(planted) == ["GateError"]

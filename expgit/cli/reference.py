@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from expgit import errors
-from expgit.cli import cli
+from expgit.cli import Terminated, cli
 from expgit.store.settings import SETTINGS_FILE, Settings
 
 _CODE_SPAN = re.compile(r"(`[^`\n]+`)")
@@ -241,6 +241,7 @@ def exit_codes_reference() -> str:
         parent = kind.__mro__[1].__name__ if kind is not errors.ExpgitError else ""
         out.append(_row(f"`{kind.__name__}`", f"`{parent}`" if parent else "",
                         f"`{kind.exit_code}`", inline(docstring(kind.__doc__ or ""))))
+    out += ["", "## Signals", "", prose(docstring(Terminated.__doc__ or ""))]
     return "\n".join([*out, ""])
 
 
