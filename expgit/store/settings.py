@@ -63,8 +63,10 @@ def _clash(one: str, other: str) -> bool:
 class Price(BaseModel):
     """``[llm.prices."MODEL"]`` (or ``"*"``): the price of a million tokens."""
 
-    prompt_per_million: float = Field(default=0.0, ge=0)
-    completion_per_million: float = Field(default=0.0, ge=0)
+    prompt_per_million: float = Field(default=0.0, ge=0,
+                                      description="The price of a million prompt tokens.")
+    completion_per_million: float = Field(
+        default=0.0, ge=0, description="The price of a million completion tokens.")
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
         """What these tokens cost at this price."""
@@ -78,27 +80,43 @@ class LLMSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    base_url: str | None = None
-    model: str = "gpt-4o-mini"
-    api_key_env: str = "OPENAI_API_KEY"
-    structured_output: Literal["json_schema", "json_object", "prompt"] = "json_schema"
-    timeout_seconds: float = Field(default=60.0, gt=0)
-    max_retries: int = Field(default=4, ge=0)
-    # one call's whole time, retries and waits included (a hung endpoint ends here)
-    call_deadline_seconds: float = Field(default=120.0, gt=0)
-    # a batch run (train, eval, train-rollouts) stops calling after this many calls in a
-    # row the endpoint did not answer, or after this long, and reports what it made
-    max_consecutive_failures: int = Field(default=3, ge=1)
-    run_deadline_seconds: float = Field(default=7200.0, gt=0)
-    # ... or once it made this many calls, or spent this much (in ``currency``, at
-    # ``prices``); None: unbounded (--max-calls / --max-cost override them)
-    max_calls: int | None = Field(default=None, ge=1)
-    max_cost: float | None = Field(default=None, gt=0)
-    currency: str = Field(default="USD", min_length=1, max_length=8)  # of ``prices``
-    temperature: float = Field(default=0.2, ge=0, le=2)
-    max_tokens: int = Field(default=2048, gt=0)
-    embeddings_model: str | None = None
-    prices: dict[str, Price] = Field(default_factory=dict)  # per model name, or "*"
+    base_url: str | None = Field(default=None, description=(
+        "The endpoint's URL, such as http://127.0.0.1:8080/v1 (OPENAI_BASE_URL overrides "
+        "it); unset, and no OPENAI_BASE_URL: the embedded model."))
+    model: str = Field(default="gpt-4o-mini", description="The model name.")
+    api_key_env: str = Field(default="OPENAI_API_KEY", description=(
+        "The environment variable holding the API key (never the key itself)."))
+    structured_output: Literal["json_schema", "json_object", "prompt"] = Field(
+        default="json_schema", description=(
+            "How replies are held to their JSON schema: the endpoint's strict "
+            "json_schema, its json_object mode, or the prompt alone."))
+    timeout_seconds: float = Field(default=60.0, gt=0,
+                                   description="One HTTP request's time limit.")
+    max_retries: int = Field(default=4, ge=0, description=(
+        "Retries of a failed call after its first attempt."))
+    call_deadline_seconds: float = Field(default=120.0, gt=0, description=(
+        "One call's whole time, retries and waits included (a hung endpoint ends here)."))
+    max_consecutive_failures: int = Field(default=3, ge=1, description=(
+        "A batch run (train, eval, train-rollouts) stops calling after this many calls "
+        "in a row the endpoint did not answer, and reports what it made."))
+    run_deadline_seconds: float = Field(default=7200.0, gt=0, description=(
+        "... or after this long."))
+    max_calls: int | None = Field(default=None, ge=1, description=(
+        "... or once it made this many calls; unset: unbounded (--max-calls overrides "
+        "it)."))
+    max_cost: float | None = Field(default=None, gt=0, description=(
+        "... or once it spent this much, in `currency` at `prices`; unset: unbounded "
+        "(--max-cost overrides it)."))
+    currency: str = Field(default="USD", min_length=1, max_length=8,
+                          description="The currency of `prices`.")
+    temperature: float = Field(default=0.2, ge=0, le=2,
+                               description="The sampling temperature.")
+    max_tokens: int = Field(default=2048, gt=0,
+                            description="The most tokens one reply may have.")
+    embeddings_model: str | None = Field(default=None, description=(
+        "The endpoint's embeddings model, for rankers that use embeddings; unset: none."))
+    prices: dict[str, Price] = Field(default_factory=dict, description=(
+        'The price per model name, or "*" for any other model.'))
 
 
 MAX_GROUP_SIZE = 64  # [train] group_size and --group-size
@@ -109,36 +127,53 @@ class TrainSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    trajectories_branch: BranchName = "expgit/trajectories"
-    tool_output_chars: int = Field(default=2000, gt=0)
-    relevant_experiences: int = Field(default=5, ge=0)
-    # ... of which those scoring under this share of the best match are left out (a file
-    # about another topic costs prompt tokens and invites a stray edit); 0 keeps them all
-    relevance_floor: float = Field(default=0.3, ge=0, le=1)
-    gradients_per_chunk: int = Field(default=16, ge=1, le=64)
-    total_token_budget: int = Field(default=200_000, gt=0)
-    max_gradients_per_update: int = Field(default=8, ge=1)
-    max_wait_seconds: float = Field(default=10.0, gt=0)
-    # the regression gate of a run with held-out cases (--gate / --no-gate override it)
-    gate: bool = False
-    gate_min_delta: float = Field(default=0.0, ge=-1, le=1)  # accuracy delta, 0..1
-    gate_max_regressions: int = Field(default=0, ge=0)  # cases allowed pass -> fail
-    # a lesson sharing a run of this many words with its case's input or trajectory is
-    # refused; half as many are flagged in the PR body
-    max_copied_words: int = Field(default=12, ge=2)
-    tool_max_steps: int = Field(default=30, ge=1)  # agent turns of a tool-calling rollout
-    tool_max_user_turns: int = Field(default=10, ge=1)  # user turns of one
-    # LLM calls per training rollout: 1 analyses it and proposes its edits in one
-    # "reflect" call; 2 makes an "analyze" call, then an "estimate" call (for models that
-    # do better with two smaller tasks). None: 1, but 2 for the embedded model, whose
-    # replies are bounded to 1024 tokens
-    calls_per_rollout: Literal[1, 2] | None = None
-    # rollouts of each training case against the same snapshot; above 1, one
-    # "group_reflect" call per group learns from the contrast of its better and worse
-    # runs, and a group whose runs all got the same evaluation gets none
-    group_size: int = Field(default=1, ge=1, le=MAX_GROUP_SIZE)
-    # the sampling temperature of a group's runs (each also gets its own seed)
-    group_temperature: float = Field(default=0.7, ge=0, le=2)
+    trajectories_branch: BranchName = Field(default="expgit/trajectories", description=(
+        "The branch that keeps the training runs' trajectories."))
+    tool_output_chars: int = Field(default=2000, gt=0, description=(
+        "A tool output is cut to this many characters in the transcript a training "
+        "call is shown."))
+    relevant_experiences: int = Field(default=5, ge=0, description=(
+        "The most relevant experiences a training call is shown in full."))
+    relevance_floor: float = Field(default=0.3, ge=0, le=1, description=(
+        "... of which those scoring under this share of the best match are left out (a "
+        "file about another topic costs prompt tokens and invites a stray edit); 0 keeps "
+        "them all."))
+    gradients_per_chunk: int = Field(default=16, ge=1, le=64, description=(
+        "The policy update merges gradients in chunks of at most this many, one `merge` "
+        "call each."))
+    total_token_budget: int = Field(default=200_000, gt=0, description=(
+        "The budget of the whole set of experiences after a policy update, in estimated "
+        "tokens (a plan may keep or shrink a set that is already over)."))
+    max_gradients_per_update: int = Field(default=8, ge=1, description=(
+        "The training service (`expgit serve`) trains a batch once this many gradients "
+        "are pending."))
+    max_wait_seconds: float = Field(default=10.0, gt=0, description=(
+        "... or once the oldest pending gradient has waited this long."))
+    gate: bool = Field(default=False, description=(
+        "The regression gate of a run with held-out cases (--gate / --no-gate override "
+        "it)."))
+    gate_min_delta: float = Field(default=0.0, ge=-1, le=1, description=(
+        "The gate's least accuracy delta, from -1 to 1."))
+    gate_max_regressions: int = Field(default=0, ge=0, description=(
+        "The cases the gate lets go pass -> fail."))
+    max_copied_words: int = Field(default=12, ge=2, description=(
+        "A lesson sharing a run of this many words with its case's input or trajectory "
+        "is refused; half as many are flagged in the PR body."))
+    tool_max_steps: int = Field(default=30, ge=1, description=(
+        "Agent turns of a tool-calling rollout."))
+    tool_max_user_turns: int = Field(default=10, ge=1, description=(
+        "User turns of a tool-calling rollout."))
+    calls_per_rollout: Literal[1, 2] | None = Field(default=None, description=(
+        'LLM calls per training rollout: 1 analyses it and proposes its edits in one '
+        '"reflect" call; 2 makes an "analyze" call, then an "estimate" call (for models '
+        'that do better with two smaller tasks). Unset: 1, but 2 for the embedded model, '
+        'whose replies are bounded to 1024 tokens.'))
+    group_size: int = Field(default=1, ge=1, le=MAX_GROUP_SIZE, description=(
+        'Rollouts of each training case against the same snapshot; above 1, one '
+        '"group_reflect" call per group learns from the contrast of its better and worse '
+        'runs, and a group whose runs all got the same evaluation gets none.'))
+    group_temperature: float = Field(default=0.7, ge=0, le=2, description=(
+        "The sampling temperature of a group's runs (each also gets its own seed)."))
 
     def calls_for(self, embedded: bool, group_size: int = 1) -> int:
         """The LLM calls per trained rollout (``calls_per_rollout``, or its default for
@@ -155,11 +190,18 @@ class SessionSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    branch: BranchName = "expgit/sessions"
-    window_tokens: int = Field(default=6000, gt=0)  # segmentation window, estimated tokens
-    memory_threshold: float = Field(default=0.7, ge=0, le=1)
-    sft_threshold: float = Field(default=0.8, ge=0, le=1)
-    sft_max_tokens: int = Field(default=32_000, gt=0)  # longer SFT examples are left out
+    branch: BranchName = Field(default="expgit/sessions", description=(
+        "The branch that keeps the ingested sessions."))
+    window_tokens: int = Field(default=6000, gt=0, description=(
+        "The segmentation window, in estimated tokens."))
+    memory_threshold: float = Field(default=0.7, ge=0, le=1, description=(
+        "A task segment whose overall score reaches this is eligible to train the "
+        "experiences."))
+    sft_threshold: float = Field(default=0.8, ge=0, le=1, description=(
+        "A task segment whose overall score reaches this is eligible for fine-tuning "
+        "(`expgit export-sft`)."))
+    sft_max_tokens: int = Field(default=32_000, gt=0, description=(
+        "Longer fine-tuning examples are left out."))
 
 
 class OutcomeSettings(BaseModel):
@@ -167,39 +209,38 @@ class OutcomeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    branch: BranchName = "expgit/outcomes"
-    reask_window_seconds: float = Field(default=600.0, gt=0)
+    branch: BranchName = Field(default="expgit/outcomes", description=(
+        "The branch that keeps the outcome records."))
+    reask_window_seconds: float = Field(default=600.0, gt=0, description=(
+        "A user turn at most this long after a response is a re-ask of it."))
 
 
 class LearnSettings(BaseModel):
     """``[learn]``: the thresholds of ``expgit learn``'s rules; the defaults suit a few
-    dozen to a few thousand runs.
-
-    * ``min_uses``: an experience is judged for failure correlation once at least this
-      many judged runs had it in context;
-    * ``failure_margin``: ... and flagged when its runs' failure rate is at least the
-      baseline (all judged runs) plus this margin, and at least ``min_failure_rate``;
-    * ``relevance_threshold``: a run is covered by an experience it used whose lexical
-      relevance to the run's task (signature and user turn) reaches this share;
-    * ``duplicate_threshold``: two experiences are near-duplicates at this lexical
-      similarity or above;
-    * ``min_outcome_coverage``: below this share of runs with an outcome record, a
-      finding says so;
-    * ``seed_min_score``: a run is well rated enough to seed an experience from this
-      score up (passed, no negative outcome);
-    * ``max_evidence``: evidence examples kept per finding (and rollouts per seed).
-    """
+    dozen to a few thousand runs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    min_uses: int = Field(default=3, ge=1)
-    failure_margin: float = Field(default=0.25, ge=0, le=1)
-    min_failure_rate: float = Field(default=0.5, ge=0, le=1)
-    relevance_threshold: float = Field(default=0.5, ge=0, le=1)
-    duplicate_threshold: float = Field(default=0.8, ge=0, le=1)
-    min_outcome_coverage: float = Field(default=0.2, ge=0, le=1)
-    seed_min_score: float = Field(default=0.8, ge=0, le=1)
-    max_evidence: int = Field(default=10, ge=1)
+    min_uses: int = Field(default=3, ge=1, description=(
+        "An experience is judged for failure correlation once at least this many judged "
+        "runs had it in context."))
+    failure_margin: float = Field(default=0.25, ge=0, le=1, description=(
+        "... and flagged when its runs' failure rate is at least the baseline (all "
+        "judged runs) plus this margin, and at least `min_failure_rate`."))
+    min_failure_rate: float = Field(default=0.5, ge=0, le=1, description=(
+        "The least failure rate of a flagged experience's runs."))
+    relevance_threshold: float = Field(default=0.5, ge=0, le=1, description=(
+        "A run is covered by an experience it used whose lexical relevance to the run's "
+        "task (signature and user turn) reaches this share."))
+    duplicate_threshold: float = Field(default=0.8, ge=0, le=1, description=(
+        "Two experiences are near-duplicates at this lexical similarity or above."))
+    min_outcome_coverage: float = Field(default=0.2, ge=0, le=1, description=(
+        "Below this share of runs with an outcome record, a finding says so."))
+    seed_min_score: float = Field(default=0.8, ge=0, le=1, description=(
+        "A run is well rated enough to seed an experience from this score up (passed, no "
+        "negative outcome)."))
+    max_evidence: int = Field(default=10, ge=1, description=(
+        "Evidence examples kept per finding (and rollouts per seed)."))
 
 
 class ContextSettings(BaseModel):
@@ -211,9 +252,12 @@ class ContextSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    token_budget: int = Field(default=4000, gt=0)
-    top_k: int | None = Field(default=None, ge=0)
-    embedded_token_budget: int = Field(default=800, gt=0)
+    token_budget: int = Field(default=4000, gt=0, description=(
+        "The estimated tokens of the experiences in a rollout's system prompt."))
+    top_k: int | None = Field(default=None, ge=0, description=(
+        "The most experiences besides the always-on ones; unset: no count limit."))
+    embedded_token_budget: int = Field(default=800, gt=0, description=(
+        "The token budget for the embedded model."))
 
     def budget_for(self, embedded: bool) -> int:
         """The token budget of a rollout's experiences: ``token_budget``, capped at
@@ -228,10 +272,14 @@ class ServeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    token_env: str = "EXPGIT_TOKEN"
-    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
-    max_concurrency: int = Field(default=4, ge=1)
-    max_queue: int = Field(default=256, ge=0)
+    token_env: str = Field(default="EXPGIT_TOKEN", description=(
+        "The environment variable holding the bearer token."))
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description=(
+        "A larger request body is refused (413)."))
+    max_concurrency: int = Field(default=4, ge=1, description=(
+        "Training jobs run at once."))
+    max_queue: int = Field(default=256, ge=0, description=(
+        "Training jobs waiting besides the running ones; one more is refused (429)."))
 
 
 class LimitSettings(BaseModel):
@@ -239,21 +287,32 @@ class LimitSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # each message text and tool output of a session or rollout is cut to this many
-    # characters (head and tail kept, a line says how much was removed)
-    max_message_chars: int = Field(default=20_000, ge=200)
+    max_message_chars: int = Field(default=20_000, ge=200, description=(
+        "Each message text and tool output of a session or rollout is cut to this many "
+        "characters (head and tail kept, a line says how much was removed)."))
 
 
 class Settings(BaseModel):
+    """All of ``expgit.toml``: its top-level keys, and a model per table."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    experiences_root: str = "experiences"
-    # "flat": <root>/<name>.md; "skills": <root>/<name>/SKILL.md (Agent Skills folders)
-    layout: Literal["flat", "skills"] = "flat"
-    main_branch: BranchName = "main"
-    token_budget: int = Field(default=800, gt=0)
-    lock_wait_seconds: float = Field(default=30.0, ge=0)
-    lock_stale_seconds: float = Field(default=600.0, gt=0)
+    experiences_root: str = Field(default="experiences", description=(
+        "The folder of the experiences, relative to the repository's root."))
+    layout: Literal["flat", "skills"] = Field(default="flat", description=(
+        '"flat": <root>/<name>.md; "skills": <root>/<name>/SKILL.md (Agent Skills '
+        'folders).'))
+    main_branch: BranchName = Field(default="main", description=(
+        "The branch the agents read, where proposals are applied."))
+    token_budget: int = Field(default=800, gt=0, description=(
+        "Upper bound per experience file, in estimated tokens (about 4 bytes per "
+        "token)."))
+    lock_wait_seconds: float = Field(default=30.0, ge=0, description=(
+        "A writer waits this long for the repository lock held by another, then fails "
+        "(exit 4)."))
+    lock_stale_seconds: float = Field(default=600.0, gt=0, description=(
+        "A lock whose writer is gone, or whose record is older than this, is stale and "
+        "removed automatically."))
     llm: LLMSettings = Field(default_factory=LLMSettings)
     train: TrainSettings = Field(default_factory=TrainSettings)
     sessions: SessionSettings = Field(default_factory=SessionSettings)

@@ -18,12 +18,15 @@ class SkillSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    scanner: Literal["none", "cisco"] = "none"
-    # a file of a skill folder (reference, script, asset) larger than this is refused
-    max_file_bytes: int = Field(default=1024 * 1024, gt=0)
-    # files at the repository's root that hold the always-on block (the skills with
-    # metadata expgit-always: "true"), written with every change of them
-    always_on_files: tuple[str, ...] = ("AGENTS.md",)
+    scanner: Literal["none", "cisco"] = Field(default="none", description=(
+        '"cisco": Cisco\'s skill-scanner also scans the experiences in `expgit validate` '
+        "and the hooks."))
+    max_file_bytes: int = Field(default=1024 * 1024, gt=0, description=(
+        "A file of a skill folder (reference, script, asset) larger than this is "
+        "refused."))
+    always_on_files: tuple[str, ...] = Field(default=("AGENTS.md",), description=(
+        'Files at the repository\'s root that hold the always-on block (the skills with '
+        'metadata expgit-always: "true"), written with every change of them.'))
 
     @field_validator("always_on_files")
     @classmethod
@@ -37,9 +40,9 @@ class SkillSettings(BaseModel):
         if len(set(value)) != len(value):
             raise ValueError("names a file twice")
         return value
-    # `status` names the active skills no ingested session loaded in this many days
-    # (once the sessions span that long; docs/skill-usage.md)
-    stale_days: int = Field(default=30, gt=0)
+    stale_days: int = Field(default=30, gt=0, description=(
+        "`expgit status` names the active skills no ingested session loaded in this many "
+        "days (once the sessions span that long; docs/skill-usage.md)."))
 
 
 class McpSettings(BaseModel):
@@ -49,16 +52,22 @@ class McpSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    command: str | None = Field(default=None, min_length=1)
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    url: str | None = Field(default=None, pattern=r"^https?://")
-    # each tool call is given this long, the server's start (and its tool listing) the
-    # other; then the rollout ends with that cause
-    call_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
-    start_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
-    # set: every call gets this argument set to the rollout's own key (hidden from the model)
-    state_key_argument: str | None = Field(default=None, min_length=1)
+    command: str | None = Field(default=None, min_length=1, description=(
+        "The command of a stdio server, one process per rollout."))
+    args: list[str] = Field(default_factory=list,
+                            description="The stdio server's arguments.")
+    env: dict[str, str] = Field(default_factory=dict, description=(
+        "Environment variables of the stdio server."))
+    url: str | None = Field(default=None, pattern=r"^https?://", description=(
+        "The http:// or https:// URL of a streamable HTTP server, one session per "
+        "rollout."))
+    call_timeout_seconds: float = Field(default=30.0, gt=0, le=3600, description=(
+        "Each tool call is given this long; then the rollout ends with that cause."))
+    start_timeout_seconds: float = Field(default=60.0, gt=0, le=3600, description=(
+        "The server's start and its tool listing are given this long."))
+    state_key_argument: str | None = Field(default=None, min_length=1, description=(
+        "Set: every call gets this argument set to the rollout's own key (hidden from "
+        "the model)."))
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpSettings:
@@ -82,11 +91,16 @@ class AgentSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mcp: McpSettings | None = None
-    skills: Literal["listing", "retrieval"] | None = None
-    context_window_tokens: int = Field(default=200_000, gt=0)
-    listing_budget_percent: float = Field(default=1.0, gt=0, le=100)
-    listing_description_chars: int = Field(default=1536, ge=1)
+    mcp: McpSettings | None = Field(default=None, description=(
+        "The MCP server the tool-calling agent takes its tools from."))
+    skills: Literal["listing", "retrieval"] | None = Field(default=None, description=(
+        "How the tool-calling agent meets the skills (above)."))
+    context_window_tokens: int = Field(default=200_000, gt=0, description=(
+        "The agent model's context window, in tokens."))
+    listing_budget_percent: float = Field(default=1.0, gt=0, le=100, description=(
+        "The skill listing's budget, in percent of the context window."))
+    listing_description_chars: int = Field(default=1536, ge=1, description=(
+        "Each description in the listing is cut at this many characters."))
 
     @property
     def listing_budget_tokens(self) -> int:
