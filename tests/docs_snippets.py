@@ -18,7 +18,8 @@ Every fence names its language. The languages:
 Markers, an HTML comment on the line right before a ``sh`` or ``python`` fence:
 
 - ``<!-- not-run: REASON -->``: the block is not run (it installs, it needs a service
-  the tests do not have, it is for another shell). The reason is required.
+  the tests do not have, it is for another shell). The reason is required, and
+  tests/test_docs.py's NOT_RUN counts them per page, so a skip cannot grow silently.
 - ``<!-- run: background -->``: the block is one command that starts a server. It runs
   in the background; the next block runs once the URL it prints answers ``/health``.
   The servers are stopped (SIGTERM, then waited for) after the last block.
