@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on example_repo, the whole workflow as one story (under 6 minutes on 2
-# cores with the embedded model; the figures and how they were measured: README.md, Set up):
+# cores with the embedded model; the figures and how they were measured: docs/getting-started.md, The main job):
 #   1. create an experience repository from example_repo/;
 #   2. train it in propose mode on example_repo/cases/demo_train.yaml: a baseline eval
 #      on example_repo/cases/demo_eval.yaml, one training epoch (rollouts -> trajectories

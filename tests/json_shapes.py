@@ -1,8 +1,8 @@
-"""The ``--json`` shapes as README.md's "JSON output" tables document them, and a check
+"""The ``--json`` shapes as docs/json-output.md's tables document them, and a check
 of a command's real output against them: the tables are the spec the tests read, so the
 documentation cannot drift from the output.
 
-Notation of a table cell (see README.md): ``{"a", "b": [id]}`` an object with exactly
+Notation of a table cell (see docs/json-output.md): ``{"a", "b": [id]}`` an object with exactly
 these keys; ``[shape]`` a list of such items; ``...name`` all the fields of a named
 object; ``{name: diff}`` a mapping (its keys are data); ``id`` a 12-hex id, ``commit`` a
 40-hex commit, ``str`` a string; a named object of the first table; anything else
@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "json-output.md"
 ID = re.compile(r"[0-9a-f]{12}")
 SHA = re.compile(r"[0-9a-f]{40}")
 _TOKEN = re.compile(r'"[^"]*"|\.\.\.\w+|[{}\[\],:]|[\w-]+')
@@ -100,9 +100,8 @@ def _cells(section: str, header: str) -> list[tuple[str, str]]:
 
 @cache
 def documented() -> tuple[dict[str, Shape], dict[str, Shape]]:
-    """The named objects and each command's shape, from README.md."""
-    text = README.read_text()
-    section = text.split("### JSON output\n", 1)[1].split("\n### ", 1)[0]
+    """The named objects and each command's shape, from docs/json-output.md."""
+    section = PAGE.read_text()
     objects = {name.strip("`"): _Parser(cell.split("`")[1]).shape()
                for name, cell in _cells(section, "| object | fields |")}
     commands: dict[str, Shape] = {}
@@ -181,7 +180,7 @@ def _conventions(data: Any, where: str) -> None:
 
 
 def assert_shape(command: str, data: Any) -> None:
-    """``data`` (``command --json``'s document) has the shape README.md documents."""
+    """``data`` (``command --json``'s document) has the shape docs/json-output.md documents."""
     objects, commands = documented()
     assert isinstance(data, dict), f"{command}: a bare {type(data).__name__}, not an object"
     _check(data, commands[command], objects, command)

@@ -83,5 +83,5 @@ def test_the_docs_check_finds_a_deep_import() -> None:
 
 
 def test_the_docs_use_the_public_api() -> None:
-    """The check above reads real snippets: the README imports from ``expgit.api``."""
-    assert "context_for" in api_names_imported((ROOT / "README.md").read_text("utf-8"))
+    """The check above reads real snippets: the docs import from ``expgit.api``."""
+    assert "context_for" in api_names_imported((ROOT / "docs" / "context.md").read_text("utf-8"))

@@ -2,7 +2,7 @@
 repository is in (training made a proposal the gate passed, or none at all), and where
 the embedded model is not installed, one line says what to install (the README's
 command), the script exits 2, and nothing but the freshly initialised repository is
-left. (The script's run where the gate refuses the proposal is tests/test_readme.py's.)
+left. (The script's run where the gate refuses the proposal is tests/test_docs.py's, on README.md.)
 The model is a local OpenAI-compatible server answering from a strict script."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print the result as one JSON object for scripts (its "
-                                "fields: README.md, JSON output).")
+                                "fields: docs/json-output.md).")
 
 
 def open_repo(ctx: click.Context) -> ExperienceRepository:

@@ -1,4 +1,4 @@
-"""Shell completion of the ids of open proposals and gradients (see the README's
+"""Shell completion of the ids of open proposals and gradients (see docs/workflow.md,
 "Shell completion"). A completion never fails the shell: any error completes nothing."""
 
 from __future__ import annotations

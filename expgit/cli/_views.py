@@ -1,6 +1,6 @@
 """JSON views of library objects, shared by the read commands.
 
-The convention (README, "JSON output"): every ``--json`` document is one object; a field
+The convention (docs/json-output.md): every ``--json`` document is one object; a field
 that names a proposal or a gradient holds its 12-hex id; ``commit`` and the other commit
 fields hold full 40-hex object ids; times are whole seconds since the epoch.
 """

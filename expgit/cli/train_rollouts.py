@@ -50,7 +50,7 @@ def train_write_options(func: F) -> F:
 @click.option("--evaluator", type=click.Choice(EVALUATORS), default="recorded",
               show_default=True, help="recorded: each rollout's own evaluation; feedback: "
               "label each by its feedback signals (thumbs, ratings, re-asks in "
-              "metadata.message_stamps and metadata.feedback_events; see README, Outcomes).")
+              "metadata.message_stamps and metadata.feedback_events; see docs/outcomes.md).")
 @train_write_options
 @report_html_option
 @llm_options
@@ -67,7 +67,7 @@ def train_rollouts_cmd(ctx: click.Context, rollouts_file: Path, evaluator: str, 
     with its case (and, ideally, its evaluation). One update against the current main.
 
     With --remote NAME, what it makes is pushed to that remote, which other trainers
-    share (never a forced push; see README, "Several machines, one repository").
+    share (never a forced push; see docs/remote.md).
 
     \b
     Example:

