@@ -1,23 +1,10 @@
-"""The one retry policy of expgit's calls to something that may fail for a while: an
-LLM endpoint (:mod:`expgit.llm.openai_chat`), the training service and an environment
-service (:mod:`expgit.remote`), a local model server's port (:mod:`expgit.llm.local`).
-
-It is tenacity's loop (stop, wait, retry), not a hand-written one: an attempt that
-raises :class:`Transient` is tried again, at most ``retries`` more times (None: no
-bound, for a caller with a timeout of its own), after exponential backoff (``first``
-seconds, doubling up to ``most``; with ``jitter``, uniform below that, so colliding
-callers spread out) or after the wait the server asked for (``Transient.wait``). A
-wait that would end past the ``deadline`` is not taken. Giving up raises the last
-Transient's ``error``, which the caller built knowing the attempt number it was
-given, so its message can say how many attempts were made; any other exception ends
-the call at once.
-
-Not retries, and so not this policy: polling a job until it ends (the training
-service's jobs, an environment's executions) and waiting for a lock's holder to let go
-(:mod:`expgit.store.lock`, the ref locks in :mod:`expgit.git`). They wait for someone
-else to finish, not for a failure to pass, and are bounded by a deadline, not by a
-count of attempts.
-"""
+"""The one retry policy (docs/design.md, "Safety") of calls to something that may fail
+for a while: an LLM endpoint, the training and environment services, a local model
+server's port. It is tenacity's loop: an attempt that raises :class:`Transient` is tried
+again, at most ``retries`` more times, after exponential backoff or the wait the server
+asked for, never waiting past the deadline; giving up raises the last Transient's
+``error``, which the caller built knowing the attempt's number. Polling a job and waiting
+for a lock's holder are not retries (they wait for another party, bounded by time)."""
 
 from __future__ import annotations
 

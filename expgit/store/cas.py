@@ -1,15 +1,7 @@
-"""The one compare-and-swap loop of expgit's writers (docs/design.md, "Compare-and-swap on main").
-
-Every write of a branch others may move (``main`` by ``apply``, a remote's branch by a
-leased push, a side branch by concurrent recorders) goes the same way: read the tip,
-build the new objects on it, and move the ref(s) only if the tip is still there. A
-:class:`~expgit.git.repo.RefMovedError` from the build or the move (another writer
-moved it meanwhile) starts over on the new tip, with jitter between attempts, at most
-``attempts`` times; then the caller's "gave up" error, or the last RefMovedError
-(exit 3 either way). Any other error ends the loop at once. The ref writer itself is
-:meth:`expgit.git.repo.GitRepo.update_refs` (or ``git push --force-with-lease``):
-this module only decides when to try again.
-"""
+"""The one compare-and-swap loop of expgit's writers (docs/design.md, "Compare-and-swap
+on main"): read the tip, build on it, move the ref(s) only if the tip is unchanged; a
+RefMovedError (another writer moved it) starts over on the new tip, a bounded number of
+times. The ref writer itself (``GitRepo.update_refs``, a leased push) is the caller's."""
 
 from __future__ import annotations
 

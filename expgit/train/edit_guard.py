@@ -1,29 +1,19 @@
-"""The one guard chain for an edit a model proposed: the gradient estimator's edits and
-the policy optimizer's merge items go through :func:`guard_edit`, in one order
-(docs/design.md, "Safety"); the checks themselves are :mod:`expgit.train.lesson_guard`'s.
-
-1. junk (``degenerate``): the rationale, summary or body (:func:`check_written`);
-2. in the skills layout, a name the Agent Skills rules refuse (``skill_name``);
-3. a secret (``refused_secret``), an attack on the agent (``injection``), a copy of
-   ``max_copied_words`` words of the sources (``refused_copy``; half as many: a note);
-4. the caller's own checks of the target, which also build the new file (``invalid``:
-   a delete of a missing file, a second edit of one file, ...);
-5. a change only in form (``cosmetic``) or that drops half the body (``collapse``).
-
-A delete writes no summary, tags or body, so only its rationale and name are checked.
-The verdict is :class:`Accepted` or :class:`Rejected`; :class:`Rejections` keeps the
-rejected ones as the callers report them: ``"<action> '<name>': <reason>"`` lines, a
-count per refused kind on the redactor, and a reply of nothing but junk counted as a
-failed call of its stage."""
+"""The one guard chain for an edit a model proposed (docs/design.md, "Safety"): the
+estimator's edits and the optimizer's merge items go through :func:`guard_edit`, which
+runs :mod:`expgit.train.lesson_guard`'s checks in one order: junk (``degenerate``), a
+skill name the spec refuses, a secret, an attack on the agent or a copy of the sources,
+the caller's checks of the target (``invalid``), then ``cosmetic`` and ``collapse``. A
+delete writes no summary, tags or body: only its rationale and name are checked."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 from expgit.errors import InvalidInputError
 from expgit.llm.structured import StructuredLLM
+from expgit.train.components.llm_outputs import EstimatedEdit, MergeItem
 from expgit.train.lesson_guard import (
     DEGENERATE,
     LessonRefused,
@@ -42,21 +32,7 @@ __all__ = ["Accepted", "ModelEdit", "Rejected", "RejectionKind", "Rejections", "
 RejectionKind = RefusalKind | Literal["invalid"]
 
 
-class ModelEdit(Protocol):
-    """An edit as a model wrote it (an estimated edit, a merge item)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def action(self) -> str: ...
-    @property
-    def rationale(self) -> str: ...
-    @property
-    def summary(self) -> str: ...
-    @property
-    def tags(self) -> list[str]: ...
-    @property
-    def body(self) -> str: ...
+ModelEdit = EstimatedEdit | MergeItem
 
 
 @dataclass(frozen=True)
