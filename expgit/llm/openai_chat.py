@@ -1,11 +1,16 @@
 """The production chat and embedding model: the ``openai`` client against any
 OpenAI-compatible ``base_url`` (OpenAI, vLLM, llama.cpp's server, ...).
 
-Transient failures (408/409/429/5xx, timeouts, connection errors) are retried here with
-exponential backoff and jitter, honouring ``Retry-After`` / ``retry-after-ms`` and
-``x-should-retry``; the client's own retries are off so that every HTTP attempt is ours
-to count and bound. Every failure leaves as :class:`~expgit.llm.port.LLMError`, with a
-hint when the cause is a configuration problem (key, model, response format).
+Transient failures (408/409/429/5xx, timeouts, connection errors) are retried by expgit's
+one retry policy (:mod:`expgit.llm.retry`: exponential backoff with jitter), honouring
+``Retry-After`` / ``retry-after-ms`` and ``x-should-retry``. The client's own retries
+are off: their policy also retries an exhausted quota (429 ``insufficient_quota``) and
+llama.cpp's refusal of a ``response_format`` (a 500), knows no deadline over a call's
+attempts, and does not say how many attempts it made (``_retries_taken`` is private;
+an HTTP event hook would touch the HTTP layer below), which are counted here
+(``attempts``). Every failure leaves as
+:class:`~expgit.llm.port.LLMError`, with a hint when the cause is a configuration
+problem (key, model, response format).
 
 The client's HTTP layer (``httpx`` in openai 1.x, the ``httpx2`` fork in 3.x) is never
 touched directly: only ``openai``'s own exception types and response objects are used.
@@ -16,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import math
-import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -25,6 +29,7 @@ import openai
 
 from expgit.llm.port import ChatMessages, Completion, LLMError, ToolCall, ToolMessages, ToolTurn
 from expgit.llm.provenance import display_url
+from expgit.llm.retry import RetryPolicy, Transient
 
 R = TypeVar("R")
 
@@ -104,6 +109,7 @@ class OpenAIChatModel:
         self.seed = seed  # sent with every chat request when set (the embedded model's)
         self.max_retries = max_retries
         self.backoff_seconds = backoff_seconds
+        self.retry_policy = RetryPolicy(max_retries, backoff_seconds, MAX_BACKOFF_SECONDS)
         self.attempts = 0  # HTTP attempts made, retries included
         self._limit = asyncio.Semaphore(max_concurrency) if max_concurrency else None
         self.client = openai.AsyncOpenAI(
@@ -118,13 +124,10 @@ class OpenAIChatModel:
         """The base URL as messages show it: without its userinfo (a password)."""
         return display_url(str(self.client.base_url).rstrip("/"))
 
-    def _backoff(self, attempt: int) -> float:
-        base = min(self.backoff_seconds * (2 ** attempt), MAX_BACKOFF_SECONDS)
-        return float(base * (0.5 + random.random() / 2))
-
     def _status_failure(self, what: str, exc: openai.APIStatusError, attempt: int
-                        ) -> tuple[LLMError | None, float]:
-        """(error to raise, or None and the delay before the next attempt)."""
+                        ) -> LLMError | Transient:
+        """The error to raise, or (a transient failure) the error to raise if no retry
+        is left, with the wait the endpoint asked for."""
         status = exc.status_code
         headers = exc.response.headers if exc.response is not None else None
         detail = f"{what}: {self.endpoint} answered HTTP {status}: {_short(exc.message)}"
@@ -141,16 +144,14 @@ class OpenAIChatModel:
                 hint = "the account behind the API key has no quota left"
             elif refused_format:
                 hint = _FORMAT_HINT
-            return LLMError(detail, hint=hint, cause=f"HTTP {status}"), 0.0
-        if attempt >= self.max_retries:
-            return LLMError(f"{detail} (gave up after {attempt + 1} attempts)",
-                            cause=f"HTTP {status}"), 0.0
+            return LLMError(detail, hint=hint, cause=f"HTTP {status}")
         wait = _retry_after(headers)
-        if wait is not None and wait > MAX_RETRY_AFTER_SECONDS:
+        if wait is not None and wait > MAX_RETRY_AFTER_SECONDS and attempt <= self.max_retries:
             return LLMError(f"{detail} (the endpoint asks to wait {wait:.0f}s, more than "
                             f"{MAX_RETRY_AFTER_SECONDS:.0f}s)",
-                            cause=f"HTTP {status}, asked to wait {wait:.0f}s"), 0.0
-        return None, self._backoff(attempt) if wait is None else wait
+                            cause=f"HTTP {status}, asked to wait {wait:.0f}s")
+        return Transient(LLMError(f"{detail} (gave up after {attempt} attempts)",
+                                  cause=f"HTTP {status}"), wait)
 
     def _past_deadline(self, what: str, attempt: int) -> LLMError:
         return LLMError(
@@ -169,49 +170,43 @@ class OpenAIChatModel:
             return await self._attempts(what, call)
 
     async def _attempts(self, what: str, call: Callable[[float], Awaitable[R]]) -> R:
-        attempt = 0
         deadline = (None if self.deadline_seconds is None
                     else time.monotonic() + self.deadline_seconds)
-        while True:
+
+        async def attempt(n: int) -> R:
             timeout = self.timeout_seconds
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise self._past_deadline(what, attempt)
+                    raise self._past_deadline(what, n - 1)
                 timeout = min(timeout, left)
             self.attempts += 1
             try:
                 return await call(timeout)
             except openai.APIStatusError as exc:
-                error, delay = self._status_failure(what, exc, attempt)
-                if error is not None:
-                    raise error from None
+                failure = self._status_failure(what, exc, n)
+                raise failure from None
             except openai.APITimeoutError:
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise self._past_deadline(what, attempt + 1) from None
-                if attempt >= self.max_retries:
-                    raise LLMError(
-                        f"{what}: {self.endpoint} timed out ({self.timeout_seconds:g}s per "
-                        f"request) {attempt + 1} times", hint="raise [llm] timeout_seconds "
-                        "in expgit.toml, or check that the endpoint is not overloaded",
-                        cause=f"timed out ({self.timeout_seconds:g}s per request)") from None
-                delay = self._backoff(attempt)
+                    raise self._past_deadline(what, n) from None
+                raise Transient(LLMError(
+                    f"{what}: {self.endpoint} timed out ({self.timeout_seconds:g}s per "
+                    f"request) {n} times", hint="raise [llm] timeout_seconds "
+                    "in expgit.toml, or check that the endpoint is not overloaded",
+                    cause=f"timed out ({self.timeout_seconds:g}s per request)")) from None
             except openai.APIConnectionError as exc:
-                if attempt >= self.max_retries:
-                    raise LLMError(f"{what}: {self.endpoint} could not be reached after "
-                                   f"{attempt + 1} attempts: {_short(exc.message)}",
-                                   cause=f"{self.endpoint} unreachable") from None
-                delay = self._backoff(attempt)
+                raise Transient(LLMError(f"{what}: {self.endpoint} could not be reached "
+                                         f"after {n} attempts: {_short(exc.message)}",
+                                         cause=f"{self.endpoint} unreachable")) from None
             except openai.OpenAIError as exc:  # malformed response body, client misuse
                 raise LLMError(f"{what}: {self.endpoint} failed: {_short(exc)}",
                                cause=type(exc).__name__) from None
             except ValueError as exc:  # a body that claims to be JSON and is not
                 raise LLMError(f"{what}: {self.endpoint} returned an unreadable response: "
                                f"{_short(exc)}", cause="unreadable response") from None
-            attempt += 1
-            if deadline is not None:
-                delay = min(delay, max(0.0, deadline - time.monotonic()))
-            await asyncio.sleep(delay)
+
+        return await self.retry_policy.call(
+            attempt, deadline=deadline, past_deadline=lambda n: self._past_deadline(what, n))
 
     async def complete(self, messages: ChatMessages, *, stage: str,
                        response_format: dict[str, Any] | None, max_tokens: int,

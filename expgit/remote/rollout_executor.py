@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from expgit.errors import UsageError
+from expgit.llm.retry import RetryPolicy, Transient
 from expgit.remote.http import (
     DEFAULT_REQUEST_TIMEOUT,
     HttpStats,
@@ -104,6 +105,8 @@ class RemoteRolloutExecutor:
         self.options = dict(options or {})
         self.request_timeout = min(request_timeout, timeout_seconds)
         self.connect_retries = connect_retries
+        # a busy service: submit again, with backoff, until the case's timeout
+        self.submit_policy = RetryPolicy(None, poll_initial, poll_max, jitter=False)
         if long_poll < 0:
             raise UsageError(f"long poll must be 0 or more seconds, not {long_poll}")
         self.long_poll = min(long_poll, self.request_timeout / 2)  # held polls must not time out
@@ -181,26 +184,28 @@ class RemoteRolloutExecutor:
 
     async def _submit(self, client: httpx.AsyncClient, request: RolloutRequest,
                       attempt: _Attempt) -> ExecutionStatus:
-        delay = self.poll_initial
-        refused = 0
-        while True:
+        refused = 0  # submissions that never arrived: at most connect_retries of them
+
+        async def submit(n: int) -> ExecutionStatus:
+            nonlocal refused
             try:
-                status = await call_json(client, "POST", "/v1/rollouts/execute",
-                                         ExecutionStatus, body=request, stats=attempt.stats)
+                return await call_json(client, "POST", "/v1/rollouts/execute",
+                                       ExecutionStatus, body=request, stats=attempt.stats)
             except RemoteServiceError as exc:
+                failed = _CaseFailed(f"cannot submit the rollout: {exc.message}")
                 if exc.status in _BUSY:
                     attempt.last_status = f"service busy (HTTP {exc.status})"
                 elif not exc.sent and refused < self.connect_retries:
                     refused += 1  # never arrived (connection refused): safe to send again
                     attempt.last_status = "service unreachable"
                 else:
-                    raise _CaseFailed(f"cannot submit the rollout: {exc.message}") from None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.poll_max)
-                continue
-            attempt.execution_ids.append(status.execution_id)
-            attempt.last_status = status.status
-            return status
+                    raise failed from None
+                raise Transient(failed) from None
+
+        status = await self.submit_policy.call(submit)  # within the case's timeout
+        attempt.execution_ids.append(status.execution_id)
+        attempt.last_status = status.status
+        return status
 
     async def _poll(self, client: httpx.AsyncClient, request: RolloutRequest,
                     execution_id: str, attempt: _Attempt) -> ExecutionStatus:

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Sequence
 
 import httpx
 
 from expgit.errors import UsageError
+from expgit.llm.retry import RetryPolicy, Transient
 from expgit.remote.http import HttpStats, RemoteServiceError, call_json, make_client
 from expgit.remote.protocol import Health
 from expgit.remote.training_protocol import FINISHED, TrainingJob
@@ -62,6 +64,8 @@ class RemoteTrainingPolicyTrainer:
         self.request_timeout = request_timeout
         self.max_in_flight = max_in_flight
         self.max_unreachable = max_unreachable  # consecutive failed requests of one job
+        self.retry_policy = RetryPolicy(max_unreachable - 1, poll_interval, max_poll_interval,
+                                        jitter=False)
         self.stats = HttpStats()
 
     async def train_rollouts(self, rollouts: Sequence[Rollout], policy_set: ExperienceSet,
@@ -131,8 +135,8 @@ class RemoteTrainingPolicyTrainer:
         ``max_unreachable`` attempts in a row, and never past ``deadline``. A final
         failure is returned as an error line."""
         loop = asyncio.get_running_loop()
-        delay = self.poll_interval
-        for attempt in range(1, self.max_unreachable + 1):
+
+        async def attempt(n: int) -> TrainingJob | str:
             try:
                 return await call_json(client, method, path, TrainingJob, body=body,
                                        stats=self.stats)
@@ -140,13 +144,19 @@ class RemoteTrainingPolicyTrainer:
                 if exc.status == 404 and method == "GET":
                     return (f"{what}: the service no longer knows this job (restarted?); "
                             "what it trained before is in git")
-                retry = exc.status in RETRY_STATUSES or not exc.reachable
-                if not retry or attempt == self.max_unreachable \
-                        or loop.time() + delay > deadline:
-                    return f"{what}: {exc.message}"
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.max_poll_interval)
-        raise AssertionError("unreachable")  # the loop always returns
+                if exc.status in RETRY_STATUSES or not exc.reachable:
+                    raise Transient(_Failed(f"{what}: {exc.message}")) from None
+                return f"{what}: {exc.message}"
+
+        try:
+            return await self.retry_policy.call(
+                attempt, deadline=time.monotonic() + deadline - loop.time())
+        except _Failed as exc:
+            return str(exc)
+
+
+class _Failed(Exception):
+    """A request that failed for good: its error line."""
 
 
 def assemble(rollouts: Sequence[Rollout], outcomes: Sequence[TrainingJob | str]

@@ -17,16 +17,15 @@
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from expgit.errors import ConflictError, ExpgitError, UsageError
 from expgit.git.operands import END_OF_OPTIONS, operand
 from expgit.git.repo import RefMovedError, RefUpdate
 from expgit.store import trailers as tr
 from expgit.store.always_on import experience_tree
+from expgit.store.cas import TipMoved, compare_and_swap
 from expgit.store.changes import path_blobs
 from expgit.store.proposals import Proposal, find_proposal
 from expgit.store.publish import publish
@@ -134,20 +133,18 @@ def _apply_local(repo: ExperienceRepository, proposal: Proposal) -> ApplyResult:
     """CAS ``main`` to the proposal built on it. The lock keeps expgit writers out, but
     not a plain ``git commit``/``git push`` to ``main``: if one moved it under us, guard
     and rebuild on the new ``main`` and try again."""
-    for attempt in range(1, ATTEMPTS + 1):
-        old = repo.main_commit()
-        new, rebased = build_on(repo, proposal, old)
-        try:
-            warnings = publish(repo, new, old, closing_updates(repo, proposal, "applied"),
-                               f"expgit apply {proposal.id}")
-        except RefMovedError:
-            if attempt == ATTEMPTS or repo.git.ref(repo.main_ref) == old:
-                raise
-            continue
-        refresh_checkpoint(repo, new)  # cheap unless EVERY commits since the last one
-        return ApplyResult(proposal.id, new, old, rebased, attempts=attempt,
-                           warnings=warnings)
-    raise AssertionError("unreachable")  # pragma: no cover
+    def move(old: str, built: tuple[str, bool]) -> ApplyResult:
+        new, rebased = built
+        warnings = publish(repo, new, old, closing_updates(repo, proposal, "applied"),
+                           f"expgit apply {proposal.id}")
+        return ApplyResult(proposal.id, new, old, rebased, warnings=warnings)
+
+    # a RefMovedError with main where it was: another ref moved, which no retry mends
+    done = compare_and_swap(repo.main_commit, lambda old: build_on(repo, proposal, old), move,
+                            attempts=ATTEMPTS,
+                            retry=lambda old: repo.git.ref(repo.main_ref) != old)
+    refresh_checkpoint(repo, done.result.commit)  # cheap unless EVERY commits since the last
+    return replace(done.result, attempts=done.attempts)
 
 
 def _fetch_main(repo: ExperienceRepository, remote: str) -> str:
@@ -166,28 +163,31 @@ def _fetch_main(repo: ExperienceRepository, remote: str) -> str:
 def _apply_remote(repo: ExperienceRepository, proposal: Proposal, remote: str
                   ) -> ApplyResult:
     branch = repo.settings.main_branch
-    remote_old = _fetch_main(repo, remote)
-    for attempt in range(1, REMOTE_ATTEMPTS + 1):
-        new, rebased = build_on(repo, proposal, remote_old)
+
+    def lease(remote_old: str, built: tuple[str, bool]) -> tuple[str, str, bool]:
+        new, rebased = built
         push = repo.git.run("push", "--porcelain",
                             f"--force-with-lease={repo.main_ref}:{remote_old}",
                             END_OF_OPTIONS, remote, f"{new}:{repo.main_ref}", check=False)
         if push.returncode == 0:
-            break
-        time.sleep(random.uniform(0, 0.05 * attempt))  # spread out colliding writers
+            return remote_old, new, rebased
         moved = _fetch_main(repo, remote)
         if moved == new or repo.git.is_ancestor(new, moved):
-            break  # the push landed although git reported a failure (connection lost)
+            return remote_old, new, rebased  # it landed although git reported a failure
         if moved == remote_old:
             raise ExpgitError(
                 f"push to {remote!r} was refused: "
                 + (push.stdout + push.stderr).decode(errors="replace").strip().replace("\n", " "),
                 hint=f"nothing was changed, here or on {remote!r}")
-        if attempt == REMOTE_ATTEMPTS:
-            raise ConflictError(
-                f"{branch} on {remote!r} kept moving: gave up after {attempt} attempts",
-                hint="nothing was changed; run the command again")
-        remote_old = moved  # the lease failed: someone else pushed; guard again
+        raise TipMoved(moved)  # the lease failed: someone else pushed; guard again
+
+    done = compare_and_swap(
+        lambda: _fetch_main(repo, remote), lambda old: build_on(repo, proposal, old), lease,
+        attempts=REMOTE_ATTEMPTS, jitter=0.05,  # spread out colliding writers
+        gave_up=lambda n: ConflictError(
+            f"{branch} on {remote!r} kept moving: gave up after {n} attempts",
+            hint="nothing was changed; run the command again"))
+    (remote_old, new, rebased), attempt = done.result, done.attempts
     updates = closing_updates(repo, proposal, "applied")
     message = f"expgit apply {proposal.id}"
     warnings: list[str] = []

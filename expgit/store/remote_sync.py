@@ -34,17 +34,16 @@ push sends it again.
 
 from __future__ import annotations
 
-import random
 import re
-import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from expgit.errors import ConflictError, ExpgitError, UsageError
 from expgit.git.operands import END_OF_OPTIONS, operand
 from expgit.git.repo import GitRepo, RefMovedError, RefUpdate
 from expgit.store import version_checkpoint
+from expgit.store.cas import compare_and_swap
 from expgit.store.repository import ExperienceRepository
 
 # Refused leases one push rides out: each means another trainer's push landed.
@@ -192,39 +191,52 @@ def push_side_branch(repo: ExperienceRepository, branch: str, remote: str, *,
     if ref == repo.main_ref:
         raise UsageError(f"{name} is the main branch, not a side branch")
     git = repo.git
-    kept: list[str] = []
-    for attempt in range(1, ATTEMPTS + 1):
+    kept: list[str] = []  # first_wins: the paths where theirs was kept, every replay
+
+    def read() -> tuple[str | None, str | None]:
         local = git.ref(ref)
-        if local is None:
-            return SidePush(name, "absent", attempts=attempt)
-        theirs = fetch_tip(repo, remote, ref)
-        if theirs is not None and (theirs == local or git.is_ancestor(local, theirs)):
-            status: PushStatus = "replayed" if kept else "up to date"
-            return SidePush(name, status, theirs, attempt, kept)
-        new, replayed = local, False
-        if theirs is not None and not git.is_ancestor(theirs, local):
-            try:
-                new, kept_now = _replay(repo, ref, local, theirs, remote, first_wins)
-            except RefMovedError:
-                continue  # a writer here moved the branch: replay its tip
-            kept, replayed = sorted({*kept, *kept_now}), True
+        return local, (fetch_tip(repo, remote, ref) if local is not None else None)
+
+    def replay(tip: tuple[str | None, str | None]) -> tuple[str, bool] | None:
+        """The commit to push and whether it is a replay; None: nothing to push."""
+        local, theirs = tip
+        if local is None or (theirs is not None
+                             and (theirs == local or git.is_ancestor(local, theirs))):
+            return None
+        if theirs is None or git.is_ancestor(theirs, local):
+            return local, False
+        new, kept_now = _replay(repo, ref, local, theirs, remote, first_wins)  # may move
+        kept[:] = sorted({*kept, *kept_now})
+        return new, True
+
+    def lease(tip: tuple[str | None, str | None], built: tuple[str, bool] | None
+              ) -> SidePush:
+        local, theirs = tip
+        if built is None:
+            return SidePush(name, "absent") if local is None else \
+                SidePush(name, "replayed" if kept else "up to date", theirs, 1, list(kept))
+        new, replayed = built
+        done = SidePush(name, "replayed" if replayed or kept else "pushed", new, 1, list(kept))
         proc = git.run("push", "--porcelain",
                        f"--force-with-lease={ref}:{theirs or ''}", END_OF_OPTIONS, remote,
                        f"{new}:{ref}", check=False)
         if proc.returncode == 0:
-            return SidePush(name, "replayed" if replayed or kept else "pushed", new, attempt,
-                            kept)
+            return done
         moved = fetch_tip(repo, remote, ref)
         if moved is not None and (moved == new or git.is_ancestor(new, moved)):
-            return SidePush(name, "replayed" if replayed or kept else "pushed", new, attempt,
-                            kept)  # it landed although git reported a failure
+            return done  # it landed although git reported a failure
         if moved == theirs:
             raise ExpgitError(f"push of {name} to {remote!r} was refused: "
                               + _one_line(proc.stdout, proc.stderr),
                               hint="everything is kept here; the next push sends it")
-        time.sleep(random.uniform(0, 0.05 * attempt))  # spread out colliding trainers
-    raise ConflictError(f"{name} on {remote!r} kept moving: gave up after {ATTEMPTS} "
-                        "attempts", hint="everything is kept here; push again later")
+        raise RefMovedError(f"{name} moved on {remote!r}")  # fetch and replay again
+
+    pushed = compare_and_swap(
+        read, replay, lease, attempts=ATTEMPTS, jitter=0.05,  # spread out colliding trainers
+        gave_up=lambda n: ConflictError(f"{name} on {remote!r} kept moving: gave up after "
+                                        f"{n} attempts",
+                                        hint="everything is kept here; push again later"))
+    return replace(pushed.result, attempts=pushed.attempts)
 
 
 def push_checkpoint(repo: ExperienceRepository, remote: str) -> SidePush:

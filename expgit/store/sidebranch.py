@@ -19,18 +19,17 @@ branch once (one compare-and-swap for the chain). Each writer still gets its own
 
 from __future__ import annotations
 
-import random
 import re
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, TypeGuard
 
 from expgit.errors import ConflictError, UsageError
-from expgit.git.repo import RefMovedError, RefUpdate, TreeEntry
+from expgit.git.repo import RefUpdate, TreeEntry
 from expgit.git.zlist import raw_diff
 from expgit.store import trailers as tr
+from expgit.store.cas import compare_and_swap
 from expgit.store.repository import ExperienceRepository
 
 ATTEMPTS = 10
@@ -224,42 +223,41 @@ class SideBranch:
         """Commit every write of ``batch`` in order, one commit each, and move the branch
         once; a write whose ``changes`` fail gets that error, the others go on."""
         git = self.repo.git
-        try:
-            for attempt in range(1, ATTEMPTS + 1):
-                tip = git.ref(self.ref)
-                base = tip if tip is not None else self._remote_tip()
-                head, tree = base, git.read_commit(base).tree if base else None
-                for item in batch:
-                    item.commit = item.error = None
-                    try:
-                        wanted = item.changes(head) if callable(item.changes) \
-                            else item.changes
-                    except Exception as exc:  # this write fails, the others go on
-                        item.error = exc
-                        continue
-                    blobs = {path: (git.write_blob(data) if data is not None else None)
-                             for path, data in wanted.items()}
-                    new_tree = git.edit_tree(tree, blobs)
-                    if new_tree == tree or (tree is None and not any(blobs.values())):
-                        continue
-                    head = item.commit = git.write_commit(new_tree, [head] if head else [],
-                                                          item.message)
-                    tree = new_tree
-                if head == base:
-                    return
-                made = [item for item in batch if item.commit]
-                reflog = made[0].subject + (f" (+{len(made) - 1} more)" if len(made) > 1
-                                            else "")
+
+        def build(tip: str | None) -> str | None:
+            """Every write committed in order on the tip; the new head (None: no change)."""
+            base = tip if tip is not None else self._remote_tip()
+            head, tree = base, git.read_commit(base).tree if base else None
+            for item in batch:
+                item.commit = item.error = None
                 try:
-                    git.update_refs([RefUpdate(self.ref, head, tip)], f"expgit: {reflog}")
-                except RefMovedError:
-                    if attempt < ATTEMPTS:
-                        time.sleep(random.uniform(0.001, 0.01) * attempt)
+                    wanted = item.changes(head) if callable(item.changes) else item.changes
+                except Exception as exc:  # this write fails, the others go on
+                    item.error = exc
                     continue
+                blobs = {path: (git.write_blob(data) if data is not None else None)
+                         for path, data in wanted.items()}
+                new_tree = git.edit_tree(tree, blobs)
+                if new_tree == tree or (tree is None and not any(blobs.values())):
+                    continue
+                head = item.commit = git.write_commit(new_tree, [head] if head else [],
+                                                      item.message)
+                tree = new_tree
+            return None if head == base else head
+
+        def move(tip: str | None, head: str | None) -> None:
+            if head is None:
                 return
-            failure: BaseException = ConflictError(
-                f"could not write to {self.branch}: it kept moving ({ATTEMPTS} attempts)",
-                hint="run the command again")
+            made = [item for item in batch if item.commit]
+            reflog = made[0].subject + (f" (+{len(made) - 1} more)" if len(made) > 1 else "")
+            git.update_refs([RefUpdate(self.ref, head, tip)], f"expgit: {reflog}")
+
+        try:
+            compare_and_swap(lambda: git.ref(self.ref), build, move, attempts=ATTEMPTS,
+                             jitter=0.01, gave_up=lambda n: ConflictError(
+                                 f"could not write to {self.branch}: it kept moving "
+                                 f"({n} attempts)", hint="run the command again"))
+            return
         except BaseException as exc:  # git failed: every write of the batch failed
             failure = exc
         for item in batch:

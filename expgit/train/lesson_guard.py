@@ -26,8 +26,8 @@
   a download piped to a shell, secrets sent away, hidden characters...
   (:mod:`expgit.store.injection`).
 
-:func:`check_lesson` and :func:`check_change` are the one place both guard chains call:
-the gradient estimator's (each edit) and the policy optimizer's (each merge item).
+:func:`expgit.train.edit_guard.guard_edit` runs these checks in one order, for the
+gradient estimator (each edit) and the policy optimizer (each merge item) alike.
 
 A reply whose every lesson was junk counts as a failed call of its stage, with the cause
 :data:`DEGENERATE_REPLY` (:func:`count_degenerate_reply`), so the run exits 7 and says so.
@@ -39,6 +39,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 from functools import lru_cache
+from typing import Final, Literal
 
 from expgit.errors import InvalidInputError
 from expgit.llm.port import LLMOutputError
@@ -53,23 +54,25 @@ from expgit.train.cosmetic import only_cosmetic
 from expgit.train.degeneracy import enough_words, headings_of, problem, summary_problem
 
 _WORD = re.compile(r"\w+")
-DEGENERATE = "degenerate"
-COSMETIC = "cosmetic"
-COLLAPSE = "collapse"
-INJECTION = "injection"
-SKILL_NAME = "skill_name"
+DEGENERATE: Final = "degenerate"
+COSMETIC: Final = "cosmetic"
+COLLAPSE: Final = "collapse"
+INJECTION: Final = "injection"
+SKILL_NAME: Final = "skill_name"
 DEGENERATE_REPLY = "degenerate reply (only junk; the reasons are in the rejected edits)"
 RATIONALE_WORDS = 3  # the fewest words of an edit's rationale that can say why
 BODY_WORDS = 4  # the fewest words of a body that can state a rule
 SUMMARY_WORDS = 4  # the fewest words of a summary that can say when and what to do
 _NAME = re.compile(r"^name:\s*([a-z0-9-]+)\s*$", re.M)
+RefusalKind = Literal["refused_secret", "refused_copy", "injection", "degenerate",
+                      "cosmetic", "collapse", "skill_name"]
 
 
 class LessonRefused(InvalidInputError):
     """A lesson refused by the guard; ``kind``: ``refused_secret``, ``refused_copy``,
     ``injection``, ``degenerate``, ``cosmetic``, ``collapse`` or ``skill_name``."""
 
-    def __init__(self, message: str, kind: str) -> None:
+    def __init__(self, message: str, kind: RefusalKind) -> None:
         super().__init__(message)
         self.kind = kind
 

@@ -225,6 +225,33 @@ def test_429_then_success_is_retried(fake: FakeOpenAI) -> None:
     assert meter.total().calls == 1  # one logical call, retried inside the model
 
 
+def test_429_and_500_then_success_counts_every_attempt(fake: FakeOpenAI) -> None:
+    """Over a real socket: each HTTP attempt is counted on the model, the logical call
+    once on the meter; a third failure would have given up (max_retries=2)."""
+    fake.script(error(429, "slow down"), error(500, "boom"), chat(GOOD))
+    model = model_for(fake, max_retries=2)
+    meter = UsageMeter()
+    assert generate(model, meter).answer == "yes"
+    assert len(fake.requests) == 3 and model.attempts == 3
+    assert meter.total().calls == 1
+    fake.script(error(429, "slow down"), error(500, "boom"), chat(GOOD))
+    with pytest.raises(LLMError, match=r"HTTP 500.*gave up after 2 attempts"):
+        generate(model_for(fake, max_retries=1), UsageMeter())
+    assert len(fake.requests) == 5
+    fake.replies.clear()
+
+
+def test_a_retry_after_past_the_deadline_ends_the_call_without_waiting(
+        fake: FakeOpenAI) -> None:
+    fake.script(error(503, "later", headers={"Retry-After": "100"}))
+    model = model_for(fake, max_retries=3)
+    model.deadline_seconds = 30.0
+    started = time.monotonic()
+    with pytest.raises(LLMError, match=r"per-call deadline of 30s \(1 attempt\)"):
+        generate(model, UsageMeter())
+    assert time.monotonic() - started < 20 and model.attempts == 1
+
+
 def test_500_until_retries_are_exhausted(fake: FakeOpenAI) -> None:
     fake.script(*[error(500, "boom")] * 3)
     with pytest.raises(LLMError, match=r"HTTP 500.*gave up after 3 attempts") as info:

@@ -321,6 +321,34 @@ def test_main_moved_by_plain_git_during_apply_is_guarded_again(
     fsck(path)
 
 
+def test_apply_gives_up_when_plain_git_keeps_moving_main(
+        repo: ExperienceRepository, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every attempt loses the race: after ATTEMPTS, the RefMovedError (exit 3) and
+    nothing of expgit's written: main holds the last hand commit, the proposal is open."""
+    import expgit.store.apply as apply_module
+    from expgit.errors import EXIT_CONFLICT, ConflictError
+
+    path = repo.git.work_tree
+    assert path is not None
+    pid, _text = the_proposal(repo, "refund-method-rules")
+    moved: list[str] = []
+    real_build_on = apply_module.build_on
+
+    def racing_build_on(*args, **kwargs):  # type: ignore[no-untyped-def]
+        built = real_build_on(*args, **kwargs)
+        moved.append(commit_on_main(path, "flight-change-rules", f"Note {len(moved)}."))
+        return built
+
+    monkeypatch.setattr(apply_module, "build_on", racing_build_on)
+    with pytest.raises(ConflictError) as info:
+        apply_proposal(repo, pid)
+    assert info.value.exit_code == EXIT_CONFLICT
+    assert len(moved) == apply_module.ATTEMPTS
+    assert main_of(path) == moved[-1]
+    assert git(path, "for-each-ref", PROPOSALS + pid).strip()
+    fsck(path)
+
+
 # --------------------------------------------------------------------- work trees
 def test_apply_with_a_deleted_linked_worktree_on_main(tmp_path: Path) -> None:
     """A linked work tree of main whose folder was deleted (``git worktree prune`` not

@@ -44,16 +44,8 @@ from expgit.train.components.llm_fields import (
 from expgit.train.components.llm_outputs import EstimatedEdit, EstimateOutput, estimate_output
 from expgit.train.context import PipelineContext
 from expgit.train.domain import ExperienceFile, RolloutAnalysis, SemanticGradient
-from expgit.train.lesson_guard import (
-    DEGENERATE,
-    LessonRefused,
-    check_change,
-    check_lesson,
-    check_skill_name,
-    check_written,
-    count_degenerate_reply,
-    headings_shown,
-)
+from expgit.train.edit_guard import Rejected, Rejections, guard_edit
+from expgit.train.lesson_guard import headings_shown
 from expgit.train.redaction import Redactor
 from expgit.train.relevance import ExperienceRanker, LexicalRanker, ScoringRanker
 from expgit.train.skill_listing import reflect_view
@@ -226,8 +218,8 @@ class ExperienceGradientEstimator:
         valid ones as gradients; the others are listed with their reasons in
         ``analysis.metadata["rejected_edits"]``. When every edit was junk, the call of
         ``stage`` counts as failed (``degenerate``)."""
-        rejected: list[str] = []
-        analysis.metadata["rejected_edits"] = rejected
+        rejections = Rejections(self.redactor)
+        analysis.metadata["rejected_edits"] = rejections.reasons
         trajectory = analysis.trajectory
         if trajectory is None:
             return []
@@ -238,36 +230,43 @@ class ExperienceGradientEstimator:
         rollout = analysis.rollout
         sources = [json.dumps(rollout.case.input, ensure_ascii=False),
                    *(m.plain_text for m in rollout.messages if m.role != "system")]
-        junk = 0
         shown = headings_shown(e.text for e in relevant)
         trailers = provenance_trailers(analysis, self.llm, self.trailers)
         for edit in edits:
+            # a create of a file that was shown is its update (written with it in view)
+            action = "update" if edit.action == "create" and edit.name in visible \
+                else edit.action
+
+            def target(path: str, edit: EstimatedEdit = edit, action: str = action
+                       ) -> tuple[str | None, str | None]:
+                _check_target(edit.name, action, experience_set, visible, seen)
+                current = experience_set.entries[edit.name].text \
+                    if action != "create" else None
+                return current, None if action == "delete" else compose_experience(
+                    edit.name, current, summary=edit.summary, tags=edit.tags, body=edit.body,
+                    path=path)
+
+            verdict = guard_edit(edit, target, path_of=self.repo.path_of, sources=sources,
+                                 max_copied_words=settings.train.max_copied_words,
+                                 shown=shown, skills=self.repo.layout.skills)
+            if isinstance(verdict, Rejected):
+                rejections.add(edit, verdict)
+                continue
+            rationale = self.redactor.text(edit.rationale)
+            if verdict.note is not None:
+                rationale = f"{rationale} (flagged: {verdict.note})"
+            request = GradientRequest(name=edit.name, content=verdict.content,
+                                      delete=verdict.content is None, rationale=rationale,
+                                      evidence=[trajectory.uri], confidence=edit.confidence)
             try:
-                check_written(rationale=edit.rationale, summary=edit.summary,
-                              body="" if edit.action == "delete" else edit.body, shown=shown,
-                              skills=self.repo.layout.skills)
-                if self.repo.layout.skills and edit.action != "delete":
-                    check_skill_name(edit.name, self.repo.path_of(edit.name))
-                note = check_lesson([edit.name, edit.summary, *edit.tags, edit.body], sources,
-                                    settings.train.max_copied_words)
-                rationale = self.redactor.text(edit.rationale)
-                if note is not None:
-                    rationale = f"{rationale} (flagged: {note})"
-                edit = edit.model_copy(update={"rationale": rationale})
-                request = self._request(edit, trajectory.uri, experience_set, visible, seen)
                 gradient = await run_git(propose, self.repo, request, trailers)
             except InvalidInputError as exc:
-                if isinstance(exc, LessonRefused):
-                    self.redactor.counts[exc.kind] += 1
-                    junk += exc.kind == DEGENERATE
-                rejected.append(f"{edit.action} {self.redactor.text(edit.name)!r}: "
-                                f"{exc.message}")
+                rejections.add(edit, Rejected.of(exc))
                 continue
             seen.add(gradient.target)
             gradients.append(to_semantic(gradient, trajectory.uri))
-        if edits and junk == len(edits):
-            count_degenerate_reply(self.llm, stage, f"all {junk} edits of case "
-                                   f"{analysis.rollout.case.name} were junk")
+        rejections.count_all_junk(self.llm, stage, edits,
+                                  f"edits of case {analysis.rollout.case.name}")
         return gradients
 
     async def _stats(self, metadata: dict[str, Any]) -> Mapping[str, ExperienceStats]:
@@ -279,29 +278,17 @@ class ExperienceGradientEstimator:
             metadata["stats_error"] = exc.message
             return {}
 
-    def _request(self, edit: EstimatedEdit, uri: str, snapshot: Snapshot,
-                 visible: set[str], seen: set[str]) -> GradientRequest:
-        """The propose request for one edit, after the checks propose cannot make."""
-        name, action = edit.name, edit.action
-        if name in seen:
-            raise InvalidInputError("a second edit of the same experience in one reply")
-        if action == "create" and name in visible:
-            action = "update"  # the model saw that file: writing it is an update
-        if action == "create" and name in snapshot:
-            raise InvalidInputError("create of an experience that already exists (and was "
-                                    "not shown)")
-        if action != "create" and name not in snapshot:
-            raise InvalidInputError(f"{action} of an experience that does not exist")
-        if action != "create" and name not in visible:
-            raise InvalidInputError(f"{action} of an experience that was not shown "
-                                    "(its current content was not considered)")
-        if action == "delete":
-            return GradientRequest(name=name, delete=True, rationale=edit.rationale,
-                                   evidence=[uri], confidence=edit.confidence)
-        current = snapshot.entries[name].text if action == "update" else None
-        path = self.repo.path_of(name)
-        content = compose_experience(name, current, summary=edit.summary, tags=edit.tags,
-                                     body=edit.body, path=path)
-        check_change(current, content, path)
-        return GradientRequest(name=name, content=content, rationale=edit.rationale,
-                               evidence=[uri], confidence=edit.confidence)
+
+def _check_target(name: str, action: str, snapshot: Snapshot, visible: set[str],
+                  seen: set[str]) -> None:
+    """The checks of an edit's target that propose cannot make (InvalidInputError)."""
+    if name in seen:
+        raise InvalidInputError("a second edit of the same experience in one reply")
+    if action == "create" and name in snapshot:
+        raise InvalidInputError("create of an experience that already exists (and was "
+                                "not shown)")
+    if action != "create" and name not in snapshot:
+        raise InvalidInputError(f"{action} of an experience that does not exist")
+    if action != "create" and name not in visible:
+        raise InvalidInputError(f"{action} of an experience that was not shown "
+                                "(its current content was not considered)")

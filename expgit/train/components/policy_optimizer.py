@@ -44,16 +44,8 @@ from expgit.train.components.llm_outputs import (
 from expgit.train.components.plan_budget import Planned, nl, total_tokens, within_budget
 from expgit.train.context import PipelineContext
 from expgit.train.domain import PolicyPlanItem, PolicyUpdatePlan, SemanticGradient
-from expgit.train.lesson_guard import (
-    DEGENERATE,
-    LessonRefused,
-    check_change,
-    check_lesson,
-    check_skill_name,
-    check_written,
-    count_degenerate_reply,
-    headings_shown,
-)
+from expgit.train.edit_guard import Rejected, Rejections, guard_edit
+from expgit.train.lesson_guard import headings_shown
 from expgit.train.redaction import Redactor
 from expgit.train.relevance import ExperienceRanker, LexicalRanker
 from expgit.train.skill_listing import listing_budget
@@ -181,40 +173,33 @@ class PatchMergePolicyOptimizer:
                   rejected: list[str]) -> dict[str, Planned]:
         """The valid items of one chunk by name (budgets are checked afterwards)."""
         accepted: dict[str, Planned] = {}
-        junk = 0
+        rejections = Rejections(self.redactor, rejected)
         shown = headings_shown(state.get(labelled[i].target_experience_name) for i in chunk)
         for item in items:
             name = item.name
-            try:
-                if name in accepted:
-                    raise InvalidInputError("a second item for the same experience")
-                upsert = item.action != "delete"
-                skills = self.repo.layout.skills
-                check_written(rationale=item.rationale, rationale_required=False,
-                              summary=item.summary if upsert else "",
-                              body=item.body if upsert else "", shown=shown, skills=skills)
-                content = None
+
+            def target(path: str, item: MergeItem = item) -> tuple[str | None, str | None]:
+                current = state.get(item.name)
                 if item.action == "delete":
-                    if state.get(name) is None:
+                    if current is None:
                         raise InvalidInputError("delete of an experience that does not exist")
-                else:
-                    check_lesson([name, item.summary, *item.tags, item.body], [],
-                                 self.repo.settings.train.max_copied_words)
-                    path = self.repo.path_of(name)
-                    if skills:
-                        check_skill_name(name, path)
-                    content = compose_experience(name, state.get(name), summary=item.summary,
-                                                 tags=item.tags, body=item.body, path=path)
-                    if content == state.get(name):
-                        raise InvalidInputError("upsert identical to the current file")
-                    check_change(state.get(name), content, path)
-                    check_experience(content, path, name, sys.maxsize)
-            except InvalidInputError as exc:
-                if isinstance(exc, LessonRefused):
-                    self.redactor.counts[exc.kind] += 1
-                    junk += exc.kind == DEGENERATE
-                rejected.append(f"{item.action} {self.redactor.text(name)!r}: {exc.message}")
+                    return current, None
+                content = compose_experience(item.name, current, summary=item.summary,
+                                             tags=item.tags, body=item.body, path=path)
+                if content == current:
+                    raise InvalidInputError("upsert identical to the current file")
+                check_experience(content, path, item.name, sys.maxsize)
+                return current, content
+
+            verdict = Rejected("invalid", "a second item for the same experience") \
+                if name in accepted else guard_edit(
+                    item, target, path_of=self.repo.path_of, sources=[], shown=shown,
+                    max_copied_words=self.repo.settings.train.max_copied_words,
+                    skills=self.repo.layout.skills, rationale_required=False)
+            if isinstance(verdict, Rejected):
+                rejections.add(item, verdict)
                 continue
+            content = verdict.content
             cited = [i for i in dict.fromkeys(item.gradient_ids) if i in chunk]
             if not cited:  # the model forgot to cite: its own target's gradients, or all
                 cited = [i for i in chunk if labelled[i].target_experience_name == name] \
@@ -224,9 +209,7 @@ class PatchMergePolicyOptimizer:
             rationale = " ".join([self.redactor.text(item.rationale.strip()),
                                   *dict.fromkeys(flags)])
             accepted[name] = Planned(content, cited, [rationale], item.confidence)
-        if items and junk == len(items):
-            count_degenerate_reply(self.llm, "merge", f"all {junk} items of a merge chunk "
-                                   "were junk")
+        rejections.count_all_junk(self.llm, "merge", items, "items of a merge chunk")
         return accepted
 
 
