@@ -44,7 +44,6 @@ from expgit.git.objects import EMPTY_TREE, TREE_MODE, ZERO_SHA, CommitInfo, Pair
 from expgit.git.operands import END_OF_OPTIONS
 from expgit.git.refs import FilesRefs, RefMovedError, RefUpdate
 from expgit.git.reftx import RefWriter
-from expgit.git.refwrite import FilesRefWriter
 from expgit.git.repo_refs import RepoRefs
 
 __all__ = ["EMPTY_TREE", "ZERO_SHA", "CommitInfo", "GitRepo", "RefMovedError", "RefUpdate",
@@ -112,13 +111,10 @@ class GitRepo(RepoRefs):
         self._objects_dir = str(self.common_dir / "objects")
         self.maintenance = Watch(Target(self.common_dir, Path(self._objects_dir),
                                         self._env.process))
-        self._settings = WriterSettings(self.is_bare, self.run)
+        self._settings = WriterSettings(self.run)
         self._identities = Identities(self.run)
-        self._ref_writer = RefWriter(
-            FilesRefWriter(self._refs, self.git_dir, self._objects_dir,
-                           lambda sha: self._commits.get(sha) is not None), self.run,
-            lambda: self._writer_level() is not None, lambda: self._settings.get()[1],
-            lambda: self._identities.known_line("COMMITTER"))
+        self._ref_writer = RefWriter(self.run, self.common_dir, self.git_dir,
+                                     self.head_symref)
 
     # ----------------------------------------------------------------- opening
     @classmethod
@@ -297,7 +293,7 @@ class GitRepo(RepoRefs):
         """The zlib level of loose objects when this process may write objects and refs
         itself; None when git must (shared permissions, fsync, SHA-256, a push
         quarantine)."""
-        level = self._settings.get()[0]
+        level = self._settings.level()
         return None if level is None or self._env.git_writes_objects() else level
 
     def write_blob(self, data: bytes) -> str:
