@@ -21,12 +21,12 @@ and a created experience is a new ``<root>/<name>/SKILL.md``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from expgit.errors import ExpgitError, InvalidInputError
-from expgit.git.executor import run_git
 from expgit.llm.structured import StructuredLLM
 from expgit.store.gradients import Gradient, GradientRequest, propose
 from expgit.store.predictions import VALUE_CHARS, prediction
@@ -255,7 +255,7 @@ class ExperienceGradientEstimator:
                     rationale = f"{rationale} (flagged: {note})"
                 edit = edit.model_copy(update={"rationale": rationale})
                 request = self._request(edit, trajectory.uri, experience_set, visible, seen)
-                gradient = await run_git(propose, self.repo, request, trailers)
+                gradient = await asyncio.to_thread(propose, self.repo, request, trailers)
             except InvalidInputError as exc:
                 if isinstance(exc, LessonRefused):
                     self.redactor.counts[exc.kind] += 1
@@ -274,7 +274,7 @@ class ExperienceGradientEstimator:
         if self.usage_stats is None:
             return {}
         try:
-            return await run_git(self.usage_stats, self.repo)
+            return await asyncio.to_thread(self.usage_stats, self.repo)
         except ExpgitError as exc:
             metadata["stats_error"] = exc.message
             return {}
