@@ -5,11 +5,15 @@ expgit writes objects without ``git commit`` or ``git fetch``, whose ``git maint
 loose for ever. So once a command that wrote objects has printed its result, expgit runs
 what git runs, unless ``maintenance.auto`` is false:
 
-* ``git maintenance run --auto --quiet --task=commit-graph --task=gc``: git decides what is
-  due (``gc.auto``, ``gc.autoPackLimit``, ``maintenance.commit-graph.auto``; ``gc.auto=0``
-  turns packing off) and ``git gc --auto`` detaches itself as ``gc.autoDetach`` says, so
-  it never delays the exit code. git's locks keep two from running at once, and a
-  detached ``gc`` that failed leaves ``gc.log``, which git reports at its next run;
+* ``git maintenance run --auto --quiet`` with the tasks ``commit-graph``, ``loose-objects``
+  and ``gc``: git decides what is due (``maintenance.commit-graph.auto``,
+  ``maintenance.loose-objects.auto``, ``gc.auto``, ``gc.autoPackLimit``; ``gc.auto=0``
+  turns packing off) and ``git gc --auto`` detaches itself as ``gc.autoDetach`` says, so it
+  never delays the exit code. git's locks keep two from running at once, and a detached
+  ``gc`` that failed leaves ``gc.log``, which git reports at its next run. The
+  ``loose-objects`` task (which ``git commit`` does not run) packs loose objects from 100
+  on: 1,000 sessions ingested take 0.75 MiB instead of 19 MiB of loose objects below
+  ``gc.auto`` (docs/development.md);
 * the first commit-graph is written with changed-path Bloom filters (``git commit-graph
   write --reachable --changed-paths``), which ``expgit log`` relies on: git keeps them in
   every later commit-graph it writes (its ``commit-graph`` task, ``gc``). Not when
@@ -91,8 +95,9 @@ def maintain(target: Target, *, full: bool = False) -> str | None:
         if full:
             proc = target.run("gc", "--quiet")
         else:
-            proc = target.run("maintenance", "run", "--auto", "--quiet",
-                              "--task=commit-graph", "--task=gc")
+            packing = config.get("gc.auto") != "0"  # as for gc: no loose-objects task
+            proc = target.run("maintenance", "run", "--auto", "--quiet", "--task=commit-graph",
+                              *(["--task=loose-objects"] if packing else []), "--task=gc")
         if proc.returncode != 0:
             return _failure(proc, "git gc" if full else "git maintenance")
         graphs = all(config.get(k) not in _FALSE

@@ -73,7 +73,7 @@ def test_past_gc_auto_a_writing_command_packs_and_writes_bloom_filters(tmp_path:
     result = ingest(run_cli, path)
     assert result.code == 0, result.err
     assert json.loads(result.out)["commit"]
-    assert len(packs(path)) == 1
+    assert packs(path)
     assert has_bloom_filters(path)
     # young unreachable objects are kept (git's grace period, never --prune=now)
     planted = git(path, "hash-object", "--stdin", input="planted 1\n").strip()
@@ -109,12 +109,27 @@ def test_the_users_settings_turn_it_off(tmp_path: Path, run_cli,
     assert packs(path) == []
 
 
-def test_below_the_threshold_nothing_is_packed(tmp_path: Path, run_cli) -> None:
+def test_below_the_thresholds_nothing_is_packed(tmp_path: Path, run_cli) -> None:
     path = new_repo(tmp_path, **{"gc_autoDetach": "false"})  # gc.auto: git's 6700
+    git(path, "config", "maintenance.loose-objects.auto", "100000")
     plant_loose(path)
     assert ingest(run_cli, path).code == 0
     assert packs(path) == []
     assert has_bloom_filters(path)  # the first commit-graph, though
+
+
+def test_a_hundred_loose_objects_are_packed_by_gits_loose_objects_task(
+        tmp_path: Path, run_cli) -> None:
+    path = new_repo(tmp_path, **{"gc_autoDetach": "false"})  # gc.auto: git's 6700
+    plant_loose(path)  # about 900 loose objects: past 100, far below 6700
+    assert ingest(run_cli, path).code == 0
+    assert packs(path)  # all of them packed, unreachable ones too (no prune)
+    other = EXAMPLE / "sessions" / "bags-then-cancel.jsonl"
+    assert ingest(run_cli, path, other).code == 0  # deletes the loose copies git packed
+    assert int(git(path, "count-objects").split()[0]) < 100
+    planted = git(path, "hash-object", "--stdin", input="planted 1\n").strip()
+    assert git(path, "cat-file", "-t", planted).strip() == "blob"  # packed, not lost
+    git(path, "fsck", "--no-progress", "--no-dangling")
 
 
 def test_commit_graph_off_is_honoured(tmp_path: Path, run_cli) -> None:
@@ -122,7 +137,7 @@ def test_commit_graph_off_is_honoured(tmp_path: Path, run_cli) -> None:
                                  "gc_writeCommitGraph": "false"})
     plant_loose(path)
     assert ingest(run_cli, path).code == 0
-    assert len(packs(path)) == 1
+    assert packs(path)
     assert not has_bloom_filters(path)
 
 
@@ -137,14 +152,14 @@ def test_by_default_gc_runs_detached_after_the_result(tmp_path: Path, run_cli) -
     while pid_file.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not pid_file.exists()
-    assert len(packs(path)) == 1
+    assert packs(path)
 
 
 def test_a_bare_hub_is_maintained_too(tmp_path: Path, run_cli) -> None:
     path = new_repo(tmp_path, bare=True, **{"gc_auto": "1", "gc_autoDetach": "false"})
     plant_loose(path)
     assert ingest(run_cli, path).code == 0
-    assert len(packs(path)) == 1
+    assert packs(path)
     assert has_bloom_filters(path)
 
 
@@ -204,4 +219,4 @@ def test_a_long_running_writer_maintains_periodically(tmp_path: Path,
     started = [t for t in maintenance._threads if t not in before]
     assert len(started) == 1
     started[0].join(timeout=120)
-    assert len(packs(path)) == 1
+    assert packs(path)
