@@ -15,8 +15,8 @@ or two, not hours:
 
 1. **history**: a bare repository of 1,000 experiences and SIZE commits, one edit per
    commit. ``list --json`` the first time (no version cache, as after a clone) before
-   and after maintenance; after expgit's maintenance (``git maintenance run --auto`` and
-   the commit-graph with changed-path Bloom filters, :mod:`expgit.git.maintenance`):
+   and after maintenance; after expgit's maintenance (``git maintenance run --auto``, the
+   first commit-graph with changed-path Bloom filters, :mod:`expgit.git.maintenance`):
    ``list --json`` (cache warm), ``propose``, ``log NAME -n 10``, ``show NAME --version
    1``, ``show NAME --version`` (the last); git's own walk alone, for the share of
    the first ``list`` that is git's; and the first ``list`` of a fresh ``git clone``
@@ -243,7 +243,7 @@ def history_figures(work: Path, size: int, repeat: int) -> Figures:
         repeat, lambda: expgit(repo, "list", "--json"), lambda: drop_cache(repo))
     failures: list[str | None] = []
     got["maintenance (commit-graph + Bloom filters), once"] = median_s(1, lambda: failures.append(
-        maintenance.run_tasks(target(repo).run, maintenance.Settings())))
+        maintenance.maintain(target(repo))))
     if failures[0]:
         sys.exit(failures[0])
     got["list, first (no cache) once maintained"] = median_s(
@@ -337,12 +337,8 @@ def disk_figures(work: Path, size: int) -> Figures:
             for f in files:
                 f.unlink()
         deadline = time.monotonic() + 600
-        lock = repo / "expgit" / maintenance.LOCK_FILE
-        while lock.exists() and time.monotonic() < deadline:  # a detached run finishing
-            probe = subprocess.run(["flock", "-n", str(lock), "true"], check=False)
-            if probe.returncode == 0:
-                break
-            time.sleep(0.5)
+        while (repo / "gc.pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.5)  # a detached git gc finishing (it removes gc.pid at its end)
         before = du(repo) / 2 ** 20
         subprocess.run(["git", "gc", "-q"], cwd=repo, check=True, env=ENV)
         after = du(repo) / 2 ** 20

@@ -4,7 +4,7 @@ Run by hand (this is not a test)::
 
     python benchmarks/bench_train.py [--rollouts 1000] [--producers 8] [--latency 0.2]
                                      [--mode apply|propose] [--skip-streaming]
-                                     [--dir PATH] [--git-threads N]
+                                     [--dir PATH]
 
 1. **LLM calls and tokens** on ``example_repo`` (``cases/train.yaml``, ``cases/eval.yaml``)
    with an in-process fake LLM that answers every stage validly: baseline eval, one
@@ -359,7 +359,7 @@ def _rollout(i: int) -> Rollout:
 
 
 async def bench_streaming(rollouts: int, producers: int, latency: float, mode: str,
-                          where: str | None, git_threads: int = 1) -> None:
+                          where: str | None) -> None:
     clock = GitClock()
     clock.install()
     with tempfile.TemporaryDirectory(dir=where) as tmp:
@@ -375,7 +375,6 @@ async def bench_streaming(rollouts: int, producers: int, latency: float, mode: s
         trainer = StreamingPolicyTrainer(analyzer, estimator, engine,
                                          max_gradients_per_update=8, max_wait_seconds=2.0,
                                          timer_check_interval_seconds=0.1,
-                                         git_threads=git_threads,
                                          reflector=OneCallRolloutReflector(
                                              analyzer, estimator, llm))
         context = PipelineContext(mode="apply" if mode == "apply" else "propose")
@@ -391,8 +390,7 @@ async def bench_streaming(rollouts: int, producers: int, latency: float, mode: s
         await trainer.close()
         wall = time.perf_counter() - started
         union, summed = clock.totals(started)
-        print(f"\n(repository in {tmp}; {git_threads} git thread"
-              f"{'s' if git_threads > 1 else ''}; creating a file there took "
+        print(f"\n(repository in {tmp}; creating a file there took "
               f"{creation * 1e6:.0f} us before the run, median: ~10 us on a quiet ext4 "
               "folder, more after mass deletions nearby, see the docstring)")
         _verify(repo, results, wall, union, summed, trainer, meter, mode, latency, producers)
@@ -478,14 +476,12 @@ def main() -> None:
     parser.add_argument("--dir", default=None, metavar="PATH",
                         help="make the repositories in PATH (e.g. /dev/shm: tmpfs) instead "
                              "of the system's temporary folder")
-    parser.add_argument("--git-threads", type=int, default=1,
-                        help="threads of the streaming trainer's git executor")
     args = parser.parse_args()
     asyncio.run(bench_calls(args.batch_size, args.dir))
     asyncio.run(bench_apply_evals(args.batch_size, args.dir))
     if not args.skip_streaming:
         asyncio.run(bench_streaming(args.rollouts, args.producers, args.latency, args.mode,
-                                    args.dir, args.git_threads))
+                                    args.dir))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """A bounded cache of values by git object id, safe to share between threads.
 
 An object id names immutable content, so a cached value can never be stale: the only
-question is how much to keep.
+question is how much to keep. Kept by measure (issue 36, docs/development.md): a
+10,000-entry tree costs 5.5 ms to read and 27 ms to parse, a hit nothing, and a command
+reads the same trees many times (snapshot, listing, diff).
 """
 
 from __future__ import annotations

@@ -26,7 +26,6 @@ from collections.abc import Callable
 
 from expgit.git.env import environ_key
 from expgit.git.objects import WRITER_CONFIG, fallback_ident, loose_level
-from expgit.git.reftx import log_all_setting
 
 KINDS = ("AUTHOR", "COMMITTER")
 
@@ -91,26 +90,19 @@ class Identities:
 
 
 class WriterSettings:
-    """The settings that decide how objects and refs are written here: the zlib level
-    of loose objects (None: git must write them, see
-    :func:`expgit.git.objects.loose_level`) and ``core.logAllRefUpdates`` (see
-    :func:`expgit.git.reftx.log_all_setting`). Asked of ``git config`` once, and again
+    """The zlib level of loose objects (None: git must write them, see
+    :func:`expgit.git.objects.loose_level`), asked of ``git config`` once, and again
     when the environment changed."""
 
-    def __init__(self, bare: bool, run: GitRun) -> None:
-        self._bare = bare
+    def __init__(self, run: GitRun) -> None:
         self._run = run
-        self._cached: tuple[object, tuple[int | None, str]] | None = None
+        self._cached: tuple[object, int | None] | None = None
 
-    def _config(self, *args: str) -> bytes:
-        return self._run("config", *args, check=False).stdout
-
-    def get(self) -> tuple[int | None, str]:
+    def level(self) -> int | None:
         key = repository_key()
         cached = self._cached
         if cached is None or cached[0] != key:
-            level = loose_level(self._config("-z", "--get-regexp", WRITER_CONFIG))
-            log_all = log_all_setting(self._config("--get", "core.logAllRefUpdates").decode(),
-                                      self._bare)
-            cached = self._cached = (key, (level, log_all))
+            config = self._run("config", "-z", "--get-regexp", WRITER_CONFIG,
+                               check=False).stdout
+            cached = self._cached = (key, loose_level(config))
         return cached[1]

@@ -8,7 +8,8 @@ No process and no GitPython here; :mod:`expgit.git.repo` wires these to a reposi
   again, and a tree that differs from a known one only in a few object ids is parsed by
   comparison with it.
 * :func:`diff_entries` pairs the differing entries of two trees, one level deep.
-* :func:`parse_commit` reads the header fields expgit uses.
+* :func:`parse_commit` reads the header fields expgit uses; :func:`serialise_commit`
+  writes one as ``git commit-tree`` does.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import re
 import time
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import NamedTuple
@@ -28,6 +29,12 @@ TREE_MODE = "40000"
 SYMLINK_MODE = "120000"
 GITLINK_MODE = "160000"  # a submodule: its commit is in another repository
 
+# what git's verify_utf8 rewrites in a commit message (NUL, which git refuses, and the
+# non-characters U+FDD0..U+FDEF and U+xxFFFE/U+xxFFFF): such messages are left to git
+_GIT_REWRITES = re.compile(
+    "[\0\ufdd0-\ufdef"
+    + "".join(chr((plane << 16) | 0xFFFE) + chr((plane << 16) | 0xFFFF) for plane in range(17))
+    + "]")
 _TREE_ENTRY_RE = re.compile(rb"([0-7]+) ([^\0]*)\0(.{20})", re.DOTALL)
 _HEX = frozenset("0123456789abcdef")
 # settings that change how git writes a loose object; any of them set (other than the
@@ -345,3 +352,17 @@ def loose_level(config_z: bytes) -> int | None:
     if found.get("extensions.objectformat", "sha1").lower() == "sha1":
         found.pop("extensions.objectformat", None)
     return None if found else level
+
+
+def message_needs_git(message: str) -> bool:
+    """Whether git would refuse or rewrite this commit message (then git writes it)."""
+    return _GIT_REWRITES.search(message) is not None
+
+
+def serialise_commit(tree: str, parents: Sequence[str], author: str, committer: str,
+                     message: str) -> bytes:
+    """The raw commit ``git commit-tree`` writes (UTF-8, no encoding header, unsigned);
+    ``message`` ends with a newline."""
+    lines = [f"tree {tree}", *(f"parent {p}" for p in parents), f"author {author}",
+             f"committer {committer}"]
+    return ("\n".join(lines) + "\n\n" + message).encode()

@@ -7,13 +7,13 @@ builds a commit through the user's index or working tree, so bare repositories w
 
 A process costs milliseconds, so the hot paths avoid them where git's formats make that
 exact and cheap; :class:`GitRepo` wires together the parts that start none:
-:mod:`expgit.git.objects` (object formats), :mod:`expgit.git.loose` (loose objects read
-and written, commits as ``git commit-tree`` writes them), :mod:`expgit.git.ident`
-(identities and writer settings, asked of git once), :mod:`expgit.git.repo_refs` (the
-ref reads and writes of :class:`GitRepo`) over :mod:`expgit.git.refs` (loose refs,
-``packed-refs``), :mod:`expgit.git.reftx` and :mod:`expgit.git.refwrite` (ref
-transactions under git's lock files, reflogs included; ``git update-ref --stdin`` for the
-rest), :mod:`expgit.git.idcache` and
+:mod:`expgit.git.objects` (object formats; commits as ``git commit-tree`` writes them),
+gitdb's loose object database (GitPython's own: loose objects read and written without a
+process; ``git hash-object`` costs 5 ms an object, gitdb 0.2 ms, docs/development.md),
+:mod:`expgit.git.ident` (identities and the writer setting, asked of git once),
+:mod:`expgit.git.repo_refs` (the ref reads of :class:`GitRepo`) over
+:mod:`expgit.git.refs` (loose refs, ``packed-refs``), :mod:`expgit.git.reftx` (ref
+transactions: ``git update-ref --stdin``), :mod:`expgit.git.idcache` and
 :mod:`expgit.git.env` (the environment of git processes: always this repository, whatever
 the shell exported). Other objects are read through GitPython's persistent ``cat-file``
 (one request at a time: threads may share a GitRepo), or by one ``cat-file --batch``.
@@ -24,27 +24,30 @@ SHA-256, a push quarantine, a message git would rewrite), git does itself.
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import threading
 import time
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import git
+from gitdb import IStream
+from gitdb.db.loose import LooseObjectDB
+from gitdb.exc import BadObject
 
 from expgit.errors import GitError, UsageError
 from expgit.git import objects
 from expgit.git.env import RepoEnv, inherited_repository, without_repository
 from expgit.git.idcache import IdCache
 from expgit.git.ident import Identities, WriterSettings
-from expgit.git.loose import message_needs_git, read_loose, serialise_commit, write_loose
 from expgit.git.maintenance import Target, Watch
 from expgit.git.objects import EMPTY_TREE, TREE_MODE, ZERO_SHA, CommitInfo, Pair, Tree, TreeEntry
 from expgit.git.operands import END_OF_OPTIONS
 from expgit.git.refs import FilesRefs, RefMovedError, RefUpdate
 from expgit.git.reftx import RefWriter
-from expgit.git.refwrite import FilesRefWriter
 from expgit.git.repo_refs import RepoRefs
 
 __all__ = ["EMPTY_TREE", "ZERO_SHA", "CommitInfo", "GitRepo", "RefMovedError", "RefUpdate",
@@ -110,15 +113,13 @@ class GitRepo(RepoRefs):
         self._diffs: IdCache[list[Pair]] = IdCache(_DIFF_CACHE)
         self._blobs: IdCache[bytes] = IdCache(_BLOB_CACHE_BYTES, len)
         self._objects_dir = str(self.common_dir / "objects")
+        self._loose = LooseObjectDB(self._objects_dir)
         self.maintenance = Watch(Target(self.common_dir, Path(self._objects_dir),
                                         self._env.process))
-        self._settings = WriterSettings(self.is_bare, self.run)
+        self._settings = WriterSettings(self.run)
         self._identities = Identities(self.run)
-        self._ref_writer = RefWriter(
-            FilesRefWriter(self._refs, self.git_dir, self._objects_dir,
-                           lambda sha: self._commits.get(sha) is not None), self.run,
-            lambda: self._writer_level() is not None, lambda: self._settings.get()[1],
-            lambda: self._identities.known_line("COMMITTER"))
+        self._ref_writer = RefWriter(self.run, self.common_dir, self.git_dir,
+                                     self.head_symref)
 
     # ----------------------------------------------------------------- opening
     @classmethod
@@ -194,8 +195,11 @@ class GitRepo(RepoRefs):
 
     # ------------------------------------------------------------ reading objects
     def _raw(self, sha: str) -> bytes:
-        if objects.is_sha(sha) and (found := read_loose(self._objects_dir, sha)) is not None:
-            return found[1]
+        if objects.is_sha(sha):  # stored loose: read from its file, else cat-file
+            try:
+                return bytes(self._loose.stream(bytes.fromhex(sha)).read())
+            except (BadObject, OSError, ValueError, zlib.error):
+                pass
         try:
             binsha = bytes.fromhex(sha)
             with self._odb_lock:  # the whole object is read before the next request
@@ -283,22 +287,23 @@ class GitRepo(RepoRefs):
 
     # ------------------------------------------------------------ writing objects
     def _store(self, kind: bytes, data: bytes) -> str:
-        """Write one object without a process (:func:`expgit.git.loose.write_loose`);
-        git writes it (``hash-object -w``) when the repository asks for more (shared
-        permissions, fsync, SHA-256, a push quarantine). Trees and commits are new."""
-        level = self._writer_level()
+        """Write one object without a process, by gitdb's loose object writer (a temporary
+        file renamed into place, as git writes it), then freshened as git freshens an
+        object it finds stored (so ``git gc`` never prunes it before a ref names it). git
+        writes it (``hash-object -w``) when the repository asks for more (shared
+        permissions, fsync, SHA-256, a compression level, a push quarantine)."""
         self.maintenance.wrote()
-        if level is None:
+        if not self._writes_objects():
             return self.out("hash-object", "-t", kind.decode(), "-w", "--stdin", "--literally",
                             input=data).strip()
-        return write_loose(self._objects_dir, kind, data, level, fresh=kind != b"blob")
+        sha = str(self._loose.store(IStream(kind, len(data), io.BytesIO(data))).hexsha.decode())
+        os.utime(os.path.join(self._objects_dir, sha[:2], sha[2:]))
+        return sha
 
-    def _writer_level(self) -> int | None:
-        """The zlib level of loose objects when this process may write objects and refs
-        itself; None when git must (shared permissions, fsync, SHA-256, a push
-        quarantine)."""
-        level = self._settings.get()[0]
-        return None if level is None or self._env.git_writes_objects() else level
+    def _writes_objects(self) -> bool:
+        """Whether this process may write objects itself: git's default zlib level for
+        loose objects (gitdb's), and no setting or push quarantine that asks git to."""
+        return self._settings.level() == 1 and not self._env.git_writes_objects()
 
     def write_blob(self, data: bytes) -> str:
         sha = self._store(b"blob", data)
@@ -360,15 +365,16 @@ class GitRepo(RepoRefs):
             self._store(b"tree", b"")
         if not all(self.read_commit(parent).tree for parent in parents):
             raise GitError(f"a parent of the new commit is not a commit: {parents}")
-        if message_needs_git(body) and author is None and len(set(parents)) == len(parents):
+        if objects.message_needs_git(body) and author is None and len(set(parents)) == len(parents):
             # git refuses (NUL) or rewrites (non-characters) such a message: let it decide
             proc = self.run("-c", "i18n.commitEncoding=UTF-8", "commit-tree", "--no-gpg-sign",
                             *(arg for p in parents for arg in ("-p", p)), tree,
                             input=body.encode())
             return proc.stdout.decode().strip()
         now = time.time()
-        raw = serialise_commit(tree, parents, author or self._identities.line("AUTHOR", now),
-                               self._identities.line("COMMITTER", now), body)
+        raw = objects.serialise_commit(tree, parents,
+                                       author or self._identities.line("AUTHOR", now),
+                                       self._identities.line("COMMITTER", now), body)
         sha = self._store(b"commit", raw)
         self._commits.put(sha, objects.parse_commit(sha, raw))
         return sha

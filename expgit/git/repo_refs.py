@@ -18,8 +18,7 @@ from expgit.errors import ExpgitError
 from expgit.git import zlist
 from expgit.git.operands import END_OF_OPTIONS
 from expgit.git.refs import FilesRefs, RefUpdate
-from expgit.git.reftx import RefWriter
-from expgit.git.refwrite import Journal
+from expgit.git.reftx import Journal, RefWriter
 
 
 class RepoRefs:

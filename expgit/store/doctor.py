@@ -132,7 +132,7 @@ def fix(repo: ExperienceRepository) -> Diagnosis:
         refresh_checkpoint(repo)  # the versions checkpoint a clone starts from, when due
     target = repo.git.maintenance.target
     due = maintenance.status(target).due  # run outside the lock, as after any command
-    warning = maintenance.maintain(target) if due else None
+    warning = maintenance.maintain(target, full=True) if due else None
     after = diagnose(repo)
     after.maintained, after.maintenance_warning = due and warning is None, warning
     after.recovered = lock.recovered

@@ -5,10 +5,9 @@
 applies, and releases the lock, so concurrent trainers (batch, streaming, other
 processes) each plan on the ``main`` the previous one left. Analysis and estimation
 happen before, outside the lock. The lock waits ``lock_wait_seconds`` (expgit.toml) and
-then raises LockHeldError. Git work runs through :func:`expgit.git.executor.run_git` (the
-caller's git executor, if any); waiting for the lock never does (it could hold up every
-git call behind it). With a ``publisher`` (``--remote``), each update's trajectories,
-gradients and proposal are pushed after the lock is released.
+then raises LockHeldError. Git work runs in a thread (:func:`asyncio.to_thread`), so the
+event loop never waits for it. With a ``publisher`` (``--remote``), each update's
+trajectories, gradients and proposal are pushed after the lock is released.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from expgit.git.executor import run_git
 from expgit.store.lock import RepoLock
 from expgit.store.repository import ExperienceRepository
 from expgit.train.components.policy_updater import set_ref
@@ -42,7 +40,7 @@ class PolicyTrainingEngine:
                              ) -> tuple[PolicyUpdatePlan, PolicyApplyResult]:
         """No gradients: an empty plan and no change, without the lock or any call."""
         if not gradients:
-            snapshot = await run_git(self.repo.snapshot)
+            snapshot = await asyncio.to_thread(self.repo.snapshot)
             return PolicyUpdatePlan(), PolicyApplyResult(updated_policy_set=set_ref(snapshot))
         ids = [g.gradient_id for g in gradients]
         if self.publisher is not None:
@@ -50,13 +48,13 @@ class PolicyTrainingEngine:
         lock = self.repo.lock(f"expgit train: update from {len(gradients)} gradients")
         await _acquire(lock)
         try:
-            latest = await run_git(self.repo.snapshot)
+            latest = await asyncio.to_thread(self.repo.snapshot)
             plan = await self.optimizer.plan(gradients, latest, context)
             result = await self.updater.apply(plan, latest, context)
         finally:
             lock.release()  # quick, and must run even when the task is being cancelled
         if self.publisher is not None:  # outside the lock: a push never holds it
-            await run_git(self.publisher.after_update, ids, result.proposal_id)
+            await asyncio.to_thread(self.publisher.after_update, ids, result.proposal_id)
         return plan, result
 
 

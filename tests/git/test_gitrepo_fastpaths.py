@@ -1,11 +1,10 @@
 """The process-free paths of GitRepo checked against git itself: objects written in
 process (byte-identical ids to ``hash-object``/``mktree``/``commit-tree``), identities,
 loose objects read from their files, threads racing by compare-and-swap (the ref
-transactions themselves: test_gitrefwrite.py)."""
+transactions themselves: test_reftx.py)."""
 
 from __future__ import annotations
 
-import errno
 import os
 import random
 import subprocess
@@ -15,7 +14,6 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLE, fsck
 
-import expgit.git.loose as gitloose
 from expgit.errors import GitError
 from expgit.git.repo import EMPTY_TREE, GitRepo, RefMovedError, RefUpdate
 from expgit.init import init_repository
@@ -66,42 +64,29 @@ def test_objects_written_in_process_have_gits_ids(tmp_path: Path, message: str,
     fsck(path)
 
 
-@pytest.mark.parametrize("unnamed", [True, False])
-def test_loose_objects_are_whole_files_named_once(tmp_path: Path, unnamed: bool,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """Objects are written unnamed and then linked (O_TMPFILE), or where that is missing
-    to a tmp_obj_* file renamed into place; either way git reads the same objects, an
-    object written twice stays one file, and no temporary file is left."""
-    if unnamed and not gitloose._UNNAMED_FILES:
-        pytest.skip("no O_TMPFILE here")
-    monkeypatch.setattr(gitloose, "_UNNAMED_FILES", unnamed)
+def test_loose_objects_are_whole_files_written_once_and_freshened(tmp_path: Path) -> None:
+    """Objects written in process are files git reads; an object written again stays one
+    file and is freshened (its time, which ``git gc`` prunes by); no temporary file is
+    left."""
     path, repo = bare(tmp_path)
     data = os.urandom(3000)
     blob = repo.write_blob(data)
-    assert repo.write_blob(data) == blob  # again: freshened, not rewritten
+    stored = path / "objects" / blob[:2] / blob[2:]
+    os.utime(stored, (1_000_000_000, 1_000_000_000))  # an old unreachable copy
+    assert repo.write_blob(data) == blob  # again: freshened, not a second file
+    assert stored.stat().st_mtime > 1_000_000_000
     files_in_tree = {"a": blob, "d/b": repo.write_blob(b"b\n")}
     tree = repo.edit_tree(None, files_in_tree)
-    assert repo.edit_tree(None, files_in_tree) == tree  # a tree written again (fresh)
+    assert repo.edit_tree(None, files_in_tree) == tree  # a tree written again
     commit = repo.write_commit(tree, [], "m\n")
     repo.update_refs([RefUpdate("refs/heads/main", commit, None)], "test")
     assert subprocess.run(["git", "cat-file", "blob", blob], cwd=path, capture_output=True,
                           check=True).stdout == data
     assert git_in(path, "ls-tree", "-r", "--name-only", "main").split() == ["a", "d/b"]
     files = [p for p in (path / "objects").rglob("*") if p.is_file()]
-    assert not [p for p in files if p.name.startswith("tmp_")]
+    assert len(files) == 5  # blob a, blob b, two trees, the commit: no temporary file
     assert all(oct(p.stat().st_mode & 0o777) == oct(0o444 & ~_umask()) for p in files)
-    assert gitloose._UNNAMED_FILES is unnamed  # it worked as chosen (not fallen back)
     fsck(path)
-
-
-def test_no_unnamed_files_is_remembered_a_refusal_is_not(monkeypatch: pytest.MonkeyPatch
-                                                         ) -> None:
-    monkeypatch.setattr(gitloose, "_UNNAMED_FILES", True)
-    assert gitloose._declined(PermissionError(errno.EACCES, "not ours"))
-    assert gitloose._UNNAMED_FILES  # this write falls back; the next tries again
-    assert not gitloose._declined(OSError(errno.ENOSPC, "full"))  # a real error: raised
-    assert gitloose._declined(OSError(errno.EOPNOTSUPP, "no O_TMPFILE on this fs"))
-    assert not gitloose._UNNAMED_FILES  # every later write goes the renamed way
 
 
 def _umask() -> int:

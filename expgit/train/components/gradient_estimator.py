@@ -21,12 +21,12 @@ and a created experience is a new ``<root>/<name>/SKILL.md``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from expgit.errors import ExpgitError, InvalidInputError
-from expgit.git.executor import run_git
 from expgit.llm.structured import StructuredLLM
 from expgit.store.gradients import Gradient, GradientRequest, propose
 from expgit.store.predictions import VALUE_CHARS, prediction
@@ -259,7 +259,7 @@ class ExperienceGradientEstimator:
                                       delete=verdict.content is None, rationale=rationale,
                                       evidence=[trajectory.uri], confidence=edit.confidence)
             try:
-                gradient = await run_git(propose, self.repo, request, trailers)
+                gradient = await asyncio.to_thread(propose, self.repo, request, trailers)
             except InvalidInputError as exc:
                 rejections.add(edit, Rejected.of(exc))
                 continue
@@ -273,7 +273,7 @@ class ExperienceGradientEstimator:
         if self.usage_stats is None:
             return {}
         try:
-            return await run_git(self.usage_stats, self.repo)
+            return await asyncio.to_thread(self.usage_stats, self.repo)
         except ExpgitError as exc:
             metadata["stats_error"] = exc.message
             return {}

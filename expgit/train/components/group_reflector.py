@@ -20,12 +20,12 @@ estimator's call on its trajectory, as a stored run does.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from expgit.git.executor import run_git
 from expgit.llm.structured import StructuredLLM
 from expgit.store.snapshot import Snapshot
 from expgit.store.templates import render_prompt
@@ -129,7 +129,7 @@ class GroupReflector:
         best, worst = ranked[0], ranked[-1]
         gid = group_id(runs)
         analyzer, estimator = self.analyzer, self.estimator
-        stored = await run_git(analyzer.store.find, gid)
+        stored = await asyncio.to_thread(analyzer.store.find, gid)
         if stored is not None:
             analysis = analyzer.reuse(worst.rollout, gid, stored)
             return GroupReflection(analysis, await estimator.estimate(

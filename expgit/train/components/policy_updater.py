@@ -10,10 +10,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from expgit.errors import ConflictError, ExpgitError, InvalidInputError
-from expgit.git.executor import run_git
 from expgit.store import apply as core_apply
 from expgit.store.gradients import Gradient, find_gradient
 from expgit.store.proposals import MergePlan, PlanItem, Proposal, commit_plan
@@ -63,7 +63,7 @@ class GitPolicyUpdater:
         written, deleted = _names(plan)
         if not plan.items:
             return PolicyApplyResult(updated_policy_set=set_ref(policy_set))
-        proposal = await run_git(self._propose, plan, policy_set)
+        proposal = await asyncio.to_thread(self._propose, plan, policy_set)
         result = PolicyApplyResult(
             updated_policy_set=set_ref(policy_set), proposal_id=proposal.id,
             written=written, deleted=deleted,
@@ -73,17 +73,17 @@ class GitPolicyUpdater:
             return result
         try:
             if self.remote is None:
-                applied = await run_git(core_apply.apply_proposal_locked, self.repo,
-                                        proposal.id)
+                applied = await asyncio.to_thread(core_apply.apply_proposal_locked,
+                                                  self.repo, proposal.id)
             else:
-                applied = await run_git(core_apply.apply_proposal_remote_locked, self.repo,
-                                        proposal.id, self.remote)
+                applied = await asyncio.to_thread(core_apply.apply_proposal_remote_locked,
+                                                  self.repo, proposal.id, self.remote)
         except ExpgitError as exc:  # with a remote: a refused or failed push as well
             if self.remote is None and not isinstance(exc, ConflictError):
                 raise
             result.errors.append(f"proposal {proposal.id} was not applied: {exc.message}")
             return result
-        snapshot = await run_git(self.repo.snapshot, applied.commit)
+        snapshot = await asyncio.to_thread(self.repo.snapshot, applied.commit)
         result.applied_commit = applied.commit
         result.updated_policy_set = set_ref(snapshot)
         result.metadata.update(rebased=applied.rebased, warnings=list(applied.warnings))

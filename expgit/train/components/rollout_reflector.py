@@ -15,11 +15,11 @@ the estimator's own call on the stored trajectory (one call, as before).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
 
-from expgit.git.executor import run_git
 from expgit.llm.structured import StructuredLLM
 from expgit.store.snapshot import Snapshot
 from expgit.store.templates import render_prompt
@@ -107,7 +107,7 @@ class OneCallRolloutReflector:
                       ) -> tuple[RolloutAnalysis, list[SemanticGradient]]:
         analyzer, estimator = self.analyzer, self.estimator
         tid = rollout_id(rollout)
-        stored = await run_git(analyzer.store.find, tid)
+        stored = await asyncio.to_thread(analyzer.store.find, tid)
         if stored is not None:
             analysis = await analyzer.reused(rollout, tid, stored)
             return analysis, await estimator.estimate(analysis, policy_set, context)

@@ -8,11 +8,7 @@ or on :meth:`flush` / :meth:`close`. Batches go through the engine one at a time
 rollout's gradients are never split across batches.
 
 The git work of submissions and batches (trajectory and gradient commits, snapshots,
-proposals, applies) runs on the trainer's own :class:`~expgit.git.executor.GitExecutor`
-(``git_threads`` threads, default 1), not the loop's default pool: one git call at a
-time, none waiting behind the GIL for the others. Calls that have proved quicker than
-``git_inline_below`` seconds on average run on the loop itself, where they cost less than
-the hand-over to a thread (see :mod:`expgit.git.executor`; 0: never).
+proposals, applies) runs in threads (:func:`asyncio.to_thread`), off the event loop.
 """
 
 from __future__ import annotations
@@ -23,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from expgit.errors import UsageError
-from expgit.git.executor import INLINE_BELOW, GitExecutor, run_git
 from expgit.train.components.policy_trainer import (
     Prepared,
     TrainingEngine,
@@ -89,13 +84,11 @@ class StreamingPolicyTrainer:
     def __init__(self, analyzer: RolloutAnalyzer, estimator: GradientEstimator,
                  engine: TrainingEngine, *, max_gradients_per_update: int = 8,
                  max_wait_seconds: float = 10.0, timer_check_interval_seconds: float = 1.0,
-                 concurrency: int = 4, git_threads: int = 1,
-                 git_inline_below: float = INLINE_BELOW,
-                 reflector: RolloutReflector | None = None) -> None:
+                 concurrency: int = 4, reflector: RolloutReflector | None = None) -> None:
         if max_gradients_per_update < 1 or max_wait_seconds <= 0 \
-                or timer_check_interval_seconds <= 0 or concurrency < 1 or git_threads < 1:
-            raise UsageError("streaming trainer: max_gradients_per_update, concurrency and "
-                             "git_threads must be >= 1, the waits > 0")
+                or timer_check_interval_seconds <= 0 or concurrency < 1:
+            raise UsageError("streaming trainer: max_gradients_per_update and concurrency "
+                             "must be >= 1, the waits > 0")
         self.analyzer = analyzer
         self.estimator = estimator
         self.reflector = reflector  # one call per rollout with no given analysis
@@ -105,8 +98,6 @@ class StreamingPolicyTrainer:
         self.timer_check_interval_seconds = timer_check_interval_seconds
         self.concurrency = concurrency  # of analysis/estimation in train_rollouts
         self.batches_applied = 0
-        self.git_executor = GitExecutor(git_threads, name="expgit-streaming-git",
-                                        inline_below=git_inline_below)
         self._pending: list[_Entry] = []
         self._seq = 0
         self._force_upto = -1
@@ -123,8 +114,7 @@ class StreamingPolicyTrainer:
         """Analyse and estimate ``rollout`` (against ``policy_set``, default: the current
         ``main``), then wait until its gradients are planned and applied."""
         self._check_open()
-        with self.git_executor.current():
-            prepared = await self._prepare(rollout, context, policy_set, analysis)
+        prepared = await self._prepare(rollout, context, policy_set, analysis)
         if prepared.error is not None or not prepared.gradients:
             return scoped(prepared, _Outcome(error=prepared.error))
         return scoped(prepared, await asyncio.shield(self._enqueue(prepared, context)))
@@ -141,8 +131,7 @@ class StreamingPolicyTrainer:
 
         async def one(rollout: Rollout, analysis: RolloutAnalysis | None) -> Prepared:
             async with gate:
-                with self.git_executor.current():
-                    return await self._prepare(rollout, context, policy_set, analysis)
+                return await self._prepare(rollout, context, policy_set, analysis)
 
         prepared = await asyncio.gather(*(one(r, a) for r, a in zip(rollouts, given,
                                                                     strict=True)))
@@ -167,7 +156,6 @@ class StreamingPolicyTrainer:
         self._poke()
         if self._worker is not None and not self._worker.done():
             await asyncio.shield(self._worker)
-        self.git_executor.close()  # git calls still running finish on the default pool
 
     # ------------------------------------------------------------------- internals
     def _check_open(self) -> None:
@@ -179,7 +167,7 @@ class StreamingPolicyTrainer:
                        analysis: RolloutAnalysis | None) -> Prepared:
         if policy_set is None:
             try:
-                policy_set = await run_git(self._current_main)
+                policy_set = await asyncio.to_thread(self._current_main)
             except Exception as exc:
                 return Prepared(rollout, analysis, error=f"case {rollout.case.name}: "
                                 f"cannot read the policy: {describe(exc)}")
@@ -240,10 +228,6 @@ class StreamingPolicyTrainer:
         return batch
 
     async def _run(self) -> None:
-        with self.git_executor.current():  # this task's context: its batches' git work
-            await self._loop()
-
-    async def _loop(self) -> None:
         assert self._wake is not None
         loop = asyncio.get_running_loop()
         while True:

@@ -12,6 +12,7 @@ commit (:mod:`expgit.train.transcript`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -22,7 +23,6 @@ import yaml
 from pydantic import ValidationError
 
 from expgit.errors import InvalidInputError
-from expgit.git.executor import run_git
 from expgit.llm.structured import StructuredLLM
 from expgit.store.repository import ExperienceRepository
 from expgit.store.templates import render, render_prompt
@@ -180,7 +180,7 @@ class TrajectoryRolloutAnalyzer:
 
     async def analyze(self, rollout: Rollout, context: PipelineContext) -> RolloutAnalysis:
         tid = rollout_id(rollout)
-        stored = await run_git(self.store.find, tid)
+        stored = await asyncio.to_thread(self.store.find, tid)
         if stored is not None:
             return await self.reused(rollout, tid, stored)
         evaluation, source = await self.evaluation_of(rollout, context)
@@ -241,11 +241,11 @@ class TrajectoryRolloutAnalyzer:
             group = group.model_copy(update={"difference": ""})
         document = self._document(rollout, tid, out, evaluation, source, templates_at,
                                   group)
-        uri, created = await run_git(
+        uri, created = await asyncio.to_thread(
             self.store.store, tid, document, f"trajectory: {out.title}",
             self.transcript(rollout, tid))
         if not created:  # another analyzer stored this rollout meanwhile: theirs wins
-            return self.reuse(rollout, tid, await run_git(self.store.read, uri))
+            return self.reuse(rollout, tid, await asyncio.to_thread(self.store.read, uri))
         trajectory = Trajectory(
             name=tid, uri=uri, content=document, outcome=out.outcome,
             retrieval_anchor=out.retrieval_anchor,
@@ -317,8 +317,8 @@ class TrajectoryRolloutAnalyzer:
     async def reused(self, rollout: Rollout, tid: str, document: str) -> RolloutAnalysis:
         """:meth:`reuse`, and the transcript stored beside a trajectory written before
         transcripts were kept (the same rollout: the same id, so the right transcript)."""
-        if await run_git(self.store.find_transcript, tid) is None:
-            await run_git(self.store.add_transcript, tid, self.transcript(rollout, tid))
+        if await asyncio.to_thread(self.store.find_transcript, tid) is None:
+            await asyncio.to_thread(self.store.add_transcript, tid, self.transcript(rollout, tid))
         return self.reuse(rollout, tid, document)
 
     def reuse(self, rollout: Rollout, tid: str, document: str) -> RolloutAnalysis:
