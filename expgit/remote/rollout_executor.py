@@ -26,7 +26,7 @@ from expgit.remote.protocol import (
 )
 from expgit.train.components.evaluator import failed_evaluation
 from expgit.train.context import ExecutionContext
-from expgit.train.domain import Case, Rollout
+from expgit.train.domain import Case, FreeMetadata, Rollout
 from expgit.train.interfaces import ExperienceSet
 
 _BUSY = (429, 503)  # queue full: wait and submit again
@@ -46,9 +46,9 @@ class _Attempt:
         self.resubmitted = False
         self.last_status = "not submitted"
 
-    def metadata(self, url: str, started: float) -> dict[str, Any]:
+    def metadata(self, url: str, started: float) -> FreeMetadata:
         return {"remote": {**self.stats.as_dict(), "service_url": url,
-                           "execution_ids": self.execution_ids, "polls": self.polls,
+                           "execution_ids": [*self.execution_ids], "polls": self.polls,
                            "resubmitted": self.resubmitted,
                            "wall_ms": round((time.monotonic() - started) * 1000, 3)}}
 

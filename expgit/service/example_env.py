@@ -44,7 +44,7 @@ from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
 from expgit.train.cases import load_cases
 from expgit.train.context import ExecutionContext
-from expgit.train.domain import Case, Rollout
+from expgit.train.domain import Case, FreeMetadata, Rollout
 from expgit.train.tools.binding import binding
 
 SERVICE_NAME = "expgit-example-env"
@@ -121,7 +121,7 @@ class ExampleEnvironment:
         """Name, version, dataset, domain, the splits with their sizes, the LLM and its
         calls so far (per stage, when the LLM has a usage meter)."""
         meter = getattr(self.llm, "meter", None)
-        usage = ({stage: u.calls for stage, u in meter.by_stage().items()}
+        usage: FreeMetadata = ({stage: u.calls for stage, u in meter.by_stage().items()}
                  if isinstance(meter, UsageMeter) else {})
         return Health(service=SERVICE_NAME, version=__version__, metadata={
             "dataset": self.dataset, "domain": self.domain,

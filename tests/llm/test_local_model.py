@@ -321,7 +321,7 @@ def test_real_local_model_turns_a_failed_rollout_into_a_gradient(
         assert usage[stage].completion_tokens < LOCAL_MAX_TOKENS * usage[stage].calls
     # each edit is a gradient or dropped with its reason: a 135M model's edits are often
     # junk, which the degeneracy guard never lets become a gradient
-    assert gradients or analysis.metadata["rejected_edits"]
+    assert gradients or analysis.metadata.rejected_edits
     for g in gradients:
         written = parse_experience(g.after.content, "x.md") if g.after is not None else None
         check_written(rationale=g.rationale,

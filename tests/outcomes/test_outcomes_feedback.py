@@ -246,7 +246,7 @@ def test_analyzer_with_feedback_evaluator(seeded_repo: ExperienceRepository) -> 
     rollout = session([ASK, ANSWER, ("user", 65.0)])
     analysis = asyncio.run(analyzer.analyze(rollout, PipelineContext()))
     model.assert_done()
-    assert analysis.metadata["evaluation_source"] == "evaluator"
+    assert analysis.metadata.evaluation_source == "evaluator"
     assert analysis.evaluation.metadata["response_outcomes"]["r1"]["outcome_label"] == \
         "reasked"
     assert analysis.trajectory is not None and analysis.trajectory.outcome == "failure"

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from expgit.errors import ExpgitError, InvalidInputError
 from expgit.git.executor import run_git
@@ -43,7 +42,13 @@ from expgit.train.components.llm_fields import (
 )
 from expgit.train.components.llm_outputs import EstimatedEdit, EstimateOutput, estimate_output
 from expgit.train.context import PipelineContext
-from expgit.train.domain import ExperienceFile, RolloutAnalysis, SemanticGradient
+from expgit.train.domain import (
+    AnalysisNotes,
+    ExperienceFile,
+    GradientNotes,
+    RolloutAnalysis,
+    SemanticGradient,
+)
 from expgit.train.lesson_guard import (
     DEGENERATE,
     LessonRefused,
@@ -109,7 +114,7 @@ def to_semantic(gradient: Gradient, trajectory_uri: str) -> SemanticGradient:
         base_version=gradient.base_version, base_blob=gradient.base_blob,
         rationale=gradient.rationale, evidence_trajectory_uris=[trajectory_uri],
         confidence=gradient.confidence, gradient_id=gradient.id,
-        metadata={"commit": gradient.commit, "operation": gradient.operation})
+        metadata=GradientNotes(commit=gradient.commit, operation=gradient.operation))
 
 
 class ExperienceGradientEstimator:
@@ -120,7 +125,7 @@ class ExperienceGradientEstimator:
     the file in view). Rejected edits (over the token budget, identical to ``main``,
     create of an existing file not shown or without a body, update or delete of a
     missing file or of one not shown, a second edit of the same file) are listed, one
-    reason per edit, in ``analysis.metadata["rejected_edits"]`` (set on every call;
+    reason per edit, in ``analysis.metadata.rejected_edits`` (set on every call;
     empty when none).
 
     ``relevant_experiences`` overrides ``[train] relevant_experiences``; ``limits`` bound
@@ -132,7 +137,7 @@ class ExperienceGradientEstimator:
     its track record (:func:`expgit.train.track_record.track_record`, one bounded line:
     runs that used it, passed/failed, mean score, helpful/harmful outcome reports), read
     from git with no LLM call; unreadable statistics are left out and noted in
-    ``analysis.metadata["stats_error"]``. Without one, every experience shows "no
+    ``analysis.metadata.stats_error``. Without one, every experience shows "no
     recorded use yet"."""
 
     def __init__(self, repo: ExperienceRepository, llm: StructuredLLM,
@@ -157,9 +162,9 @@ class ExperienceGradientEstimator:
                        context: PipelineContext) -> list[SemanticGradient]:
         trajectory = analysis.trajectory
         if trajectory is None:  # e.g. a junk analysis: the analyzer said why, keep it
-            analysis.metadata.setdefault("rejected_edits", [])
+            analysis.metadata.rejected_edits = analysis.metadata.rejected_edits or []
             return []
-        analysis.metadata["rejected_edits"] = []
+        analysis.metadata.rejected_edits = []
         # ranked by the document's text, not its front matter (which lists every
         # experience the run had in context, and would pull them all up alike)
         query = (f"{trajectory.retrieval_anchor}\n{analysis.rollout.case.task_signature}\n"
@@ -212,11 +217,11 @@ class ExperienceGradientEstimator:
                 "rationale_chars": limits.rationale_chars,
                 "allow_delete": limits.allow_delete, "main_branch": settings.main_branch}
 
-    async def shown_with_stats(self, metadata: dict[str, Any],
+    async def shown_with_stats(self, notes: AnalysisNotes,
                                relevant: list[ExperienceEntry]) -> list[dict[str, object]]:
         """``relevant`` as the prompts show them, each with its track record (unreadable
-        statistics: left out, and noted in ``metadata["stats_error"]``)."""
-        stats = await self._stats(metadata) if relevant else {}
+        statistics: left out, and noted in ``notes.stats_error``)."""
+        stats = await self._stats(notes) if relevant else {}
         return [shown(e, stats.get(e.name)) for e in relevant]
 
     async def commit_edits(self, edits: Sequence[EstimatedEdit], analysis: RolloutAnalysis,
@@ -224,10 +229,10 @@ class ExperienceGradientEstimator:
                            *, stage: str = "estimate") -> list[SemanticGradient]:
         """Check each edit the model proposed with ``relevant`` in view and commit the
         valid ones as gradients; the others are listed with their reasons in
-        ``analysis.metadata["rejected_edits"]``. When every edit was junk, the call of
+        ``analysis.metadata.rejected_edits``. When every edit was junk, the call of
         ``stage`` counts as failed (``degenerate``)."""
         rejected: list[str] = []
-        analysis.metadata["rejected_edits"] = rejected
+        analysis.metadata.rejected_edits = rejected
         trajectory = analysis.trajectory
         if trajectory is None:
             return []
@@ -270,13 +275,13 @@ class ExperienceGradientEstimator:
                                    f"{analysis.rollout.case.name} were junk")
         return gradients
 
-    async def _stats(self, metadata: dict[str, Any]) -> Mapping[str, ExperienceStats]:
+    async def _stats(self, notes: AnalysisNotes) -> Mapping[str, ExperienceStats]:
         if self.usage_stats is None:
             return {}
         try:
             return await run_git(self.usage_stats, self.repo)
         except ExpgitError as exc:
-            metadata["stats_error"] = exc.message
+            notes.stats_error = exc.message
             return {}
 
     def _request(self, edit: EstimatedEdit, uri: str, snapshot: Snapshot,
