@@ -19,6 +19,9 @@ from expgit.train.domain import Case, Rubric, RubricCriterion
 class Handles:
     structured: StructuredLLM
     embeddings: EmbeddingModel | None = None
+    is_local: bool = False
+    prompt_tokens: int | None = None
+    description: str = ""
 
 
 BAGGAGE_CASE = Case(

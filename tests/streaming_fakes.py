@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from expgit.errors import ExpgitError
+from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
 from expgit.train.components.streaming import StreamingPolicyTrainer
 from expgit.train.context import PipelineContext
@@ -64,7 +65,9 @@ class FakeEstimator:
 
 class FakeEngine:
     """Records each batch; fails the batches numbered in ``fail``; checks batches never
-    overlap (the engine lock's promise)."""
+    overlap (the engine lock's promise). No repository: callers pass a policy set."""
+
+    repo: ExperienceRepository | None = None
 
     def __init__(self, fail: set[int] | None = None, delay: float = 0.0) -> None:
         self.fail = fail or set()

@@ -30,6 +30,8 @@ class Handles:
     structured: StructuredLLM
     is_local: bool
     embeddings: EmbeddingModel | None = None
+    prompt_tokens: int | None = None
+    description: str = ""
 
 
 def shown_tokens(repo: ExperienceRepository, is_local: bool) -> int:

@@ -99,7 +99,7 @@ def provenance_trailers(analysis: RolloutAnalysis, llm: StructuredLLM,
                 if not analysis.evaluation.passed else prediction([], []))
     if any(key == TRAINER_MODEL for key, _ in models):
         return [*predicts.trailers(), *models]
-    model = " ".join(str(getattr(llm.model, "model", "") or "").split())[:VALUE_CHARS]
+    model = " ".join(llm.model.model.split())[:VALUE_CHARS]
     return [*predicts.trailers(), *models, *([(TRAINER_MODEL, model)] if model else [])]
 
 

@@ -189,7 +189,7 @@ class StreamingPolicyTrainer:
 
     def _current_main(self) -> ExperienceSet:
         """The snapshot of ``main`` now (reused while ``main`` has not moved)."""
-        repo = getattr(self.engine, "repo", None)
+        repo = self.engine.repo
         if repo is None:
             raise UsageError("submit_rollout needs a policy_set: the engine has no repo")
         cached = self._main
