@@ -9,6 +9,8 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from json_value import number
+
 from expgit.errors import ExpgitError
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
@@ -60,7 +62,7 @@ class FakeEstimator:
         await asyncio.sleep(random.random() / 200)
         return [SemanticGradient(target_experience_name=f"{name}-{i}", rationale="r",
                                  gradient_id=f"{name}#{i}")
-                for i in range(analysis.rollout.metadata["gradients"])]
+                for i in range(int(number(analysis.rollout.metadata, "gradients")))]
 
 
 class FakeEngine:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE, fsck, git, repo_state
+from conftest import EXAMPLE, RunCli, fsck, git, repo_state
 
 from expgit.errors import GitError
 from expgit.git.objects import tree_sort_key
@@ -62,7 +62,7 @@ FOREIGN = {"GIT_DIR": ".git", "GIT_WORK_TREE": ".", "GIT_INDEX_FILE": ".git/inde
 @pytest.mark.parametrize("variables", [["GIT_DIR"], list(FOREIGN)], ids=["git-dir", "all"])
 @pytest.mark.parametrize("bare", [False, True], ids=["worktree", "bare"])
 def test_another_repositorys_variables_do_not_redirect_c(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli, variables: list[str],  # type: ignore[no-untyped-def]
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli: RunCli, variables: list[str],
         bare: bool) -> None:
     """``GIT_DIR=A expgit -C B``: B's refs and B's objects, nothing written to A."""
     other = tmp_path / "other"

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE, git
+from conftest import EXAMPLE, CliResult, RunCli, git
 
 from expgit.git import maintenance, maintenance_settings
 from expgit.git.repo import GitRepo
@@ -58,13 +58,13 @@ def new_repo(tmp_path: Path, *, bare: bool = False, **config: str) -> Path:
     return path
 
 
-def ingest(run_cli, path: Path, session: Path = SESSION):  # type: ignore[no-untyped-def]
+def ingest(run_cli: RunCli, path: Path, session: Path = SESSION) -> CliResult:
     return run_cli("-C", path, "sessions", "ingest", session, "--agent", "bot", "--json")
 
 
 def test_past_gc_auto_a_writing_command_packs_and_writes_bloom_filters(tmp_path: Path,
-                                                                       run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_auto": "1", "gc_autoDetach": "false"})
+                                                                       run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, gc_auto="1", gc_autoDetach="false")
     plant_loose(path)
     assert packs(path) == []
     result = ingest(run_cli, path)
@@ -78,20 +78,20 @@ def test_past_gc_auto_a_writing_command_packs_and_writes_bloom_filters(tmp_path:
     assert git(path, "cat-file", "-t", planted).strip() == "blob"
     # what is left does not make every later command run it again
     assert not maintenance.is_due(common_dir(path), common_dir(path) / "objects",
-                                  maintenance.Settings(gc_auto=1))
+                                  maintenance_settings.Settings(gc_auto=1))
 
 
-def test_a_read_only_command_never_maintains(tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_auto": "1", "gc_autoDetach": "false"})
+def test_a_read_only_command_never_maintains(tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, gc_auto="1", gc_autoDetach="false")
     plant_loose(path)
     assert run_cli("-C", path, "list", "--json").code == 0
     assert packs(path) == []
 
 
 @pytest.mark.parametrize("setting", [("gc.auto", "0"), ("maintenance.auto", "false")])
-def test_the_users_settings_turn_it_off(tmp_path: Path, run_cli,
+def test_the_users_settings_turn_it_off(tmp_path: Path, run_cli: RunCli,
                                         setting: tuple[str, str]) -> None:
-    path = new_repo(tmp_path, **{"gc_autoDetach": "false"})
+    path = new_repo(tmp_path, gc_autoDetach="false")
     git(path, "config", "gc.auto", "1")
     git(path, "config", *setting)
     plant_loose(path)
@@ -100,8 +100,8 @@ def test_the_users_settings_turn_it_off(tmp_path: Path, run_cli,
     assert not has_bloom_filters(path)
 
 
-def test_below_the_thresholds_nothing_runs(tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_autoDetach": "false"})  # gc.auto: git's 6700
+def test_below_the_thresholds_nothing_runs(tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, gc_autoDetach="false")  # gc.auto: git's 6700
     git(path, "config", "maintenance.loose-objects.auto", "100000")
     plant_loose(path)
     assert ingest(run_cli, path).code == 0
@@ -109,8 +109,8 @@ def test_below_the_thresholds_nothing_runs(tmp_path: Path, run_cli) -> None:
 
 
 def test_a_hundred_loose_objects_are_packed_by_gits_loose_objects_task(
-        tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_autoDetach": "false"})  # gc.auto: git's 6700
+        tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, gc_autoDetach="false")  # gc.auto: git's 6700
     plant_loose(path)  # about 900 loose objects: past 100, far below 6700
     objects = common_dir(path) / "objects"
     assert ingest(run_cli, path).code == 0
@@ -126,8 +126,8 @@ def test_a_hundred_loose_objects_are_packed_by_gits_loose_objects_task(
 
 
 def test_the_small_packs_each_run_leaves_are_rolled_up_geometrically(
-        tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_autoDetach": "false"})
+        tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, gc_autoDetach="false")
     sessions = sorted((EXAMPLE / "sessions").glob("*.jsonl"))
     for round_ in range(3):  # three maintained runs, each packing its loose objects
         plant_loose(path, in_17=3 * (round_ + 1))
@@ -139,8 +139,8 @@ def test_the_small_packs_each_run_leaves_are_rolled_up_geometrically(
     git(path, "fsck", "--no-progress", "--no-dangling")
 
 
-def test_gc_auto_pack_limit_zero_keeps_the_packs_apart(tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_autoDetach": "false", "gc_autoPackLimit": "0"})
+def test_gc_auto_pack_limit_zero_keeps_the_packs_apart(tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, gc_autoDetach="false", gc_autoPackLimit="0")
     sessions = sorted((EXAMPLE / "sessions").glob("*.jsonl"))
     for round_ in range(3):
         plant_loose(path, in_17=3 * (round_ + 1))
@@ -148,17 +148,16 @@ def test_gc_auto_pack_limit_zero_keeps_the_packs_apart(tmp_path: Path, run_cli) 
     assert len(packs(path)) == 3
 
 
-def test_commit_graph_off_is_honoured(tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_auto": "1", "gc_autoDetach": "false",
-                                 "gc_writeCommitGraph": "false"})
+def test_commit_graph_off_is_honoured(tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, gc_auto="1", gc_autoDetach="false", gc_writeCommitGraph="false")
     plant_loose(path)
     assert ingest(run_cli, path).code == 0
     assert len(packs(path)) == 1
     assert not has_bloom_filters(path)
 
 
-def test_by_default_it_runs_detached_after_the_result(tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_auto": "1"})
+def test_by_default_it_runs_detached_after_the_result(tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, gc_auto="1")
     plant_loose(path)
     result = ingest(run_cli, path)
     assert result.code == 0 and result.err == ""
@@ -169,16 +168,16 @@ def test_by_default_it_runs_detached_after_the_result(tmp_path: Path, run_cli) -
     assert has_bloom_filters(path)
 
 
-def test_a_bare_hub_is_maintained_too(tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, bare=True, **{"gc_auto": "1", "gc_autoDetach": "false"})
+def test_a_bare_hub_is_maintained_too(tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, bare=True, gc_auto="1", gc_autoDetach="false")
     plant_loose(path)
     assert ingest(run_cli, path).code == 0
     assert len(packs(path)) == 1
     assert has_bloom_filters(path)
 
 
-def test_never_twice_at_once(tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_auto": "1", "gc_autoDetach": "false"})
+def test_never_twice_at_once(tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, gc_auto="1", gc_autoDetach="false")
     plant_loose(path)
     lock = common_dir(path) / "expgit" / maintenance.LOCK_FILE
     lock.parent.mkdir(parents=True, exist_ok=True)
@@ -192,8 +191,8 @@ def test_never_twice_at_once(tmp_path: Path, run_cli) -> None:
 
 
 def test_a_failing_maintenance_is_one_warning_and_the_result_stands(tmp_path: Path,
-                                                                    run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_auto": "1", "gc_autoDetach": "false"})
+                                                                    run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, gc_auto="1", gc_autoDetach="false")
     plant_loose(path)
     pack_dir = common_dir(path) / "objects" / "pack"
     pack_dir.rmdir()
@@ -208,15 +207,15 @@ def test_a_failing_maintenance_is_one_warning_and_the_result_stands(tmp_path: Pa
     assert git(path, "log", "-1", "--format=%s", "expgit/sessions").strip()
 
 
-def test_a_read_only_object_store_is_one_warning(tmp_path: Path, run_cli,
+def test_a_read_only_object_store_is_one_warning(tmp_path: Path, run_cli: RunCli,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """What the OS answers for a read-only mount (root ignores file modes, so a chmod
     cannot make one here): the objects folder is not writable."""
-    path = new_repo(tmp_path, **{"gc_auto": "1", "gc_autoDetach": "false"})
+    path = new_repo(tmp_path, gc_auto="1", gc_autoDetach="false")
     plant_loose(path)
     objects = common_dir(path) / "objects"
     real_access = os.access
-    monkeypatch.setattr(maintenance.os, "access", lambda p, mode: (
+    monkeypatch.setattr(os, "access", lambda p, mode: (
         False if Path(p) == objects and mode == os.W_OK else real_access(p, mode)))
     result = ingest(run_cli, path)
     assert result.code == 0
@@ -226,8 +225,8 @@ def test_a_read_only_object_store_is_one_warning(tmp_path: Path, run_cli,
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
-def test_doctor_fix_on_a_read_only_pack_folder_warns(tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_auto": "1"})
+def test_doctor_fix_on_a_read_only_pack_folder_warns(tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, gc_auto="1")
     plant_loose(path)
     pack_dir = common_dir(path) / "objects" / "pack"
     pack_dir.chmod(0o555)
@@ -240,8 +239,8 @@ def test_doctor_fix_on_a_read_only_pack_folder_warns(tmp_path: Path, run_cli) ->
 
 
 def test_doctor_reports_an_unmaintained_repository_and_fix_maintains_it(
-        tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_auto": "1"})
+        tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, gc_auto="1")
     plant_loose(path)
     result = run_cli("-C", path, "doctor", "--json")
     assert result.code == 3
@@ -262,7 +261,7 @@ def test_doctor_reports_an_unmaintained_repository_and_fix_maintains_it(
 
 def test_a_long_running_writer_checks_periodically(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    path = new_repo(tmp_path, bare=True, **{"gc_auto": "1", "gc_autoDetach": "false"})
+    path = new_repo(tmp_path, bare=True, gc_auto="1", gc_autoDetach="false")
     plant_loose(path)
     monkeypatch.setattr(maintenance, "PERIOD", 0.0)
     before = list(maintenance._children)
@@ -278,14 +277,14 @@ def test_a_long_running_writer_checks_periodically(tmp_path: Path,
 def test_settings_are_read_as_git_reads_them() -> None:
     parsed = maintenance_settings.parse_settings(
         "gc.auto\n2k\0gc.autodetach\nno\0maintenance.auto\n\0core.commitgraph\noff\0")
-    assert parsed == maintenance.Settings(gc_auto=2048, enabled=True, detach=False,
+    assert parsed == maintenance_settings.Settings(gc_auto=2048, enabled=True, detach=False,
                                           commit_graph=False)
     assert parsed.threshold == 8  # git's DIV_ROUND_UP(2048, 256)
-    assert maintenance_settings.parse_settings("") == maintenance.Settings()
+    assert maintenance_settings.parse_settings("") == maintenance_settings.Settings()
     parse = maintenance_settings.parse_settings
     assert parse("maintenance.loose-objects.auto\n0\0").loose_auto == 0
     assert parse("").pack_limit == 50 and parse("gc.autopacklimit\n0\0").pack_limit == 0
-    assert maintenance.Settings(gc_auto=6700).threshold == 27
+    assert maintenance_settings.Settings(gc_auto=6700).threshold == 27
 
 
 def test_the_estimate_counts_only_object_names(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from pydantic import JsonValue
 from scripted_pipeline import PETS_CASE
 
 from expgit.llm import provenance as llm_provenance
@@ -98,7 +99,7 @@ def test_the_agent_of_a_service_and_of_recorded_rollouts() -> None:
     assert service_agent(Health(service="env", version="1")) == "unknown (env)"
     case = PETS_CASE
 
-    def rollout(**metadata: str) -> Rollout:
+    def rollout(**metadata: JsonValue) -> Rollout:
         return Rollout(case=case, policy_snapshot_id="s", metadata=metadata)
 
     assert recorded_agent([rollout(agent_model="gpt-4.1"), rollout(model="gpt-4.1")]) == "gpt-4.1"
