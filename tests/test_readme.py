@@ -240,9 +240,9 @@ def test_readme_snippets_run_in_order(tmp_path: Path) -> None:
     current = (logs / "current").read_text().strip() if (logs / "current").exists() else ""
     if current != "done" or code != 0:
         number = int(current) if current.isdigit() else 0
-        block = shell[number - 1] if number else None
-        where = (f"README block {number} (line {block.line}: {block.first!r})"
-                 if block else "the README runner")
+        failed = shell[number - 1] if number else None
+        where = (f"README block {number} (line {failed.line}: {failed.first!r})"
+                 if failed else "the README runner")
         raise AssertionError(
             f"{where} failed with exit {code}\n--- stdout (tail) ---\n"
             f"{tail(logs / f'{number}.out')}\n--- stderr (tail) ---\n"

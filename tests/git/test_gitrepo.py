@@ -26,6 +26,12 @@ from expgit.store.refnames import GRADIENT_STATES
 from expgit.store.snapshot import Snapshot, SnapshotLoader
 
 
+def entry_of(pair: tuple[TreeEntry | None, TreeEntry | None]) -> TreeEntry:
+    """The entry a diff pair sorts by: the old one, or else the new one."""
+    entry = pair[0] or pair[1]
+    assert entry is not None
+    return entry
+
 def git_env(cwd: Path, *args: str, env: dict[str, str], input: bytes | None = None) -> str:
     proc = subprocess.run(["git", *args], cwd=cwd, env=env, input=input, capture_output=True)
     assert proc.returncode == 0, proc.stderr.decode()
@@ -304,13 +310,13 @@ def test_edit_tree_and_diff_trees_match_git(tmp_path: Path, seed: int) -> None:
         assert fresh.read_tree(new) == ls_tree(path, new)
         before = {e.name: e for e in ls_tree(path, tree)}
         after = {e.name: e for e in ls_tree(path, new)}
-        expected = []
+        expected: list[tuple[TreeEntry | None, TreeEntry | None]] = []
         for name in sorted(before.keys() | after.keys()):
             b, a = before.get(name), after.get(name)
             if b != a:
                 expected += ([(b, a)] if b and a and b.is_tree == a.is_tree
                              else [p for p in ((b, None), (None, a)) if p != (None, None)])
-        expected.sort(key=lambda p: tree_sort_key(p[0] or p[1]))  # type: ignore[arg-type]
+        expected.sort(key=lambda p: tree_sort_key(entry_of(p)))
         assert pairs == expected
         fresh.close()
         tree = new

@@ -218,7 +218,8 @@ def test_bounded_repetitions_are_written_flat_and_capped() -> None:
 
 
 def test_local_runtime_defaults() -> None:
-    assert LocalModelServer.__init__.__kwdefaults__["n_ctx"] == DEFAULT_N_CTX == 8192
+    defaults = LocalModelServer.__init__.__kwdefaults__
+    assert defaults is not None and defaults["n_ctx"] == DEFAULT_N_CTX == 8192
     fixed = LLMRuntime.fixed(ScriptedChatModel([]))
     assert not fixed.is_local and fixed.prompt_tokens is None
     assert fixed.max_tokens == LLMSettings().max_tokens and fixed.structured.schema_in_prompt

@@ -43,8 +43,11 @@ def test_the_gguf_hash_is_computed_once_and_cached_by_size_and_time(
     cache = tmp_path / "cache" / "gguf-sha256.json"
     calls: list[Path] = []
     real = llm_provenance.hash_file
-    monkeypatch.setattr(llm_provenance, "hash_file",
-                        lambda path: calls.append(path) or real(path))
+    def hash_file(path: Path) -> str:
+        calls.append(path)
+        return real(path)
+
+    monkeypatch.setattr(llm_provenance, "hash_file", hash_file)
     monkeypatch.setattr(llm_provenance, "_memo", {})
     first = gguf_sha256(model, cache)
     assert len(first) == 64 and first == real(model)

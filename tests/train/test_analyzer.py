@@ -106,7 +106,8 @@ def tool_output_chars(repo: ExperienceRepository, limit: int) -> ExperienceRepos
 
 
 def prompt_of(model: ScriptedChatModel, index: int = 0) -> str:
-    return model.calls[index][1][1]["content"]
+    prompt: str = model.calls[index][1][1]["content"]
+    return prompt
 
 
 def test_rollout_evaluation_wins_and_the_trajectory_lands_on_its_branch(

@@ -85,7 +85,7 @@ def test_propose_mode_makes_a_proposal_and_leaves_main(seeded_repo: ExperienceRe
     [proposal] = list_proposals(seeded_repo)
     assert proposal.id == result.proposal_id and proposal.base == main
     assert sorted(proposal.gradient_commits) == sorted(
-        g.metadata.commit for g in grads)
+        g.metadata.commit or "" for g in grads)
     path = path_of(seeded_repo)
     assert git(path, "show", f"expgit/proposals/{proposal.id}:experiences/{NAME}.md") == merged
     text = body.read_text()

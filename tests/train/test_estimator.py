@@ -216,7 +216,7 @@ def test_invalid_edits_are_dropped_with_reasons(seeded_repo: ExperienceRepositor
 
     assert [g.target_experience_name for g in gradients] == ["confirm-refund-amount"]
     assert list_gradients(seeded_repo)[0].id == gradients[0].gradient_id
-    reasons = analysis.metadata.rejected_edits
+    reasons = analysis.metadata.rejected_edits or []
     expected = ["over the budget", "identical to main",
                 "delete of an experience that does not exist", "already exists", "not shown",
                 "update of an experience that does not exist", "needs a body",
@@ -390,7 +390,8 @@ def test_fewer_experiences_when_asked_or_when_the_prompt_would_not_fit(
         asyncio.run(est.estimate(analysis_for(seeded_repo), seeded_repo.snapshot(),
                                  PipelineContext()))
         system, user = (m["content"] for m in model.calls[0][1])
-        return system + user
+        prompt: str = system + user
+        return prompt
 
     without_floor(seeded_repo)
     two = run(relevant_experiences=2)

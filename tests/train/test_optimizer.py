@@ -175,7 +175,7 @@ def test_merge_split_delete_and_validation(seeded_repo: ExperienceRepository) ->
     assert all(i.gradient_ids for i in result.items)
     assert items["flight-change-fees"].after_content == split
     assert items["checked-baggage-allowance"].after_content == dedup  # front matter kept
-    rejected = result.metadata.rejected_items
+    rejected = result.metadata.rejected_items or []
     assert len(rejected) == 4
     assert "does not exist" in rejected[0] and "needs a body" in rejected[1]
     assert "second item" in rejected[2] and "second item" in rejected[3]

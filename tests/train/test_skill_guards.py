@@ -148,7 +148,7 @@ def test_the_merge_guards_skills_and_writes_new_ones_as_folders(
     model.assert_done()
     assert "skills/<name>/SKILL.md" in prompts[0] and '"description"' in prompts[0]
     assert [i.target_experience_name for i in result.items] == ["pets-in-cabin"]
-    rejected = result.metadata.rejected_items
+    rejected = result.metadata.rejected_items or []
     assert "the description: it is an account of one run" in rejected[0]
     assert "reserved word 'claude'" in rejected[1]
     assert (opt.redactor.counts["degenerate"], opt.redactor.counts["skill_name"]) == (1, 1)

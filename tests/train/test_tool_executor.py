@@ -96,7 +96,9 @@ def test_db_state_passes_and_every_call_is_recorded(
     assert rollout.metadata["stopped"] == "user done"
     system = model.calls[0][1][0]["content"]
     assert "checked-baggage-allowance" in system and "The current time is" in system
-    tools = model.calls[0][2]["tools"]
+    extra = model.calls[0][2]
+    assert extra is not None
+    tools = extra["tools"]
     assert len(tools) == 8 and {t["function"]["name"] for t in tools} >= {
         "cancel_reservation", "transfer_to_human_agents"}
     # the fixture on disk is untouched: each rollout works on its own copy
