@@ -56,7 +56,8 @@ class JobPointers:
         plan = result.plan
         return cls(
             evaluation=analysis.evaluation if analysis is not None else None,
-            analysis_metadata=analysis.metadata if analysis is not None else AnalysisNotes(),
+            analysis_metadata=(analysis.metadata.model_copy(deep=True) if analysis is not None
+                               else AnalysisNotes()),
             trajectory=trajectory.model_copy(update={"content": ""}) if trajectory else None,
             gradients=tuple(GradientPointer(g.gradient_id, tuple(g.evidence_trajectory_uris))
                             for g in result.gradients if g.gradient_id),
