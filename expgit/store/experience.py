@@ -12,7 +12,7 @@ import re
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from expgit.errors import InvalidInputError
 from expgit.store import skill_md, yamldump
@@ -65,8 +65,8 @@ class FrontMatter(BaseModel):
     summary: str = ""
     tags: list[str] = Field(default_factory=list)
     always: bool = False  # always in the agent's context, whatever the request
-    metadata: dict[str, JsonValue] = Field(default_factory=dict, description=(
-        "the front matter's other metadata, the author's own, kept as written"))
+    metadata: dict[str, object] = Field(default_factory=dict, description=(
+        "the front matter's other metadata, the author's own YAML values, kept as written"))
 
     @field_validator("name")
     @classmethod

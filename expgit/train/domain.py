@@ -12,12 +12,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
     SerializerFunctionWrapHandler,
     model_serializer,
 )
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from expgit.train.checks import CriterionCheck
 
@@ -26,10 +28,18 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _as_json(value: object) -> object:
+    """A YAML date or a tuple in free metadata: its JSON form, as the wire carries it."""
+    try:
+        return to_jsonable_python(value)
+    except PydanticSerializationError as exc:
+        raise ValueError(str(exc)) from None
+
+
 # Free-form metadata at a boundary: what a case file, an environment service or an
-# ingested session says about itself, passed through untouched. Keys expgit itself sets
-# and reads between components are named fields of the ``*Notes`` models below.
-FreeMetadata = dict[str, JsonValue]
+# ingested session says about itself, passed through. Keys expgit itself sets and reads
+# between components are named fields of the ``*Notes`` models below.
+FreeMetadata = Annotated[dict[str, JsonValue], BeforeValidator(_as_json)]
 
 
 def _free(what: str) -> Any:
