@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -64,8 +64,14 @@ class CliResult:
     err: str
 
 
+class RunCli(Protocol):
+    """The ``run_cli`` fixture's type."""
+
+    def __call__(self, *args: str | Path) -> CliResult: ...
+
+
 @pytest.fixture
-def run_cli(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+def run_cli(capsys: pytest.CaptureFixture[str]) -> RunCli:
     """Run the real CLI in-process: ``run_cli("-C", dir, "list", "--json")``."""
 
     def run(*args: str | Path) -> CliResult:
@@ -135,12 +141,12 @@ def repo_state(path: Path) -> tuple[str, str]:
 class Driver:
     """The CLI as a user drives it against one repository (``-C path``)."""
 
-    run_cli: object
+    run_cli: RunCli
     path: Path
     scratch: Path
 
     def __call__(self, *args: str | Path) -> CliResult:
-        return self.run_cli("-C", self.path, *args)  # type: ignore[operator]
+        return self.run_cli("-C", self.path, *args)
 
     def ok(self, *args: str | Path) -> CliResult:
         result = self(*args)

@@ -12,6 +12,7 @@ from expgit.llm.port import EmbeddingModel
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
 from expgit.store.repository import ExperienceRepository
+from expgit.train.checks import ContainsCheck
 from expgit.train.domain import Case, Rubric, RubricCriterion
 
 
@@ -19,6 +20,9 @@ from expgit.train.domain import Case, Rubric, RubricCriterion
 class Handles:
     structured: StructuredLLM
     embeddings: EmbeddingModel | None = None
+    is_local: bool = False
+    prompt_tokens: int | None = None
+    description: str = ""
 
 
 BAGGAGE_CASE = Case(
@@ -26,12 +30,12 @@ BAGGAGE_CASE = Case(
     input={"user_query": "I am a gold member flying economy. How many checked bags are "
                          "free, and what does a fourth checked bag cost?"},
     rubric=Rubric(name="baggage", criteria=[RubricCriterion(
-        name="three-free", check={"type": "contains", "value": "3 free"})]))
+        name="three-free", check=ContainsCheck(value="3 free"))]))
 PETS_CASE = Case(
     name="pet-in-cabin", task_signature="pets",
     input={"user_query": "Can I bring my cat in the cabin?"},
     rubric=Rubric(name="pets", criteria=[RubricCriterion(
-        name="answers", check={"type": "contains", "value": "cat"})]))
+        name="answers", check=ContainsCheck(value="cat"))]))
 
 PETS_SUMMARY = "Pets are a policy question; answer from the rules, never promise a booking."
 PETS_BODY = ("# Pets in the cabin\n\nWhen: the user asks about travelling with a pet. Say "

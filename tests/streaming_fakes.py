@@ -9,7 +9,10 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from json_value import number
+
 from expgit.errors import ExpgitError
+from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
 from expgit.train.components.streaming import StreamingPolicyTrainer
 from expgit.train.context import PipelineContext
@@ -59,12 +62,14 @@ class FakeEstimator:
         await asyncio.sleep(random.random() / 200)
         return [SemanticGradient(target_experience_name=f"{name}-{i}", rationale="r",
                                  gradient_id=f"{name}#{i}")
-                for i in range(analysis.rollout.metadata["gradients"])]
+                for i in range(int(number(analysis.rollout.metadata, "gradients")))]
 
 
 class FakeEngine:
     """Records each batch; fails the batches numbered in ``fail``; checks batches never
-    overlap (the engine lock's promise)."""
+    overlap (the engine lock's promise). No repository: callers pass a policy set."""
+
+    repo: ExperienceRepository | None = None
 
     def __init__(self, fail: set[int] | None = None, delay: float = 0.0) -> None:
         self.fail = fail or set()

@@ -123,6 +123,9 @@ class Handles:
     structured: StructuredLLM
     embeddings: None = None
     meter: UsageMeter = field(default_factory=UsageMeter)
+    is_local: bool = False
+    prompt_tokens: int | None = None
+    description: str = ""
 
 
 def handles(chat: ScriptedChatModel | HeldChat) -> Handles:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -95,6 +95,16 @@ class ChatModel(Protocol):
     async def complete(self, messages: ChatMessages, *, stage: str,
                        response_format: dict[str, Any] | None, max_tokens: int,
                        temperature: float, seed: int | None = None) -> Completion: ...
+
+
+@runtime_checkable
+class ToolCallingModel(ChatModel, Protocol):
+    """A chat model that can also call tools (checked at run time: not every model can).
+    Same retries and deadline as :meth:`complete`."""
+
+    async def complete_tools(self, messages: ToolMessages, tools: list[dict[str, Any]], *,
+                             stage: str, max_tokens: int, temperature: float,
+                             seed: int | None = None) -> ToolTurn: ...
 
 
 class EmbeddingModel(Protocol):

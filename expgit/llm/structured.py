@@ -33,6 +33,7 @@ from expgit.llm.port import (
     LLMError,
     LLMOutputError,
     Sampling,
+    ToolCallingModel,
     ToolMessages,
     ToolTurn,
     UsageMeter,
@@ -207,12 +208,11 @@ class StructuredLLM:
                      sampling: Sampling | None = None) -> ToolTurn:
         if self.meter.guard is not None:
             self.meter.guard.check(stage)
-        complete = getattr(self.model, "complete_tools", None)
-        if complete is None:
+        if not isinstance(self.model, ToolCallingModel):
             raise LLMError(f"{stage}: the model {self.model.model!r} cannot call tools",
                            hint="use an OpenAI-compatible endpoint (--base-url)",
                            cause="a model without tool calling")
-        turn: ToolTurn = await complete(messages, tools, stage=stage,
+        turn = await self.model.complete_tools(messages, tools, stage=stage,
                                         max_tokens=self.max_tokens,
                                         **self._sampling(sampling))
         self.meter.record(stage, turn)

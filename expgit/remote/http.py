@@ -45,9 +45,6 @@ class HttpStats:
     round_trips: int = 0
     http_ms: float = 0.0
 
-    def as_dict(self) -> dict[str, float | int]:
-        return {"round_trips": self.round_trips, "http_ms": round(self.http_ms, 3)}
-
 
 def make_client(url: str, *, token: str | None = None,
                 transport: httpx.AsyncBaseTransport | None = None,

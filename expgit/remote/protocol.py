@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from expgit.train.domain import Case, Rollout
+from expgit.train.domain import Case, FreeMetadata, Rollout
 
 
 class _Request(BaseModel):
@@ -47,12 +47,14 @@ class PolicySetRef(_Request):
 
     root_uri: str
     policies: list[dict[str, Any]] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: FreeMetadata = Field(default_factory=dict, description=(
+        "open to any runtime: expgit sends commit, snapshot_id and experiences_root"))
 
 
 class ExecutionContextRef(_Request):
     policy_snapshot_id: str
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: FreeMetadata = Field(default_factory=dict, description=(
+        "the client's own metadata, opaque to the service (expgit: phase, epoch)"))
 
 
 class RolloutRequest(_Request):
@@ -82,5 +84,6 @@ class Health(BaseModel):
     status: Literal["ok"] = "ok"
     service: str
     version: str
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: FreeMetadata = Field(default_factory=dict, description=(
+        "what the service says of itself (e.g. llm, mode, agent_model)"))
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
+from pydantic import BaseModel
 
 from expgit.errors import UsageError
 from expgit.llm.retry import RetryPolicy, Transient
@@ -27,7 +28,7 @@ from expgit.remote.protocol import (
 )
 from expgit.train.components.evaluator import failed_evaluation
 from expgit.train.context import ExecutionContext
-from expgit.train.domain import Case, Rollout
+from expgit.train.domain import Case, FreeMetadata, Rollout
 from expgit.train.interfaces import ExperienceSet
 
 _BUSY = (429, 503)  # queue full: wait and submit again
@@ -35,6 +36,29 @@ _BUSY = (429, 503)  # queue full: wait and submit again
 
 class _CaseFailed(Exception):
     """The case cannot complete; ``str`` is the rollout's error."""
+
+
+REMOTE_KEY = "remote"
+
+
+class RemoteRunNotes(BaseModel):
+    """What the client noted of one case's run on a service, in
+    ``rollout.metadata["remote"]``: HTTP round trips and their time, the service, the
+    execution ids (two when it was submitted again), polls, and the wall time."""
+
+    round_trips: int
+    http_ms: float
+    service_url: str
+    execution_ids: list[str]
+    polls: int
+    resubmitted: bool
+    wall_ms: float
+
+    @classmethod
+    def of(cls, rollout: Rollout) -> RemoteRunNotes | None:
+        """The notes of a rollout run remotely; None for another."""
+        raw = rollout.metadata.get(REMOTE_KEY)
+        return None if raw is None else cls.model_validate(raw)
 
 
 class _Attempt:
@@ -47,11 +71,12 @@ class _Attempt:
         self.resubmitted = False
         self.last_status = "not submitted"
 
-    def metadata(self, url: str, started: float) -> dict[str, Any]:
-        return {"remote": {**self.stats.as_dict(), "service_url": url,
-                           "execution_ids": self.execution_ids, "polls": self.polls,
-                           "resubmitted": self.resubmitted,
-                           "wall_ms": round((time.monotonic() - started) * 1000, 3)}}
+    def metadata(self, url: str, started: float) -> FreeMetadata:
+        return {REMOTE_KEY: RemoteRunNotes(
+            round_trips=self.stats.round_trips, http_ms=round(self.stats.http_ms, 3),
+            service_url=url, execution_ids=list(self.execution_ids), polls=self.polls,
+            resubmitted=self.resubmitted,
+            wall_ms=round((time.monotonic() - started) * 1000, 3)).model_dump(mode="json")}
 
 
 class RemoteRolloutExecutor:

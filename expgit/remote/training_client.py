@@ -27,6 +27,7 @@ from expgit.remote.protocol import Health
 from expgit.remote.training_protocol import FINISHED, TrainingJob
 from expgit.train.context import PipelineContext
 from expgit.train.domain import (
+    PlanNotes,
     PolicyApplyResult,
     PolicyPlanItem,
     PolicyUpdatePlan,
@@ -163,7 +164,7 @@ def assemble(rollouts: Sequence[Rollout], outcomes: Sequence[TrainingJob | str]
              ) -> RolloutTrainingResult:
     """One result of many jobs, like the streaming trainer's own ``train_rollouts``:
     analyses, gradients, the plan items (each once) and the apply results (each batch
-    once; ``apply_result.metadata["batches"]`` lists them), errors in order, each once."""
+    once; ``apply_result.metadata.batches`` lists them), errors in order, each once."""
     result = RolloutTrainingResult()
     items: dict[str, PolicyPlanItem] = {}
     applied: dict[tuple[str | None, str | None, str], PolicyApplyResult] = {}
@@ -179,7 +180,7 @@ def assemble(rollouts: Sequence[Rollout], outcomes: Sequence[TrainingJob | str]
         if got.evaluation is not None:
             result.analyses.append(RolloutAnalysis(
                 rollout=rollout, evaluation=got.evaluation, trajectory=got.trajectory,
-                metadata={**got.analysis_metadata, "job_id": outcome.job_id}))
+                metadata=got.analysis_metadata.model_copy(update={"job_id": outcome.job_id})))
         result.gradients.extend(got.gradients)
         for item in got.plan.items if got.plan is not None else []:
             items.setdefault(json.dumps(item.model_dump(mode="json"), sort_keys=True), item)
@@ -189,7 +190,7 @@ def assemble(rollouts: Sequence[Rollout], outcomes: Sequence[TrainingJob | str]
                                 a.updated_policy_set.commit), a)
     if items:
         result.plan = PolicyUpdatePlan(items=list(items.values()),
-                                       metadata={"batches": len(applied)})
+                                       metadata=PlanNotes(batches=len(applied)))
     result.apply_result = combined_apply_result(list(applied.values()))
     result.errors = list(errors)
     return result

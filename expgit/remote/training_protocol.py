@@ -14,11 +14,12 @@ the job is finished, ``result`` is read back from git at those names.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from expgit.train.domain import (
+    AnalysisNotes,
     PolicyApplyResult,
     PolicyUpdatePlan,
     RubricEvaluation,
@@ -38,7 +39,7 @@ class TrainingJobResult(BaseModel):
     (those are in the proposal commit)."""
 
     evaluation: RubricEvaluation | None = None
-    analysis_metadata: dict[str, Any] = Field(default_factory=dict)
+    analysis_metadata: AnalysisNotes = Field(default_factory=lambda: AnalysisNotes())
     trajectory: Trajectory | None = None
     gradients: list[SemanticGradient] = Field(default_factory=list)
     plan: PolicyUpdatePlan | None = None

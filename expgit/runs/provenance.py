@@ -10,7 +10,7 @@ environment service (the model its ``/health`` names) or a file of recorded roll
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from expgit.llm.provenance import endpoint_host
 from expgit.remote.protocol import Health
@@ -51,11 +51,17 @@ def of_runtime(runtime: LLMRuntime | None, agent_model: str | None = None, *,
     return runtime.provenance(agent_model)
 
 
+@runtime_checkable
+class TellsProvenance(Protocol):
+    """LLM handles that can tell the run's models (an LLMRuntime can)."""
+
+    def provenance(self, agent_model: str | None = None) -> Provenance: ...
+
+
 def of_handles(llm: object, agent_model: str) -> Provenance | None:
-    """The provenance of LLM handles that can tell it (an LLMRuntime; a test's fake
-    handles cannot: None, no trailers)."""
-    made = getattr(llm, "provenance", None)
-    return made(agent_model) if callable(made) else None
+    """The provenance of LLM handles that can tell it (:class:`TellsProvenance`; a test's
+    fake handles cannot: None, no trailers)."""
+    return llm.provenance(agent_model) if isinstance(llm, TellsProvenance) else None
 
 
 def proposal_provenance(repo: ExperienceRepository, commit: str) -> tuple[str, Provenance

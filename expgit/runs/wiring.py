@@ -57,6 +57,21 @@ class LLMHandles(Protocol):
     @property
     def embeddings(self) -> EmbeddingModel | None: ...
 
+    @property
+    def description(self) -> str:
+        """One line: the model and where it runs."""
+        ...
+
+    @property
+    def is_local(self) -> bool:
+        """The embedded model: tighter output bounds, smaller prompts."""
+        ...
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """The prompt size that fits the model's context with its reply; None: no limit."""
+        ...
+
 
 
 def _ranker(runtime: LLMHandles) -> ExperienceRanker | None:
@@ -78,7 +93,7 @@ def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
     ``token_budget`` overriding them. ``tools`` (the tools of an MCP server,
     :func:`mcp_tools`): every case not bound to an environment runs as a tool-calling
     conversation with them."""
-    embedded = bool(getattr(runtime, "is_local", False))
+    embedded = runtime.is_local
     if token_budget is None:
         token_budget = repo.settings.context.budget_for(embedded)
     evaluator = RubricRolloutEvaluator(runtime.structured, repo=repo)
@@ -124,8 +139,8 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
                                     tools=tools, user_llm=user_llm)
     # The embedded model gets tighter output bounds and smaller prompts (its context is
     # 8k tokens and it is slow); API endpoints keep the components' defaults.
-    local = bool(getattr(runtime, "is_local", False))
-    budget = getattr(runtime, "prompt_tokens", None)
+    local = runtime.is_local
+    budget = runtime.prompt_tokens
     optimizer = PatchMergePolicyOptimizer(
         repo, llm, ranker, limits=LOCAL_EDIT_LIMITS if local else None,
         similar_experiences=LOCAL_SIMILAR_EXPERIENCES if local else 5, prompt_tokens=budget,

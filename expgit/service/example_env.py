@@ -37,14 +37,13 @@ from typing import Any
 
 from expgit import __version__
 from expgit.errors import InvalidInputError, NotFoundError, UsageError
-from expgit.llm.port import UsageMeter
 from expgit.remote.protocol import CaseQuery, Health, RolloutRequest
 from expgit.runs.wiring import LLMHandles, rollout_executor
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
 from expgit.train.cases import load_cases
 from expgit.train.context import ExecutionContext
-from expgit.train.domain import Case, Rollout
+from expgit.train.domain import Case, FreeMetadata, Rollout
 from expgit.train.tools.binding import binding
 
 SERVICE_NAME = "expgit-example-env"
@@ -120,13 +119,12 @@ class ExampleEnvironment:
     def describe(self) -> Health:
         """Name, version, dataset, domain, the splits with their sizes, the LLM and its
         calls so far (per stage, when the LLM has a usage meter)."""
-        meter = getattr(self.llm, "meter", None)
-        usage = ({stage: u.calls for stage, u in meter.by_stage().items()}
-                 if isinstance(meter, UsageMeter) else {})
+        usage: FreeMetadata = {stage: u.calls
+                               for stage, u in self.llm.structured.meter.by_stage().items()}
         return Health(service=SERVICE_NAME, version=__version__, metadata={
             "dataset": self.dataset, "domain": self.domain,
             "splits": {name: len(cases) for name, cases in self.splits.items()},
-            "llm": str(getattr(self.llm, "description", "")), "llm_calls": usage})
+            "llm": self.llm.description, "llm_calls": usage})
 
     # --------------------------------------------------------------------- rollouts
     def admit(self, request: RolloutRequest) -> None:

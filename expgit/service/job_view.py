@@ -78,6 +78,6 @@ def _trajectory(repo: ExperienceRepository, pointer: Trajectory | None,
 def _result(pointers: JobPointers, trajectory: Trajectory | None,
             gradients: list[SemanticGradient]) -> TrainingJobResult:
     return TrainingJobResult(evaluation=pointers.evaluation,
-                             analysis_metadata=dict(pointers.analysis_metadata),
+                             analysis_metadata=pointers.analysis_metadata,
                              trajectory=trajectory, gradients=gradients, plan=pointers.plan,
                              apply_result=pointers.apply_result)

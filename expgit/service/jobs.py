@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from expgit.errors import ExpgitError, UsageError
 from expgit.remote.training_protocol import FINISHED, JobState
 from expgit.train.domain import (
+    AnalysisNotes,
     PolicyApplyResult,
     PolicyUpdatePlan,
     RolloutTrainingResult,
@@ -42,7 +43,7 @@ class JobPointers:
     """A finished job's share of the training, by name: contents stay in git."""
 
     evaluation: RubricEvaluation | None = None
-    analysis_metadata: dict[str, object] = field(default_factory=dict)
+    analysis_metadata: AnalysisNotes = field(default_factory=AnalysisNotes)
     trajectory: Trajectory | None = None  # without its content (read at trajectory.uri)
     gradients: tuple[GradientPointer, ...] = ()
     plan: PolicyUpdatePlan | None = None  # items without contents (in the proposal)
@@ -55,7 +56,8 @@ class JobPointers:
         plan = result.plan
         return cls(
             evaluation=analysis.evaluation if analysis is not None else None,
-            analysis_metadata=dict(analysis.metadata) if analysis is not None else {},
+            analysis_metadata=(analysis.metadata.model_copy(deep=True) if analysis is not None
+                               else AnalysisNotes()),
             trajectory=trajectory.model_copy(update={"content": ""}) if trajectory else None,
             gradients=tuple(GradientPointer(g.gradient_id, tuple(g.evidence_trajectory_uris))
                             for g in result.gradients if g.gradient_id),

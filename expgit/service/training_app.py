@@ -45,7 +45,7 @@ from expgit.service.stage_gate import StageGate
 from expgit.service.training_runner import Mode, ShuttingDownError, TrainingRunner
 from expgit.service.training_wiring import TrainerFactory, streaming_trainer_factory
 from expgit.store.repository import ExperienceRepository
-from expgit.train.domain import Rollout
+from expgit.train.domain import FreeMetadata, Rollout
 from expgit.train.remote_push import RemotePublisher
 
 SERVICE_NAME = "expgit-training"
@@ -145,7 +145,8 @@ def _routes(repo: ExperienceRepository, info: _Info) -> APIRouter:
     @router.get("/health")
     async def health(request: Request) -> Health:
         runner = getattr(request.app.state, "training", None)
-        jobs = runner.registry.counts() if isinstance(runner, TrainingRunner) else {}
+        jobs: FreeMetadata = ({**runner.registry.counts()} if isinstance(runner, TrainingRunner)
+                              else {})
         return Health(service=SERVICE_NAME, version=expgit.__version__, metadata={
             "mode": info.mode, "main_branch": repo.settings.main_branch, "jobs": jobs,
             "max_concurrency": info.max_concurrency, "max_queue": info.max_queue,

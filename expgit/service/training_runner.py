@@ -66,8 +66,7 @@ class TrainingRunner:
         ON_SLOT.set(lambda: self.registry.mark_running(job))  # this task's context only
         if not self.gated:
             self.registry.mark_running(job)
-        context = PipelineContext(mode=self.mode, execution_metadata={
-            "job_id": job.job_id, "source": "expgit serve"})
+        context = PipelineContext(mode=self.mode)
         try:
             result = await self.trainer.submit_rollout(rollout, context)
         except asyncio.CancelledError:

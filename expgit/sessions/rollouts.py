@@ -37,6 +37,7 @@ from expgit.store.repository import ExperienceRepository
 from expgit.train.domain import (
     Case,
     CriterionResult,
+    FreeMetadata,
     Message,
     Rollout,
     Rubric,
@@ -73,7 +74,7 @@ def evaluation_of(metrics: SegmentMetrics, threshold: float) -> RubricEvaluation
         metadata={"source": "session-metrics"})
 
 
-def loaded_skills(manifest: SessionManifest, segment: SegmentRecord) -> dict[str, object]:
+def loaded_skills(manifest: SessionManifest, segment: SegmentRecord) -> FreeMetadata:
     """The ``experiences_used`` metadata of a segment: the skills loaded in it (each
     once, in order); empty without loads, so a rollout without any is as it was."""
     names = dict.fromkeys(load.loaded for load in manifest.loads_in(segment.start, segment.end)

@@ -55,7 +55,7 @@ async def run(repo: ExperienceRepository, *, batch_size: int = 50,
     store = SessionStore(repo)
     report = SessionsRunReport(branch=store.branch.branch, llm=llm is not None)
     report.main_before = await asyncio.to_thread(repo.main_commit)
-    prompt_tokens = getattr(llm, "prompt_tokens", None)
+    prompt_tokens = llm.prompt_tokens if llm is not None else None
     if llm is not None:
         segmenter = segmenter or LLMTaskSegmenter(
             llm.structured, window_budget(repo.settings.sessions.window_tokens,

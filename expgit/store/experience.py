@@ -65,7 +65,8 @@ class FrontMatter(BaseModel):
     summary: str = ""
     tags: list[str] = Field(default_factory=list)
     always: bool = False  # always in the agent's context, whatever the request
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, object] = Field(default_factory=dict, description=(
+        "the front matter's other metadata, the author's own YAML values, kept as written"))
 
     @field_validator("name")
     @classmethod

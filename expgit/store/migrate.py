@@ -90,7 +90,7 @@ def skill_text(exp: Experience, path: str) -> tuple[str, bool]:
     if any("," in t for t in fm.tags):
         raise InvalidInputError(f"{path}: a tag contains a comma, which "
                                 f"metadata.{TAGS} (comma-separated) cannot hold")
-    metadata = {}
+    metadata: dict[str, object] = {}
     for key, value in fm.metadata.items():
         if str(key) in (STATUS, TAGS, ALWAYS):
             raise InvalidInputError(f"{path}: metadata.{key} would clash with expgit's "

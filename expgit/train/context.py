@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
+
+from expgit.train.domain import FreeMetadata
 
 
 @dataclass
@@ -15,14 +17,14 @@ class PipelineContext:
     max_epochs: int = 1
     mode: Literal["propose", "apply"] = "propose"
     epoch: int = 0
-    execution_metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class ExecutionContext:
     """``rollout_done``: called after each case's rollout is finished (live progress);
-    an executor that cannot tell may leave it uncalled."""
+    an executor that cannot tell may leave it uncalled. ``metadata`` (the phase and
+    epoch) is forwarded, opaque, to an environment service."""
 
     policy_snapshot_id: str
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: FreeMetadata = field(default_factory=dict)
     rollout_done: Callable[[], None] | None = None

@@ -10,13 +10,49 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from expgit.train.checks import CriterionCheck
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def _as_json(value: object) -> object:
+    """A YAML date or a tuple in free metadata: its JSON form, as the wire carries it."""
+    try:
+        return to_jsonable_python(value)
+    except PydanticSerializationError as exc:
+        raise ValueError(str(exc)) from None
+
+
+# Free-form metadata at a boundary: what a case file, an environment service or an
+# ingested session says about itself, passed through. Keys expgit itself sets and reads
+# between components are named fields of the ``*Notes`` models below.
+FreeMetadata = Annotated[dict[str, JsonValue], BeforeValidator(_as_json)]
+
+
+def _free(what: str) -> Any:
+    return Field(default_factory=dict, description=f"free-form metadata of {what} (JSON)")
+
+
+class _Notes(_Model):
+    """Notes a component leaves for the next; a field that is None is left out of the
+    JSON, so the wire and stored shapes are those of the dicts these models replaced."""
+
+    @model_serializer(mode="wrap")
+    def _without_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
 
 
 # --------------------------------------------------------------------------- messages
@@ -63,14 +99,14 @@ class RubricCriterion(_Model):
     required: bool = True
     weight: float = Field(default=1.0, ge=0)
     check: CriterionCheck | None = None  # how to check it; None: the environment decides
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: FreeMetadata = _free("the criterion, from the case file")
 
 
 class Rubric(_Model):
     name: str
     description: str = ""
     criteria: list[RubricCriterion] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: FreeMetadata = _free("the rubric, from the case file")
 
 
 class Case(_Model):
@@ -78,7 +114,9 @@ class Case(_Model):
     task_signature: str
     input: dict[str, Any] = Field(default_factory=dict)
     rubric: Rubric
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: FreeMetadata = _free(
+        "the case: the case file's own keys, and those an environment binds (e.g. "
+        "``environment``, ``group_run``)")
 
 
 class CriterionResult(_Model):
@@ -87,7 +125,7 @@ class CriterionResult(_Model):
     score: float = Field(ge=0, le=1)
     feedback: list[str] = Field(default_factory=list)
     evidence: list[str] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: FreeMetadata = _free("the result, as its evaluator reports it")
 
 
 class RubricEvaluation(_Model):
@@ -95,7 +133,7 @@ class RubricEvaluation(_Model):
     score: float = Field(ge=0, le=1)
     criterion_results: list[CriterionResult] = Field(default_factory=list)
     feedback: list[str] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: FreeMetadata = _free("the evaluation, as its evaluator reports it")
 
 
 class Rollout(_Model):
@@ -107,7 +145,8 @@ class Rollout(_Model):
     policy_snapshot_id: str
     evaluation: RubricEvaluation | None = None
     error: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: FreeMetadata = _free(
+        "the run, as its executor, environment service or session source reports it")
     # listing mode ([agent] skills = "listing"): the skills its <available_skills> listing
     # showed, and those the agent loaded with the Skill tool (each once, in order); None
     # (left out of the JSON): the agent was given its experiences by retrieval
@@ -116,20 +155,59 @@ class Rollout(_Model):
 
 
 # --------------------------------------------------------------------- analysis, gradients
+EvaluationSource = Literal["rollout", "evaluator", "fallback", "stored"]
+
+
+class TrajectoryNotes(_Notes):
+    title: str | None = None
+    case: str | None = None
+    evaluation_source: str | None = None  # EvaluationSource, or what a stored one says
+
+
+class GroupNote(_Model):
+    """A group's figures (``[train] group_size`` > 1): runs, how many finished, passed."""
+
+    runs: int
+    finished: int
+    passed: int
+
+
+class AnalysisNotes(_Notes):
+    """What the analysis of a rollout noted: the trajectory's id, whether a stored one was
+    reused, where the evaluation came from; why no trajectory was stored (``skipped``);
+    the model's edits that were dropped, with their reasons (``rejected_edits``, set by
+    the estimator or reflector); unreadable statistics (``stats_error``); a group's
+    figures; the training service's job (set by its client)."""
+
+    trajectory_id: str | None = None
+    reused: bool | None = None
+    evaluation_source: EvaluationSource | None = None
+    skipped: str | None = None
+    rejected_edits: list[str] | None = None
+    stats_error: str | None = None
+    group: GroupNote | None = None
+    job_id: str | None = None
+
+
+class GradientNotes(_Notes):
+    commit: str | None = None  # the gradient's commit on its branch
+    operation: Literal["create", "update", "delete", "rename"] | None = None
+
+
 class Trajectory(_Model):
     name: str
     uri: str  # "<branch>:<path>" on the trajectories branch
     content: str
     outcome: Literal["success", "failure", "partial"]
     retrieval_anchor: str
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: TrajectoryNotes = Field(default_factory=lambda: TrajectoryNotes())
 
 
 class RolloutAnalysis(_Model):
     rollout: Rollout
     evaluation: RubricEvaluation
     trajectory: Trajectory | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: AnalysisNotes = Field(default_factory=lambda: AnalysisNotes())
 
 
 class ExperienceFile(_Model):
@@ -150,10 +228,28 @@ class SemanticGradient(_Model):
     evidence_trajectory_uris: list[str] = Field(default_factory=list)
     confidence: float = Field(default=0.5, ge=0, le=1)
     gradient_id: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: GradientNotes = Field(default_factory=lambda: GradientNotes())
 
 
 # ------------------------------------------------------------------------ plans, results
+class PlanItemNotes(_Notes):
+    base_blob: str | None = None  # the blob of the experience the item was planned on
+
+
+class PlanNotes(_Notes):
+    """The merger's figures: chunks merged, rejected items (reasons), compressed
+    experiences, the gradients no item cites, the policy's tokens before and after;
+    ``batches``: a plan that joins several batches' plans, how many."""
+
+    chunks: int | None = None
+    rejected_items: list[str] | None = None
+    compressed: list[str] | None = None
+    dropped_gradient_ids: list[str] | None = None
+    total_tokens_before: int | None = None
+    total_tokens_after: int | None = None
+    batches: int | None = None
+
+
 class PolicyPlanItem(_Model):
     kind: Literal["upsert_experience", "delete_experience"]
     target_experience_name: str
@@ -164,12 +260,12 @@ class PolicyPlanItem(_Model):
     rationale: str = ""
     evidence_trajectory_uris: list[str] = Field(default_factory=list)
     gradient_ids: list[str] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: PlanItemNotes = Field(default_factory=lambda: PlanItemNotes())
 
 
 class PolicyUpdatePlan(_Model):
     items: list[PolicyPlanItem] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: PlanNotes = Field(default_factory=lambda: PlanNotes())
 
 
 class ExperienceSetRef(_Model):
@@ -186,7 +282,19 @@ class PolicyApplyResult(_Model):
     written: list[str] = Field(default_factory=list)
     deleted: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: ApplyNotes = Field(default_factory=lambda: ApplyNotes())
+
+
+class ApplyNotes(_Notes):
+    """The proposal an update made and the mode; in apply mode, whether it was rebased
+    and its warnings; ``batches``: a result that joins several batches' results, each."""
+
+    proposal_commit: str | None = None
+    proposal_ref: str | None = None
+    mode: Literal["propose", "apply"] | None = None
+    rebased: bool | None = None
+    warnings: list[str] | None = None
+    batches: list[PolicyApplyResult] | None = None
 
 
 class GroupStats(_Model):

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from expgit.errors import InvalidInputError
 from expgit.llm.structured import StructuredLLM
-from expgit.train.components.llm_outputs import EstimatedEdit, MergeItem
 from expgit.train.lesson_guard import (
     DEGENERATE,
     LessonRefused,
@@ -32,7 +31,22 @@ __all__ = ["Accepted", "ModelEdit", "Rejected", "RejectionKind", "Rejections", "
 RejectionKind = RefusalKind | Literal["invalid"]
 
 
-ModelEdit = EstimatedEdit | MergeItem
+class ModelEdit(Protocol):
+    """What the guard reads of a model's edit: the estimator's EstimatedEdit and the
+    merge's MergeItem are both one."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def action(self) -> str: ...
+    @property
+    def rationale(self) -> str: ...
+    @property
+    def summary(self) -> str: ...
+    @property
+    def tags(self) -> Sequence[str]: ...
+    @property
+    def body(self) -> str: ...
 
 
 @dataclass(frozen=True)

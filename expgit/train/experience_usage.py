@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 KEY = "experiences_used"
 
@@ -33,8 +33,8 @@ class UsedExperience(BaseModel):
     reason: str | None = None
     score: float | None = None
 
-    def record(self) -> dict[str, str | float | None]:
-        record: dict[str, str | float | None] = {"name": self.name, "blob": self.blob}
+    def record(self) -> dict[str, JsonValue]:
+        record: dict[str, JsonValue] = {"name": self.name, "blob": self.blob}
         if self.reason is not None:
             record |= {"reason": self.reason, "score": self.score}
         return record
@@ -64,6 +64,6 @@ def read_usage(metadata: Mapping[str, Any] | None) -> list[UsedExperience]:
     return list(used.values())
 
 
-def usage_records(used: list[UsedExperience]) -> list[dict[str, str | float | None]]:
+def usage_records(used: list[UsedExperience]) -> list[JsonValue]:
     """The JSON/YAML form of a usage list (what ``experiences_used`` holds)."""
     return [u.record() for u in used]

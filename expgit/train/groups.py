@@ -16,9 +16,8 @@ criteria).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from expgit.errors import UsageError
 from expgit.llm.port import Sampling
@@ -26,6 +25,26 @@ from expgit.store.settings import MAX_GROUP_SIZE
 from expgit.train.domain import Case, Rollout, RubricEvaluation
 
 GROUP_KEY = "group_run"  # in a case's (and its rollout's) metadata
+
+
+class GroupSeat(BaseModel):
+    """Which run of a group a case is (``metadata["group_run"]``), with its sampling."""
+
+    run: int
+    runs: int
+    seed: int | None = None
+    temperature: float = 0.7
+
+    @classmethod
+    def of(cls, case: Case) -> GroupSeat | None:
+        """The case's run; None: not a group's (or not readable as one)."""
+        raw = case.metadata.get(GROUP_KEY)
+        if not isinstance(raw, dict):
+            return None
+        try:
+            return cls.model_validate(raw)
+        except ValidationError:
+            return None
 
 
 class GroupRun(BaseModel):
@@ -55,20 +74,15 @@ def group_cases(cases: Sequence[Case], size: int, temperature: float) -> list[Ca
     ``size`` 1: the cases as they are."""
     if size <= 1:
         return list(cases)
-    return [case.model_copy(update={"metadata": {
-        **case.metadata, GROUP_KEY: {"run": run, "runs": size, "seed": run + 1,
-                                     "temperature": temperature}}})
+    return [case.model_copy(update={"metadata": {**case.metadata, GROUP_KEY: GroupSeat(
+        run=run, runs=size, seed=run + 1, temperature=temperature).model_dump()}})
             for case in cases for run in range(size)]
 
 
 def sampling_of(case: Case) -> Sampling | None:
     """The sampling of a group's run (None: not a group's, the runtime's own)."""
-    run: Any = case.metadata.get(GROUP_KEY)
-    if not isinstance(run, dict):
-        return None
-    seed = run.get("seed")
-    return Sampling(temperature=float(run.get("temperature", 0.7)),
-                    seed=seed if isinstance(seed, int) else None)
+    run = GroupSeat.of(case)
+    return Sampling(temperature=run.temperature, seed=run.seed) if run else None
 
 
 def split_groups(rollouts: Sequence[Rollout], size: int) -> list[list[Rollout]]:

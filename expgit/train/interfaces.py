@@ -93,7 +93,7 @@ class RolloutReflector(Protocol):
 
     May assume the experience set is a snapshot of ``main``. Must store the trajectory
     as the analyzer does and commit each valid edit as a gradient as the estimator does
-    (an invalid one dropped with its reason in ``analysis.metadata["rejected_edits"]``);
+    (an invalid one dropped with its reason in ``analysis.metadata.rejected_edits``);
     never touches ``main``. At most one LLM call per rollout. Raises LLMError when that
     call fails.
     """

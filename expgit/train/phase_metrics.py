@@ -131,15 +131,12 @@ def apply_results_of(result: RolloutTrainingResult) -> list[PolicyApplyResult]:
     """Every apply result of a training call (a streaming call may span batches)."""
     if result.apply_result is None:
         return []
-    batches = result.apply_result.metadata.get("batches")
-    if isinstance(batches, list):
-        return [PolicyApplyResult.model_validate(b) for b in batches]
-    return [result.apply_result]
+    return result.apply_result.metadata.batches or [result.apply_result]
 
 
 def combined_apply_result(batches: Sequence[PolicyApplyResult]) -> PolicyApplyResult | None:
     """Several batches' apply results as one (the last batch's policy, every file written
-    or deleted, every error); ``metadata["batches"]`` keeps each, for
+    or deleted, every error); ``metadata.batches`` keeps each, for
     :func:`apply_results_of`. None for no batch."""
     if not batches:
         return None
@@ -148,8 +145,7 @@ def combined_apply_result(batches: Sequence[PolicyApplyResult]) -> PolicyApplyRe
         "written": sorted({n for a in batches for n in a.written}),
         "deleted": sorted({n for a in batches for n in a.deleted}),
         "errors": [m for a in batches for m in a.errors],
-        "metadata": {**last.metadata,
-                     "batches": [a.model_dump(mode="json") for a in batches]}})
+        "metadata": last.metadata.model_copy(update={"batches": list(batches)})})
 
 
 def _evaluation(rollout: Rollout, result: RolloutTrainingResult | None
@@ -210,10 +206,10 @@ def add_training(metrics: PhaseMetrics, record: BatchRecord, rollouts: Sequence[
                        for r in rollouts if r.error] + record.errors
     metrics.rejected_edits += [f"case {a.rollout.case.name}: {reason}"
                                for a in result.analyses
-                               for reason in a.metadata.get("rejected_edits", [])]
+                               for reason in a.metadata.rejected_edits or []]
     if result.plan is not None:
         metrics.rejected_edits += [f"merge: {reason}"
-                                   for reason in result.plan.metadata.get("rejected_items", [])]
+                                   for reason in result.plan.metadata.rejected_items or []]
     if result.groups is not None:
         metrics.groups = metrics.groups or GroupStats(size=result.groups.size)
         metrics.groups.add(result.groups)

@@ -26,6 +26,7 @@ from expgit.train.cases import ListCaseLoader
 from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.domain import (
     Case,
+    FreeMetadata,
     Rollout,
     RolloutTrainingResult,
 )
@@ -93,7 +94,7 @@ class OfflinePolicyOptimizationPipeline:
         if self.observer is not None:
             self.observer.stage(name)
 
-    def _execution(self, snapshot_id: str, metadata: dict[str, object]) -> ExecutionContext:
+    def _execution(self, snapshot_id: str, metadata: FreeMetadata) -> ExecutionContext:
         """The batch's execution context, telling the observer of each rollout done."""
         self._stage("rollout")
         done = self.observer.rollout_done if self.observer is not None else None

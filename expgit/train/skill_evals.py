@@ -154,7 +154,7 @@ def _tokens(rollout: Rollout) -> int:
 def _runs(config: str, rollouts: Sequence[Rollout], seconds: float) -> list[dict[str, Any]]:
     per_run = seconds / len(rollouts) if rollouts else 0.0
     numbers: dict[str, int] = {}
-    runs = []
+    runs: list[dict[str, Any]] = []
     for rollout in rollouts:
         results = rollout.evaluation.criterion_results if rollout.evaluation else []
         passed = sum(1 for r in results if r.passed)

@@ -46,7 +46,7 @@ def proposal_branches(path: Path) -> list[str]:
                "refs/heads/expgit/proposals/").split()
 
 
-def train(run_cli: Any, path: Path, tmp_path: Path, url: str, *extra: str) -> Any:
+def train(run_cli: Any, path: Path, tmp_path: Path, url: str, *extra: str | Path) -> Any:
     return run_cli("-C", path, "train", "--cases",
                    cases_file(tmp_path / "t.yaml", BAGGAGE_CASE, PETS_CASE), "--llm", "openai",
                    "--base-url", url, "--report", tmp_path / "run.json", *extra)

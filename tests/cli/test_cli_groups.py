@@ -20,13 +20,14 @@ from expgit.errors import EXIT_INVALID, EXIT_USAGE
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.runs.budget import train_plan
 from expgit.store.repository import ExperienceRepository
+from expgit.train.checks import RegexCheck
 from expgit.train.domain import Case, Rubric, RubricCriterion
 
 CASE = Case(name="refund-destination", task_signature="refund-destination",
             input={"user_query": "My flight was cancelled. Where does my refund go?"},
             rubric=Rubric(name="refund", criteria=[RubricCriterion(
                 name="names-destination",
-                check={"type": "regex", "pattern": r"orig\w* pay\w*"})]))
+                check=RegexCheck(pattern=r"orig\w* pay\w*"))]))
 MERGED = ("# Refund destination\n\nWhen: a refund.\n\n"
           "1. Tell the user the refund goes back to the original payment method.\n")
 

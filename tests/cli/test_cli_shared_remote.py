@@ -18,6 +18,7 @@ from scripted_pipeline import GOLD_RULE, combined, edit_reply
 
 from expgit.llm.scripted import Step
 from expgit.store.repository import ExperienceRepository
+from expgit.train.checks import ContainsCheck
 from expgit.train.domain import Case, Message, Rollout, Rubric, RubricCriterion, RubricEvaluation
 
 ROLLOUTS = 20
@@ -34,7 +35,7 @@ def recorded(trainer: int, path: Path, count: int = ROLLOUTS) -> Path:
         case = Case(name=f"baggage-{tag}", task_signature="checked-baggage",
                     input={"user_query": f"ticket {tag}: gold member baggage?"},
                     rubric=Rubric(name="baggage", criteria=[RubricCriterion(
-                        name="three-free", check={"type": "contains", "value": "3 free"})]))
+                        name="three-free", check=ContainsCheck(value="3 free"))]))
         lines.append(Rollout(
             case=case, policy_snapshot_id="recorded",
             messages=[Message.text("user", f"ticket {tag}: gold member baggage?"),

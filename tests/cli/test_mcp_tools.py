@@ -63,7 +63,7 @@ def stdio(mode: str = "normal") -> str:
     return f"{sys.executable} {SERVER} {mode}"
 
 
-def run_eval(run_cli: Any, repo: Path, cases: Path, url: str, *extra: str) -> Any:
+def run_eval(run_cli: Any, repo: Path, cases: Path, url: str, *extra: str | Path) -> Any:
     return run_cli("-C", repo, "eval", "--cases", cases, "--llm", "openai", "--base-url",
                    url, "--json", *extra)
 

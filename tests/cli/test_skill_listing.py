@@ -18,7 +18,6 @@ from skill_listing_support import (
     DESCRIPTION,
     MARKER,
     OTHER,
-    REFUND,
     TRIGGERS,
     bag_cases,
     listing_agent,
@@ -26,6 +25,7 @@ from skill_listing_support import (
     rollout_requests,
     skills_repo,
 )
+from skills_support import REFUND
 
 from expgit.init import init_repository
 from expgit.llm.scripted import Step
@@ -149,7 +149,9 @@ def test_retrieval_mode_and_a_flat_repository_keep_retrieval(
     result = run_eval(run_cli, repo, cases, server, "--report", report)
     assert result.code == 0, result.err
     assert server.unexpected == []
-    tools = [t["function"]["name"] for t in rollout_requests(server)[0][2]["tools"]]
+    extra = rollout_requests(server)[0][2]
+    assert extra is not None
+    tools = [t["function"]["name"] for t in extra["tools"]]
     assert "Skill" not in tools
     assert "skills_loaded" not in json.dumps(report_of(report)["phases"][0]["rollouts"][0]
                                              ) or report_of(report)["phases"][0][

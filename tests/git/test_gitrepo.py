@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE, fsck, git, repo_state
+from conftest import EXAMPLE, RunCli, fsck, git, repo_state
 
 from expgit.errors import GitError
 from expgit.git.objects import tree_sort_key
@@ -25,6 +25,12 @@ from expgit.init import init_repository
 from expgit.store.refnames import GRADIENT_STATES
 from expgit.store.snapshot import Snapshot, SnapshotLoader
 
+
+def entry_of(pair: tuple[TreeEntry | None, TreeEntry | None]) -> TreeEntry:
+    """The entry a diff pair sorts by: the old one, or else the new one."""
+    entry = pair[0] or pair[1]
+    assert entry is not None
+    return entry
 
 def git_env(cwd: Path, *args: str, env: dict[str, str], input: bytes | None = None) -> str:
     proc = subprocess.run(["git", *args], cwd=cwd, env=env, input=input, capture_output=True)
@@ -62,7 +68,7 @@ FOREIGN = {"GIT_DIR": ".git", "GIT_WORK_TREE": ".", "GIT_INDEX_FILE": ".git/inde
 @pytest.mark.parametrize("variables", [["GIT_DIR"], list(FOREIGN)], ids=["git-dir", "all"])
 @pytest.mark.parametrize("bare", [False, True], ids=["worktree", "bare"])
 def test_another_repositorys_variables_do_not_redirect_c(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli, variables: list[str],  # type: ignore[no-untyped-def]
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli: RunCli, variables: list[str],
         bare: bool) -> None:
     """``GIT_DIR=A expgit -C B``: B's refs and B's objects, nothing written to A."""
     other = tmp_path / "other"
@@ -304,13 +310,13 @@ def test_edit_tree_and_diff_trees_match_git(tmp_path: Path, seed: int) -> None:
         assert fresh.read_tree(new) == ls_tree(path, new)
         before = {e.name: e for e in ls_tree(path, tree)}
         after = {e.name: e for e in ls_tree(path, new)}
-        expected = []
+        expected: list[tuple[TreeEntry | None, TreeEntry | None]] = []
         for name in sorted(before.keys() | after.keys()):
             b, a = before.get(name), after.get(name)
             if b != a:
                 expected += ([(b, a)] if b and a and b.is_tree == a.is_tree
                              else [p for p in ((b, None), (None, a)) if p != (None, None)])
-        expected.sort(key=lambda p: tree_sort_key(p[0] or p[1]))  # type: ignore[arg-type]
+        expected.sort(key=lambda p: tree_sort_key(entry_of(p)))
         assert pairs == expected
         fresh.close()
         tree = new

@@ -99,7 +99,7 @@ def test_a_streaming_run_leaves_a_clean_repository(kind: str, bare_repo: Experie
     assert all(not r.errors for r in results)  # type: ignore[attr-defined]
     merges = sum(1 for stage, _, _ in model.calls if stage == "merge")
     assert merges == trainer.batches_applied
-    gradients = {g.metadata["commit"] for r in results for g in r.gradients}  # type: ignore[attr-defined]
+    gradients = {g.metadata.commit for r in results for g in r.gradients}  # type: ignore[attr-defined]
     assert len(gradients) == ROLLOUTS
     cited = {sha for p in list_proposals(repo, ("applied",)) for sha in p.gradient_commits}
     assert gradients <= cited  # no lost update

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE, git
+from conftest import EXAMPLE, CliResult, RunCli, git
 
 from expgit.git import maintenance
 from expgit.git.repo import GitRepo
@@ -53,21 +53,22 @@ def has_bloom_filters(path: Path) -> bool:
     return maintenance.has_bloom_filters(common_dir(path) / "objects")
 
 
-def new_repo(tmp_path: Path, *, bare: bool = False, **config: str) -> Path:
+def new_repo(tmp_path: Path, config: dict[str, str] | None = None, *, bare: bool = False
+             ) -> Path:
     path = tmp_path / ("hub.git" if bare else "repo")
     init_repository(path, bare=bare)
-    for key, value in config.items():
+    for key, value in (config or {}).items():
         git(path, "config", key.replace("_", "."), value)
     return path
 
 
-def ingest(run_cli, path: Path, session: Path = SESSION):  # type: ignore[no-untyped-def]
+def ingest(run_cli: RunCli, path: Path, session: Path = SESSION) -> CliResult:
     return run_cli("-C", path, "sessions", "ingest", session, "--agent", "bot", "--json")
 
 
 def test_past_gc_auto_a_writing_command_packs_and_writes_bloom_filters(tmp_path: Path,
-                                                                       run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_auto": "1", "gc_autoDetach": "false"})
+                                                                       run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, {"gc_auto": "1", "gc_autoDetach": "false"})
     plant_loose(path)
     assert packs(path) == [] and not has_bloom_filters(path)
     result = ingest(run_cli, path)
@@ -80,8 +81,8 @@ def test_past_gc_auto_a_writing_command_packs_and_writes_bloom_filters(tmp_path:
     assert git(path, "cat-file", "-t", planted).strip() == "blob"
 
 
-def test_git_keeps_the_bloom_filters_in_later_commit_graphs(tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_auto": "1", "gc_autoDetach": "false",
+def test_git_keeps_the_bloom_filters_in_later_commit_graphs(tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, {"gc_auto": "1", "gc_autoDetach": "false",
                                  "maintenance_commit-graph_auto": "-1"})  # every time
     sessions = sorted((EXAMPLE / "sessions").glob("*.jsonl"))
     for session in sessions[:2]:
@@ -91,17 +92,17 @@ def test_git_keeps_the_bloom_filters_in_later_commit_graphs(tmp_path: Path, run_
     git(path, "commit-graph", "verify")
 
 
-def test_a_read_only_command_never_maintains(tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_auto": "1", "gc_autoDetach": "false"})
+def test_a_read_only_command_never_maintains(tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, {"gc_auto": "1", "gc_autoDetach": "false"})
     plant_loose(path)
     assert run_cli("-C", path, "list", "--json").code == 0
     assert packs(path) == []
 
 
 @pytest.mark.parametrize("setting", [("gc.auto", "0"), ("maintenance.auto", "false")])
-def test_the_users_settings_turn_it_off(tmp_path: Path, run_cli,
+def test_the_users_settings_turn_it_off(tmp_path: Path, run_cli: RunCli,
                                         setting: tuple[str, str]) -> None:
-    path = new_repo(tmp_path, **{"gc_autoDetach": "false"})
+    path = new_repo(tmp_path, {"gc_autoDetach": "false"})
     git(path, "config", "gc.auto", "1")
     git(path, "config", *setting)
     plant_loose(path)
@@ -109,8 +110,8 @@ def test_the_users_settings_turn_it_off(tmp_path: Path, run_cli,
     assert packs(path) == []
 
 
-def test_below_the_thresholds_nothing_is_packed(tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_autoDetach": "false"})  # gc.auto: git's 6700
+def test_below_the_thresholds_nothing_is_packed(tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, {"gc_autoDetach": "false"})  # gc.auto: git's 6700
     git(path, "config", "maintenance.loose-objects.auto", "100000")
     plant_loose(path)
     assert ingest(run_cli, path).code == 0
@@ -119,8 +120,8 @@ def test_below_the_thresholds_nothing_is_packed(tmp_path: Path, run_cli) -> None
 
 
 def test_a_hundred_loose_objects_are_packed_by_gits_loose_objects_task(
-        tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_autoDetach": "false"})  # gc.auto: git's 6700
+        tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, {"gc_autoDetach": "false"})  # gc.auto: git's 6700
     plant_loose(path)  # about 900 loose objects: past 100, far below 6700
     assert ingest(run_cli, path).code == 0
     assert packs(path)  # all of them packed, unreachable ones too (no prune)
@@ -132,8 +133,8 @@ def test_a_hundred_loose_objects_are_packed_by_gits_loose_objects_task(
     git(path, "fsck", "--no-progress", "--no-dangling")
 
 
-def test_commit_graph_off_is_honoured(tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_auto": "1", "gc_autoDetach": "false",
+def test_commit_graph_off_is_honoured(tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, {"gc_auto": "1", "gc_autoDetach": "false",
                                  "gc_writeCommitGraph": "false"})
     plant_loose(path)
     assert ingest(run_cli, path).code == 0
@@ -141,8 +142,8 @@ def test_commit_graph_off_is_honoured(tmp_path: Path, run_cli) -> None:
     assert not has_bloom_filters(path)
 
 
-def test_by_default_gc_runs_detached_after_the_result(tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_auto": "1"})
+def test_by_default_gc_runs_detached_after_the_result(tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, {"gc_auto": "1"})
     plant_loose(path, reachable=True)
     result = ingest(run_cli, path)
     assert result.code == 0 and result.err == ""
@@ -155,8 +156,8 @@ def test_by_default_gc_runs_detached_after_the_result(tmp_path: Path, run_cli) -
     assert packs(path)
 
 
-def test_a_bare_hub_is_maintained_too(tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, bare=True, **{"gc_auto": "1", "gc_autoDetach": "false"})
+def test_a_bare_hub_is_maintained_too(tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, {"gc_auto": "1", "gc_autoDetach": "false"}, bare=True)
     plant_loose(path)
     assert ingest(run_cli, path).code == 0
     assert packs(path)
@@ -164,8 +165,8 @@ def test_a_bare_hub_is_maintained_too(tmp_path: Path, run_cli) -> None:
 
 
 def test_a_failing_maintenance_is_one_warning_and_the_result_stands(tmp_path: Path,
-                                                                    run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_auto": "1", "gc_autoDetach": "false"})
+                                                                    run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, {"gc_auto": "1", "gc_autoDetach": "false"})
     plant_loose(path)
     pack_dir = common_dir(path) / "objects" / "pack"
     pack_dir.rmdir()
@@ -180,8 +181,8 @@ def test_a_failing_maintenance_is_one_warning_and_the_result_stands(tmp_path: Pa
 
 
 def test_doctor_reports_an_unmaintained_repository_and_fix_maintains_it(
-        tmp_path: Path, run_cli) -> None:
-    path = new_repo(tmp_path, **{"gc_auto": "1"})
+        tmp_path: Path, run_cli: RunCli) -> None:
+    path = new_repo(tmp_path, {"gc_auto": "1"})
     plant_loose(path, reachable=True)
     result = run_cli("-C", path, "doctor", "--json")
     assert result.code == 3
@@ -200,7 +201,7 @@ def test_doctor_reports_an_unmaintained_repository_and_fix_maintains_it(
     assert run_cli("-C", path, "doctor").code == 0
 
 
-def test_doctor_shows_what_a_failed_detached_gc_left(tmp_path: Path, run_cli) -> None:
+def test_doctor_shows_what_a_failed_detached_gc_left(tmp_path: Path, run_cli: RunCli) -> None:
     path = new_repo(tmp_path)
     (common_dir(path) / "gc.log").write_text("error: disk full\nmore\n")
     report = json.loads(run_cli("-C", path, "doctor", "--json").out)
@@ -209,7 +210,7 @@ def test_doctor_shows_what_a_failed_detached_gc_left(tmp_path: Path, run_cli) ->
 
 def test_a_long_running_writer_maintains_periodically(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    path = new_repo(tmp_path, bare=True, **{"gc_auto": "1", "gc_autoDetach": "false"})
+    path = new_repo(tmp_path, {"gc_auto": "1", "gc_autoDetach": "false"}, bare=True)
     plant_loose(path)
     monkeypatch.setattr(maintenance, "PERIOD", 0.0)
     before = list(maintenance._threads)

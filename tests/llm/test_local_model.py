@@ -218,7 +218,8 @@ def test_bounded_repetitions_are_written_flat_and_capped() -> None:
 
 
 def test_local_runtime_defaults() -> None:
-    assert LocalModelServer.__init__.__kwdefaults__["n_ctx"] == DEFAULT_N_CTX == 8192
+    defaults = LocalModelServer.__init__.__kwdefaults__
+    assert defaults is not None and defaults["n_ctx"] == DEFAULT_N_CTX == 8192
     fixed = LLMRuntime.fixed(ScriptedChatModel([]))
     assert not fixed.is_local and fixed.prompt_tokens is None
     assert fixed.max_tokens == LLMSettings().max_tokens and fixed.structured.schema_in_prompt
@@ -321,7 +322,7 @@ def test_real_local_model_turns_a_failed_rollout_into_a_gradient(
         assert usage[stage].completion_tokens < LOCAL_MAX_TOKENS * usage[stage].calls
     # each edit is a gradient or dropped with its reason: a 135M model's edits are often
     # junk, which the degeneracy guard never lets become a gradient
-    assert gradients or analysis.metadata["rejected_edits"]
+    assert gradients or analysis.metadata.rejected_edits
     for g in gradients:
         written = parse_experience(g.after.content, "x.md") if g.after is not None else None
         check_written(rationale=g.rationale,

@@ -67,7 +67,7 @@ class _Capture:
 
     async def complete(self, messages: Any, *, stage: str,
                        response_format: dict[str, Any] | None, max_tokens: int,
-                       temperature: float) -> Completion:
+                       temperature: float, seed: int | None = None) -> Completion:
         self.formats.append(response_format)
         return Completion(text=self.reply, finish_reason="stop")
 

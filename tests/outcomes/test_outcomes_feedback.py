@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from json_value import dig, items, obj
 
 from expgit.errors import InvalidInputError
 from expgit.llm.port import UsageMeter
@@ -43,7 +44,7 @@ def session(turns: list[Turn], feedback: list[dict[str, Any]] = ()) -> Rollout: 
             stamps.append(stamp)
     return Rollout(case=Case(name="chat", task_signature="chat", rubric=Rubric(name="r")),
                    messages=messages, policy_snapshot_id="s",
-                   metadata={"message_stamps": stamps, "feedback_events": list(feedback)})
+                   metadata={"message_stamps": [*stamps], "feedback_events": [*feedback]})
 
 
 def evaluate(rollout: Rollout, evaluator: FeedbackOutcomeEvaluator | None = None
@@ -53,7 +54,7 @@ def evaluate(rollout: Rollout, evaluator: FeedbackOutcomeEvaluator | None = None
 
 
 def outcome(evaluation: RubricEvaluation, rid: str = "r1") -> dict[str, Any]:
-    found: dict[str, Any] = evaluation.metadata["response_outcomes"][rid]
+    found: dict[str, Any] = obj(evaluation.metadata, "response_outcomes", rid)
     return found
 
 
@@ -98,13 +99,13 @@ def test_a_follow_up_without_feedback_says_so() -> None:
 
 def test_a_response_without_a_time() -> None:
     rollout = session([ASK, ("assistant", None), ("user", 30.0)])
-    rollout.metadata["message_stamps"].append({"index": 1, "response_id": "r1"})
+    items(rollout.metadata, "message_stamps").append({"index": 1, "response_id": "r1"})
     record = outcome(evaluate(rollout))
     assert record["outcome_label"] == "follow_up_without_feedback"  # never a re-ask
     assert record["evidence"][0] == ("the response has no time: user turn #2 not counted "
                                      "as a re-ask")
     empty = session([ASK])
-    empty.metadata["message_stamps"].append({"index": 0})
+    items(empty.metadata, "message_stamps").append({"index": 0})
     with pytest.raises(InvalidInputError, match="needs a time"):
         evaluate(empty)
 
@@ -174,8 +175,8 @@ def test_multi_response_session() -> None:
                        ("user", 3700.0), ("assistant", 3705.0, "r3")],
                       [thumb("thumb_up", "r3"), thumb("thumb_down", "gone")])
     evaluation = evaluate(rollout)
-    labels = {rid: o["outcome_label"]
-              for rid, o in evaluation.metadata["response_outcomes"].items()}
+    labels = {rid: dig(o, "outcome_label")
+              for rid, o in obj(evaluation.metadata, "response_outcomes").items()}
     assert labels == {"r1": "reasked", "r2": "follow_up_without_feedback",
                       "r3": "positive_feedback"}
     assert [c.criterion_name for c in evaluation.criterion_results] == [
@@ -246,9 +247,9 @@ def test_analyzer_with_feedback_evaluator(seeded_repo: ExperienceRepository) -> 
     rollout = session([ASK, ANSWER, ("user", 65.0)])
     analysis = asyncio.run(analyzer.analyze(rollout, PipelineContext()))
     model.assert_done()
-    assert analysis.metadata["evaluation_source"] == "evaluator"
-    assert analysis.evaluation.metadata["response_outcomes"]["r1"]["outcome_label"] == \
-        "reasked"
+    assert analysis.metadata.evaluation_source == "evaluator"
+    assert dig(analysis.evaluation.metadata, "response_outcomes", "r1", "outcome_label") \
+        == "reasked"
     assert analysis.trajectory is not None and analysis.trajectory.outcome == "failure"
     rid = rollout_id(rollout)
     record, created = OutcomeStore(seeded_repo).add(OutcomeRequest(

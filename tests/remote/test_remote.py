@@ -243,13 +243,13 @@ def test_local_main_moving_after_the_push_still_closes_the_proposal(
 
     a = clone(server, "a")
     pid, text = make_proposal(a, "refund-method-rules", "Quote refunds per method.")
-    real_publish = apply_module.publish
+    from expgit.store.publish import publish as real_publish
 
     def racing_publish(*args, **kwargs):  # type: ignore[no-untyped-def]
         git(a, "commit", "-q", "--allow-empty", "--no-verify", "-m", "by hand")
         return real_publish(*args, **kwargs)
 
-    monkeypatch.setattr(apply_module, "publish", racing_publish)
+    monkeypatch.setattr("expgit.store.apply.publish", racing_publish)
     result = apply_module.apply_proposal(ExperienceRepository.open(a), pid, remote="origin")
     local = main_of(a)
     assert main_of(server) == result.commit != local

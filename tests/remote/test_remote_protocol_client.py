@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from typing import TypedDict
 
 import httpx
 import pytest
@@ -21,14 +22,20 @@ from expgit.remote.client import (
     preflight,
 )
 from expgit.remote.protocol import RolloutRequest
+from expgit.remote.rollout_executor import RemoteRunNotes
 from expgit.remote.sdk import create_environment_app
 from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.domain import Case, Rollout
-from expgit.train.groups import group_cases
+from expgit.train.groups import GroupSeat, group_cases
 
 TOKEN = "tok-123"
 CONTEXT = ExecutionContext("snap-abc", metadata={"phase": "train", "epoch": 0})
-FAST = {"poll_initial": 0.01, "poll_max": 0.05}
+class Polling(TypedDict):
+    poll_initial: float
+    poll_max: float
+
+
+FAST = Polling(poll_initial=0.01, poll_max=0.05)
 
 
 @pytest.fixture
@@ -44,6 +51,12 @@ def serve(servers: list[RunningServer], env: ToyEnvironment, **options: object
     server = start_server(create_environment_app(env, **options))  # type: ignore[arg-type]
     servers.append(server)
     return server
+
+
+def remote_of(rollout: Rollout) -> RemoteRunNotes:
+    notes = RemoteRunNotes.of(rollout)
+    assert notes is not None, "not run remotely"
+    return notes
 
 
 def execute(executor: RemoteRolloutExecutor, cases: list[Case]) -> list[Rollout]:
@@ -135,9 +148,9 @@ def test_twenty_rollouts_in_flight_with_a_service_limit_of_four(
         "commit": SNAPSHOT.commit, "snapshot_id": SNAPSHOT.id, "experiences_root": "experiences"}}
     assert sent["execution_metadata"] == {"phase": "train", "epoch": 0}
     assert sent["options"] == {"max_iterations": 3}
-    remote = sent["remote"]
-    assert remote["round_trips"] == 1 + remote["polls"] and remote["http_ms"] > 0
-    assert len(remote["execution_ids"]) == 1 and remote["resubmitted"] is False
+    remote = remote_of(rollouts[0])
+    assert remote.round_trips == 1 + remote.polls and remote.http_ms > 0
+    assert len(remote.execution_ids) == 1 and remote.resubmitted is False
 
 
 def test_a_groups_runs_reach_the_service_with_their_own_seeds(
@@ -150,9 +163,9 @@ def test_a_groups_runs_reach_the_service_with_their_own_seeds(
     executor = RemoteRolloutExecutor(server.url, repo_uri="/repo", max_in_flight=4, **FAST)
     rollouts = execute(executor, group_cases(env.splits["train"], 3, 0.8))
     assert [r.case.name for r in rollouts] == ["toy-train-0"] * 3 + ["toy-train-1"] * 3
-    runs = [r.case.metadata["group_run"] for r in rollouts]
-    assert [(g["run"], g["seed"]) for g in runs] == [(0, 1), (1, 2), (2, 3)] * 2
-    assert all(g["runs"] == 3 and g["temperature"] == 0.8 for g in runs)
+    runs = [GroupSeat.of(r.case) for r in rollouts]
+    assert [(g.run, g.seed) for g in runs if g] == [(0, 1), (1, 2), (2, 3)] * 2
+    assert all(g and g.runs == 3 and g.temperature == 0.8 for g in runs)
     assert all(r.case.metadata["split"] == "train" for r in rollouts)  # the case's own
 
 
@@ -169,7 +182,7 @@ def test_failing_and_hanging_executions_become_failed_rollouts(
         assert rollout.evaluation is not None and not rollout.evaluation.passed
         assert rollout.evaluation.metadata == {"rollout_error": True}
         assert rollout.policy_snapshot_id == "snap-abc" and rollout.messages == []
-        assert rollout.metadata["remote"]["round_trips"] >= 2
+        assert remote_of(rollout).round_trips >= 2
 
 
 def test_a_full_service_queue_is_waited_for(servers: list[RunningServer]) -> None:
@@ -178,7 +191,7 @@ def test_a_full_service_queue_is_waited_for(servers: list[RunningServer]) -> Non
     executor = RemoteRolloutExecutor(server.url, repo_uri="/repo", max_in_flight=3, **FAST)
     rollouts = execute(executor, env.splits["train"])
     assert all(r.error is None for r in rollouts) and env.max_running == 1
-    assert sum(r.metadata["remote"]["round_trips"] for r in rollouts) > 3 + 3
+    assert sum(remote_of(r).round_trips for r in rollouts) > 3 + 3
 
 
 def test_auth_and_size_limit_fail_each_case_cleanly(servers: list[RunningServer]) -> None:
@@ -241,8 +254,8 @@ def test_a_restarted_service_gets_the_lost_executions_again(
     assert first_env.finished == []
     assert all(r.error is None for r in rollouts)
     assert sorted(second_env.finished) == sorted(first_env.started)
-    assert all(r.metadata["remote"]["resubmitted"] for r in rollouts)
-    assert all(len(r.metadata["remote"]["execution_ids"]) == 2 for r in rollouts)
+    assert all(remote_of(r).resubmitted for r in rollouts)
+    assert all(len(remote_of(r).execution_ids) == 2 for r in rollouts)
 
 
 def test_a_service_that_stays_down_fails_the_cases(servers: list[RunningServer]) -> None:
@@ -283,7 +296,7 @@ def test_a_forgotten_execution_is_resubmitted_only_once() -> None:
     assert len(posts) == 2
     assert rollout.error is not None
     assert rollout.error.startswith("the service lost the execution twice")
-    assert rollout.metadata["remote"]["execution_ids"] == ["e1", "e2"]
+    assert remote_of(rollout).execution_ids == ["e1", "e2"]
 
 
 def test_long_polling_sees_a_finished_rollout_in_one_poll(servers: list[RunningServer]) -> None:
@@ -293,8 +306,8 @@ def test_long_polling_sees_a_finished_rollout_in_one_poll(servers: list[RunningS
                                      poll_initial=5, poll_max=5)
     for rollout in execute(executor, env.splits["train"]):
         assert rollout.error is None
-        assert rollout.metadata["remote"]["polls"] == 1
-        assert rollout.metadata["remote"]["round_trips"] == 2
+        assert remote_of(rollout).polls == 1
+        assert remote_of(rollout).round_trips == 2
 
 
 def test_a_service_without_long_polling_is_polled_with_backoff() -> None:
@@ -317,5 +330,5 @@ def test_a_service_without_long_polling_is_polled_with_backoff() -> None:
     executor = RemoteRolloutExecutor("http://env.test", repo_uri="/repo", long_poll=1,
                                      transport=httpx.MockTransport(plain), **FAST)
     [rollout] = execute(executor, [case])
-    assert rollout.error is None and rollout.metadata["remote"]["polls"] == 3
+    assert rollout.error is None and remote_of(rollout).polls == 3
     assert asked == ["http://env.test/v1/rollouts/executions/e1?wait=1"] * 3

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from fastapi import FastAPI
+from json_value import dig
 from remote_toy_env import SNAPSHOT, ToyEnvironment, toy_case
 
 from expgit.asgi.guards import install_guards
@@ -155,7 +156,7 @@ def test_execution_lifecycle_completed_and_failed(serve: list[RunningServer]) ->
     done = wait_for(client, first.execution_id)
     assert done.status == "completed" and done.rollout is not None
     assert done.rollout.policy_snapshot_id == "snap-1"
-    assert done.rollout.metadata["policy_set"]["metadata"] == {"commit": SNAPSHOT.commit}
+    assert dig(done.rollout.metadata, "policy_set", "metadata") == {"commit": SNAPSHOT.commit}
     failing = client.post("/v1/rollouts/execute", content=request_json("toy-train-1"),
                           headers={"Content-Type": "application/json"}).json()
     failed = wait_for(client, failing["execution_id"])

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import EXAMPLE, Driver, git
+from json_value import number
 from scripted_pipeline import BAGGAGE_CASE, PETS_CASE
 
 from expgit.asgi.server import RunningServer, start_server
@@ -25,8 +26,10 @@ from expgit.service.example_service import example_app
 from expgit.store.repository import ExperienceRepository
 from expgit.store.settings import ServeSettings
 from expgit.train.cases import load_cases
+from expgit.train.checks import RegexCheck
 from expgit.train.context import ExecutionContext
 from expgit.train.domain import Rubric, RubricCriterion
+from expgit.train.experience_usage import read_usage
 
 TRAIN = EXAMPLE / "cases" / "train.yaml"
 EVAL = EXAMPLE / "cases" / "eval.yaml"
@@ -138,10 +141,10 @@ def test_rollout_reads_the_snapshot_the_request_names(
     assert new.evaluation is not None and new.evaluation.passed
     assert old.metadata["snapshot_commit"] == before.commit
     assert new.metadata["snapshot_commit"] == after.commit
-    assert "pets-in-cabin" in [e["name"] for e in new.metadata["experiences_used"]]
-    assert "pets-in-cabin" not in [e["name"] for e in old.metadata["experiences_used"]]
+    assert "pets-in-cabin" in [e.name for e in read_usage(new.metadata)]
+    assert "pets-in-cabin" not in [e.name for e in read_usage(old.metadata)]
     assert [m.role for m in new.messages] == ["user", "assistant"]
-    assert new.metadata["remote"]["round_trips"] >= 2
+    assert number(new.metadata, "remote", "round_trips") >= 2
     assert git(driver.path, "for-each-ref") == refs
 
 
@@ -195,7 +198,7 @@ def test_a_backtracking_rubric_does_not_hold_health(
     """A client's case whose regexes backtrack without end: the rubric is evaluated in a
     worker thread (each check runs out of its time and fails with the reason), and
     /health answers while it is (the execution is still running after it answered)."""
-    slow = [RubricCriterion(name=f"slow-{i}", check={"type": "regex", "pattern": "(a|aa)+$"})
+    slow = [RubricCriterion(name=f"slow-{i}", check=RegexCheck(pattern="(a|aa)+$"))
             for i in range(10)]
     case = PETS_CASE.model_copy(update={"rubric": Rubric(name="slow", criteria=slow)})
     served = serve_env({"train": [PETS_CASE]}, [Step("rollout", lambda _: "a" * 60 + "b")])

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import EXAMPLE
+from json_value import dig, obj
 from tool_support import acting, call
 
 from expgit.asgi.server import RunningServer, start_server
@@ -44,7 +45,7 @@ def test_a_tool_case_runs_in_the_service(served: Any, seeded_repo: ExperienceRep
     server, chat = served
     cases = asyncio.run(RemoteCaseLoader(server.url, split="airline_eval").load())
     assert len(cases) == 7 and cases[2].name == "eval-cancel-business"
-    assert cases[2].metadata["environment"]["name"] == "airline"
+    assert dig(cases[2].metadata, "environment", "name") == "airline"
     executor = RemoteRolloutExecutor(server.url, repo_uri=str(tmp_path / "repo"),
                                      poll_initial=0.01)
     [rollout] = asyncio.run(executor.execute([cases[2]], seeded_repo.snapshot(),
@@ -54,7 +55,8 @@ def test_a_tool_case_runs_in_the_service(served: Any, seeded_repo: ExperienceRep
     parts = [p for m in rollout.messages for p in m.parts if isinstance(p, ToolPart)]
     assert [(p.tool_name, p.tool_status) for p in parts] == [("cancel_reservation",
                                                               "completed")]
-    assert rollout.metadata["final_state"]["reservations"]["XJ3LS9"]["status"] == "cancelled"
+    assert dig(rollout.metadata, "final_state", "reservations", "XJ3LS9",
+               "status") == "cancelled"
     assert len([c for c in chat.calls if c[0] == "rollout"]) == 3  # call, answer, answer
 
 
@@ -63,7 +65,7 @@ def test_a_database_the_service_does_not_serve_is_refused(
     server, chat = served
     [case] = asyncio.run(RemoteCaseLoader(server.url, split="airline_eval",
                                           filters={"name": "eval-transfer"}).load())
-    case.metadata["environment"]["database"] = "/etc/passwd"
+    obj(case.metadata, "environment")["database"] = "/etc/passwd"
     executor = RemoteRolloutExecutor(server.url, repo_uri=str(tmp_path / "repo"),
                                      poll_initial=0.01)
     [rollout] = asyncio.run(executor.execute([case], seeded_repo.snapshot(),

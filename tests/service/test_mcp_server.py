@@ -12,10 +12,17 @@ from conftest import run_expgit
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
+from mcp.types import TextContent, TextResourceContents
 
 from expgit.store.repository import ExperienceRepository
 
 BAGS = "checked-baggage-allowance"
+
+
+def text_of(content: object) -> str:
+    """The text of an MCP content block or resource that must be text."""
+    assert isinstance(content, TextContent | TextResourceContents), content
+    return content.text
 
 
 def structured(result: Any) -> dict[str, Any]:
@@ -41,14 +48,14 @@ async def session_run(repo: Path) -> dict[str, Any]:
                 "reason": "it answered the bag question", "idempotency_key": "mcp-1"}
         seen["report"] = structured(await session.call_tool("report_outcome", args))
         seen["repeat"] = structured(await session.call_tool("report_outcome", args))
-        errors = []
+        errors: list[tuple[str, object, str]] = []
         for name, bad in (("search_experiences", {"query": "x", "top_k": -1}),
                           ("get_experience", {"name": "no-such-experience"}),
                           ("report_outcome", {**args, "target": "no-such-experience",
                                               "idempotency_key": "mcp-2"})):
             try:
                 result = await session.call_tool(name, bad)
-                errors.append(("result", result.is_error, result.content[0].text))
+                errors.append(("result", result.is_error, text_of(result.content[0])))
             except MCPError as exc:
                 errors.append(("jsonrpc", exc.code, exc.message))
         wrong_type = await session.call_tool("search_experiences", {"query": 3, "top_k": "x"})
@@ -58,10 +65,10 @@ async def session_run(repo: Path) -> dict[str, Any]:
             "search_experiences", {"query": "cancel basic economy", "top_k": 1}))
         resources = await session.list_resources()
         seen["resources"] = sorted(str(r.uri) for r in resources.resources)
-        read = await session.read_resource(f"experience://{BAGS}")
-        seen["resource_text"] = read.contents[0].text
+        resource = await session.read_resource(f"experience://{BAGS}")
+        seen["resource_text"] = text_of(resource.contents[0])
         index = await session.read_resource("experience://index")
-        seen["index"] = json.loads(index.contents[0].text)
+        seen["index"] = json.loads(text_of(index.contents[0]))
         try:
             await session.read_resource("experience://no-such-experience")
             seen["missing_resource"] = None

@@ -24,6 +24,7 @@ from expgit.llm.scripted import Step
 from expgit.remote.client import RemoteRolloutExecutor
 from expgit.store.repository import ExperienceRepository
 from expgit.train.context import ExecutionContext
+from expgit.train.experience_usage import read_usage
 
 __all__ = ["serve_env"]  # the fixture, used below
 
@@ -110,8 +111,8 @@ def test_env_serve_rolls_out_with_the_skills_of_the_named_snapshot(
     assert (old.error, new.error) == (None, None)
     assert new.evaluation is not None and new.evaluation.passed
     assert old.evaluation is not None and not old.evaluation.passed
-    used = [e["name"] for e in new.metadata["experiences_used"]]
-    assert PETS in used and PETS not in [e["name"] for e in old.metadata["experiences_used"]]
+    used = [e.name for e in read_usage(new.metadata)]
+    assert PETS in used and PETS not in [e.name for e in read_usage(old.metadata)]
     # the agent's system prompt holds the skill's description and body, not its front matter
     system = served.chat.calls[1][1][0]["content"]
     assert f"Summary: {PETS_DESCRIPTION}" in system

@@ -44,7 +44,7 @@ def test_remote_trainer_end_to_end(seeded_repo: ExperienceRepository) -> None:
     for analysis in result.analyses:
         assert analysis.trajectory is not None
         assert analysis.trajectory.content == git(path, "show", analysis.trajectory.uri)
-        assert analysis.metadata["job_id"].startswith("train_job_")
+        assert (analysis.metadata.job_id or "").startswith("train_job_")
     assert sorted(g.target_experience_name for g in result.gradients) == sorted(
         f"{t}-feeding" for t in TOPICS)
     for gradient in result.gradients:

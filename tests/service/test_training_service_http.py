@@ -28,6 +28,7 @@ from training_service_support import (
 from expgit.llm.scripted import ScriptedChatModel
 from expgit.service.jobs import JobRegistry, QueueFullError
 from expgit.store.repository import ExperienceRepository
+from expgit.train.checks import RegexCheck
 from expgit.train.domain import Message, Rubric, RubricCriterion
 
 
@@ -241,7 +242,7 @@ def test_a_backtracking_rubric_does_not_hold_health(seeded_repo: ExperienceRepos
     path = seeded_repo.git.work_tree
     assert path is not None
     chat = HeldChat(training_script(("zebra",)))
-    slow = [RubricCriterion(name=f"slow-{i}", check={"type": "regex", "pattern": "(a|aa)+$"})
+    slow = [RubricCriterion(name=f"slow-{i}", check=RegexCheck(pattern="(a|aa)+$"))
             for i in range(10)]
     rollout = topic_rollout("zebra")
     rollout = rollout.model_copy(update={

@@ -17,6 +17,7 @@ from json_shapes import assert_shape
 
 import expgit.sessions.ingest_report as ingest_report
 from expgit.sessions.discovery import default_folder, find_session_files
+from expgit.sessions.formats import ParsedSession, SessionFormat, parse_session_file
 from expgit.sessions.store import SessionStore
 from expgit.store.repository import ExperienceRepository
 
@@ -85,9 +86,11 @@ def test_from_codex_reads_only_changed_files_and_waits_for_an_incomplete_one(
                                                                 info.st_mtime_ns)
 
     opened: list[Path] = []  # an unchanged file is not even opened
-    parse = ingest_report.parse_session_file
-    monkeypatch.setattr(ingest_report, "parse_session_file",
-                        lambda p, f: opened.append(p) or parse(p, f))
+    def parse(path: Path, session_format: SessionFormat) -> ParsedSession:
+        opened.append(path)
+        return parse_session_file(path, session_format)
+
+    monkeypatch.setattr(ingest_report, "parse_session_file", parse)
     before = repo_state(repo_dir)
     data, _ = ingest_json(run_cli, repo_dir, "--from", "codex")
     assert (data["files"], data["not_read"], data["commit"]) == ([], 1, None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,7 @@ def claude_code(session: str, at: datetime, skills: list[dict[str, Any]],
     return rows
 
 
-def write(path: Path, rows: list[dict[str, Any]]) -> Path:
+def write(path: Path, rows: Sequence[Mapping[str, object]]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -194,14 +195,15 @@ def test_codex_reading_a_skill_file_is_a_load(
 
 def test_a_load_in_a_thumbs_down_segment_counts_in_the_track_record(
         run_cli: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
-    rows = [{"role": "user", "content": "How many bags are free for gold economy?",
-             "timestamp": stamp(NOW)},
-            {"role": "assistant", "content": "Let me check.", "response_id": "resp-1",
-             "timestamp": stamp(NOW + timedelta(seconds=5)), "tool_calls": [
-                 {"id": "call_1", "type": "function", "function": {
-                     "name": "Skill", "arguments": json.dumps({"skill": BAGS})}}]},
-            {"_type": "feedback", "response_id": "resp-1", "kind": "thumb_down",
-             "text": "wrong", "at": stamp(NOW + timedelta(seconds=30))}]
+    rows: list[dict[str, object]] = [
+        {"role": "user", "content": "How many bags are free for gold economy?",
+         "timestamp": stamp(NOW)},
+        {"role": "assistant", "content": "Let me check.", "response_id": "resp-1",
+         "timestamp": stamp(NOW + timedelta(seconds=5)), "tool_calls": [
+             {"id": "call_1", "type": "function", "function": {
+                 "name": "Skill", "arguments": json.dumps({"skill": BAGS})}}]},
+        {"_type": "feedback", "response_id": "resp-1", "kind": "thumb_down",
+         "text": "wrong", "at": stamp(NOW + timedelta(seconds=30))}]
     asyncio.run(ingest(seeded_repo, [write(tmp_path / "down.jsonl", rows)]))
     bodies = {BAGS: lesson_bodies(seeded_repo)[BAGS]}
     chat = ScriptedChatModel([Step("reflect", reflect_for(bodies)),

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from conftest import EXAMPLE
+import pytest
+from conftest import EXAMPLE, RunCli
 
 from expgit.sessions.store import MANIFESTS, SessionStore
 from expgit.store.derived import CACHE_DIR
@@ -16,10 +18,10 @@ from expgit.store.repository import ExperienceRepository
 SESSIONS = EXAMPLE / "sessions"
 
 
-def status(run_cli, path: Path, *more: str) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def status(run_cli: RunCli, path: Path, *more: str) -> dict[str, Any]:
     result = run_cli("-C", path, "sessions", "status", "--json", *more)
     assert result.code == 0, result.err
-    data: dict[str, object] = json.loads(result.out)
+    data: dict[str, Any] = json.loads(result.out)
     return data
 
 
@@ -28,7 +30,7 @@ def cache_files(repo: ExperienceRepository) -> list[Path]:
 
 
 def test_status_reads_manifests_once_and_follows_changes(seeded_repo: ExperienceRepository,
-                                                          run_cli) -> None:
+                                                          run_cli: RunCli) -> None:
     path = seeded_repo.git.work_tree
     assert path is not None
     for name in ("pet-question.jsonl", "bags-then-cancel.jsonl"):
@@ -46,7 +48,7 @@ def test_status_reads_manifests_once_and_follows_changes(seeded_repo: Experience
     planted = next(iter(stored["entries"]))
     stored["entries"][planted][0]["messages"] = 7
     cache.write_text(json.dumps(stored))
-    assert 7 in [d["messages"] for d in status(run_cli, path, "--all")["details"]]  # type: ignore[index, union-attr]
+    assert 7 in [d["messages"] for d in status(run_cli, path, "--all")["details"]]
     # a row of another shape: ignored, that manifest is read again
     stored["entries"][planted][0]["messages"] = "seven"
     cache.write_text(json.dumps(stored))
@@ -64,8 +66,9 @@ def test_status_reads_manifests_once_and_follows_changes(seeded_repo: Experience
     assert len(json.loads(cache.read_text())["entries"]) == 3
 
 
-def test_status_bounds_details_and_keeps_totals_by_folder_tree(  # type: ignore[no-untyped-def]
-        seeded_repo: ExperienceRepository, run_cli, monkeypatch, tmp_path: Path) -> None:
+def test_status_bounds_details_and_keeps_totals_by_folder_tree(
+        seeded_repo: ExperienceRepository, run_cli: RunCli, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
     from expgit.sessions import status as status_module
 
     path = seeded_repo.git.work_tree

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE
+from conftest import EXAMPLE, RunCli
 from test_sessions_status_ledger import blobs_read, manifest, without_details, write
 
 from expgit.sessions import status_checkpoint
@@ -75,7 +75,7 @@ def test_a_status_without_caches_moves_the_checkpoint_forward(
     assert [p.session for p in status.pending] == ["0003"]
 
 
-def test_a_clone_gets_the_checkpoint(seeded_repo: ExperienceRepository, run_cli,  # type: ignore[no-untyped-def]
+def test_a_clone_gets_the_checkpoint(seeded_repo: ExperienceRepository, run_cli: RunCli,
                                      monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     path = seeded_repo.git.work_tree
     assert path is not None
@@ -131,7 +131,7 @@ def test_a_damaged_checkpoint_is_ignored(seeded_repo: ExperienceRepository, dama
 
 
 def test_a_clone_with_a_work_tree_reads_the_sessions_of_origin(
-        seeded_repo: ExperienceRepository, run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+        seeded_repo: ExperienceRepository, run_cli: RunCli, tmp_path: Path) -> None:
     """``git clone`` (not bare) holds the sessions branch only as origin/expgit/sessions:
     it is read there, and a write here builds on it (a fast-forward of origin's)."""
     path = seeded_repo.git.work_tree

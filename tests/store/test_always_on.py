@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from conftest import Driver, git
-from test_skills_layout import REFUND, REFUND_MD, seed
+from skills_support import REFUND, REFUND_MD
+from test_skills_layout import seed
 
 from expgit.init import init_repository
 from expgit.store.always_on import END, MAX_BYTES, START

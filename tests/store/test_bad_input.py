@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE, Driver, demo_flat, git, repo_state, run_expgit
+from conftest import EXAMPLE, Driver, RunCli, demo_flat, git, repo_state, run_expgit
+
+from expgit.store.repository import ExperienceRepository
 
 BAGS = "checked-baggage-allowance"
 MULTI = "handle-multiple-reservations"
@@ -238,7 +240,7 @@ def test_merge_with_both_ids_and_all(driver: Driver) -> None:
 
 
 # ------------------------------------------------------------ repository, init
-def test_list_outside_a_git_repository(tmp_path: Path, run_cli,  # type: ignore[no-untyped-def]
+def test_list_outside_a_git_repository(tmp_path: Path, run_cli: RunCli,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     outside = tmp_path / "plain"
     outside.mkdir()
@@ -261,7 +263,7 @@ def test_list_outside_a_git_repository_as_a_process(tmp_path: Path) -> None:
     assert "expgit init" in proc.stderr
 
 
-def test_dash_c_to_a_missing_directory(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_dash_c_to_a_missing_directory(tmp_path: Path, run_cli: RunCli) -> None:
     result = run_cli("-C", tmp_path / "missing", "list")
     assert result.code == 2
     assert result.err == (f"expgit: error: cannot change to {tmp_path / 'missing'}: No such "
@@ -272,7 +274,7 @@ def test_dash_c_to_a_missing_directory(tmp_path: Path, run_cli) -> None:  # type
 
 
 def test_dash_c_resolves_every_relative_path_against_its_folder(
-        tmp_path: Path, run_cli, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+        tmp_path: Path, run_cli: RunCli, monkeypatch: pytest.MonkeyPatch) -> None:
     """As git's -C: relative paths in options and arguments are relative to DIR, and the
     caller's own folder (and environment) is as it was afterwards."""
     monkeypatch.chdir(tmp_path)
@@ -291,7 +293,7 @@ def test_dash_c_resolves_every_relative_path_against_its_folder(
     assert not (tmp_path / "nested").exists()
 
 
-def test_init_into_a_non_empty_directory(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_init_into_a_non_empty_directory(tmp_path: Path, run_cli: RunCli) -> None:
     target = tmp_path / "busy"
     target.mkdir()
     (target / "notes.txt").write_text("mine\n")
@@ -303,8 +305,8 @@ def test_init_into_a_non_empty_directory(tmp_path: Path, run_cli) -> None:  # ty
     assert [p.name for p in target.iterdir()] == ["notes.txt"]
 
 
-def test_init_over_an_existing_repository(seeded_repo, tmp_path: Path, run_cli  # type: ignore[no-untyped-def]
-                                          ) -> None:
+def test_init_over_an_existing_repository(seeded_repo: ExperienceRepository, tmp_path: Path,
+                                          run_cli: RunCli) -> None:
     before = repo_state(tmp_path / "repo")
     assert run_cli("init", tmp_path / "repo").code == 2
     assert repo_state(tmp_path / "repo") == before
@@ -342,7 +344,7 @@ SEEDS = {
 
 
 @pytest.mark.parametrize(("files", "fragment"), SEEDS.values(), ids=SEEDS.keys())
-def test_init_from_an_invalid_seed_creates_nothing(tmp_path: Path, run_cli,  # type: ignore[no-untyped-def]
+def test_init_from_an_invalid_seed_creates_nothing(tmp_path: Path, run_cli: RunCli,
                                                    files: dict[str, str | bytes],
                                                    fragment: str) -> None:
     seed = _seed(tmp_path, files)
@@ -356,14 +358,14 @@ def test_init_from_an_invalid_seed_creates_nothing(tmp_path: Path, run_cli,  # t
     assert not target.exists()
 
 
-def test_init_from_a_missing_seed(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_init_from_a_missing_seed(tmp_path: Path, run_cli: RunCli) -> None:
     result = run_cli("init", tmp_path / "new", "--from", tmp_path / "nowhere")
     assert result.code == 5
     assert "seed folder" in result.err and "does not exist" in result.err
     assert not (tmp_path / "new").exists()
 
 
-def test_several_seed_problems_are_listed_together(tmp_path: Path, run_cli  # type: ignore[no-untyped-def]
+def test_several_seed_problems_are_listed_together(tmp_path: Path, run_cli: RunCli
                                                    ) -> None:
     seed = _seed(tmp_path, {"experiences/a-one.md": "x\n", "experiences/b-two.md": "y\n"})
     result = run_cli("init", tmp_path / "new", "--from", seed)
@@ -398,7 +400,8 @@ def test_a_usage_error_is_one_line_saying_what_and_where_help_is(
     assert result.err.count("\n") == 1 and says in result.err, result.err
 
 
-def test_process_exit_codes_and_one_line_errors(seeded_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_process_exit_codes_and_one_line_errors(seeded_repo: ExperienceRepository,
+                                                tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     before = repo_state(repo)
     proc = run_expgit("-C", repo, "propose", "../x", "--delete", "--rationale", "r")
@@ -441,7 +444,7 @@ EVERY_REPOSITORY_COMMAND = (
     ["sessions", "status"])
 
 
-def test_git_repository_without_main(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_git_repository_without_main(tmp_path: Path, run_cli: RunCli) -> None:
     plain = tmp_path / "plain"
     git(tmp_path, "init", "-q", str(plain))
     for args in (["list"], ["log"], ["propose", BAGS, "--delete", "--rationale", "r"],
@@ -453,7 +456,7 @@ def test_git_repository_without_main(tmp_path: Path, run_cli) -> None:  # type: 
     assert git(plain, "count-objects").startswith("0 objects")
 
 
-def test_a_plain_project_repository_is_refused_except_by_init(tmp_path: Path, run_cli  # type: ignore[no-untyped-def]
+def test_a_plain_project_repository_is_refused_except_by_init(tmp_path: Path, run_cli: RunCli
                                                               ) -> None:
     plain = tmp_path / "project"
     git(tmp_path, "init", "-q", "-b", "main", str(plain))

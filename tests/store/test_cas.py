@@ -12,7 +12,8 @@ from expgit.store.cas import TipMoved, compare_and_swap
 
 
 def test_it_gives_up_after_the_attempts_with_the_callers_error() -> None:
-    reads, moves = [], []
+    reads: list[int] = []
+    moves: list[tuple[int, int]] = []
 
     def read() -> int:
         reads.append(len(reads))

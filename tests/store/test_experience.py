@@ -248,7 +248,7 @@ def test_token_estimate_counts_utf8_bytes() -> None:
 def test_parsed_experience_is_immutable() -> None:
     exp = parse_experience(GOOD, PATH)
     with pytest.raises(Exception):  # noqa: B017 - pydantic's frozen error
-        exp.body = "changed"  # type: ignore[misc]
+        exp.body = "changed"
     assert isinstance(exp, Experience)
 
 

@@ -76,3 +76,8 @@ def test_an_edited_file_reads_back_with_the_new_values() -> None:
     assert back.front_matter.summary == "New: with a colon"
     assert back.front_matter.metadata == {"k": [1, 2]}
     assert "tags: [a]\n" in new and "folded" not in new
+
+
+def test_a_flat_experiences_own_metadata_keeps_its_yaml_values() -> None:
+    text = "---\nname: a-b\nsummary: s\nmetadata:\n  since: 2024-01-31\n  n: [1, 2]\n---\nbody\n"
+    assert parse_experience(text, "a-b.md").render() == text

@@ -308,7 +308,9 @@ def test_release_twice_is_harmless(git_dir: Path) -> None:
     other = make_lock(git_dir)
     other.acquire()
     lock.release()
-    assert json.loads((git_dir / LOCK_NAME).read_text())["token"] == other.holder()["token"]
+    holder = other.holder()
+    assert holder is not None
+    assert json.loads((git_dir / LOCK_NAME).read_text())["token"] == holder["token"]
     assert (git_dir / LOCK_NAME).exists()
     other.release()
 

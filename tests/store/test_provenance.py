@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from pydantic import JsonValue
 from scripted_pipeline import PETS_CASE
 
 from expgit.llm import provenance as llm_provenance
@@ -42,8 +43,11 @@ def test_the_gguf_hash_is_computed_once_and_cached_by_size_and_time(
     cache = tmp_path / "cache" / "gguf-sha256.json"
     calls: list[Path] = []
     real = llm_provenance.hash_file
-    monkeypatch.setattr(llm_provenance, "hash_file",
-                        lambda path: calls.append(path) or real(path))
+    def hash_file(path: Path) -> str:
+        calls.append(path)
+        return real(path)
+
+    monkeypatch.setattr(llm_provenance, "hash_file", hash_file)
     monkeypatch.setattr(llm_provenance, "_memo", {})
     first = gguf_sha256(model, cache)
     assert len(first) == 64 and first == real(model)
@@ -98,7 +102,7 @@ def test_the_agent_of_a_service_and_of_recorded_rollouts() -> None:
     assert service_agent(Health(service="env", version="1")) == "unknown (env)"
     case = PETS_CASE
 
-    def rollout(**metadata: str) -> Rollout:
+    def rollout(**metadata: JsonValue) -> Rollout:
         return Rollout(case=case, policy_snapshot_id="s", metadata=metadata)
 
     assert recorded_agent([rollout(agent_model="gpt-4.1"), rollout(model="gpt-4.1")]) == "gpt-4.1"

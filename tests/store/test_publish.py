@@ -45,8 +45,11 @@ def test_a_whole_id_is_found_without_listing_refs(
                  PROPOSAL_STATES["open"] + pid).strip()
     listings: list[str] = []
     refs = GitRepo.refs
-    monkeypatch.setattr(GitRepo, "refs", lambda self, prefix: listings.append(prefix)
-                        or refs(self, prefix))
+    def noted_refs(self: GitRepo, prefix: str) -> dict[str, str]:
+        listings.append(prefix)
+        return refs(self, prefix)
+
+    monkeypatch.setattr(GitRepo, "refs", noted_refs)
 
     assert find_by_id(seeded_repo, PROPOSAL_STATES, pid, "proposal", "") == ("open", commit)
     assert find_by_id(seeded_repo, PROPOSAL_STATES, commit, "proposal", "") == ("open", commit)

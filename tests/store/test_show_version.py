@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import git
+import pytest
+from conftest import RunCli, git
 
 from expgit.store.repository import ExperienceRepository
 
@@ -15,7 +16,7 @@ PATH = f"experiences/{NAME}.md"
 
 
 def test_every_version_is_the_one_its_history_counts(seeded_repo: ExperienceRepository,
-                                                     run_cli) -> None:
+                                                     run_cli: RunCli) -> None:
     work = seeded_repo.git.work_tree
     assert work is not None
     original = (work / PATH).read_text()
@@ -39,7 +40,8 @@ def test_every_version_is_the_one_its_history_counts(seeded_repo: ExperienceRepo
 
 
 def test_the_first_version_comes_from_the_versions_without_a_walk(
-        seeded_repo: ExperienceRepository, run_cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+        seeded_repo: ExperienceRepository, run_cli: RunCli,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from expgit.git.repo import GitRepo
 
     work = seeded_repo.git.work_tree

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE, git
+from conftest import EXAMPLE, RunCli, git
 
 from expgit.errors import NotFoundError
 from expgit.outcomes.targets import resolve_target
@@ -48,7 +48,7 @@ def test_trajectories_are_fanned_out(seeded_repo: ExperienceRepository) -> None:
     assert store.find(ids(40)[3]) == f"# {ids(40)[3]}\n"
 
 
-def ingest(run_cli, repo: Path, session: Path) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def ingest(run_cli: RunCli, repo: Path, session: Path) -> dict[str, object]:
     result = run_cli("-C", repo, "sessions", "ingest", session, "--agent", "bot", "--json")
     assert result.code == 0, result.err
     report: dict[str, object] = json.loads(result.out)
@@ -77,7 +77,7 @@ def test_a_file_directly_in_the_trajectories_folder_is_not_read(
 
 
 def test_session_records_are_fanned_out_and_a_file_beside_them_is_not_read(
-        seeded_repo: ExperienceRepository, run_cli, tmp_path: Path) -> None:
+        seeded_repo: ExperienceRepository, run_cli: RunCli, tmp_path: Path) -> None:
     path = seeded_repo.git.work_tree
     assert path is not None
     session = tmp_path / "s.jsonl"

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from conftest import Driver, git
 from json_shapes import assert_shape
-from skills_support import AGENTSKILLS
+from skills_support import AGENTSKILLS, REFUND
 from test_always_on import HEAD, TAIL, block_of, refund_with
-from test_skills_layout import FLAKY, FLAKY_MD, GUIDE, REFUND, SCRIPT, seed
+from test_skills_layout import FLAKY, FLAKY_MD, GUIDE, SCRIPT, seed
 
 from expgit.init import init_repository
-from expgit.store import skill_export
+from expgit.store import folder_files, skill_export
 from expgit.store.always_on import START
 from expgit.store.repository import ExperienceRepository
 
@@ -207,7 +207,7 @@ def test_a_failure_midway_leaves_a_true_manifest(skills: Driver, project: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The third file write fails: the manifest names only what is there, and the next
     run finishes the export without a clash."""
-    real = skill_export.write_file
+    real = folder_files.write_file
     calls: list[Path] = []
 
     def failing(path: Path, data: bytes, mode: str) -> None:
@@ -244,7 +244,7 @@ def test_copies_where_symlinks_are_refused(skills: Driver, project: Path,
     def no_symlinks(*args: Any, **kwargs: Any) -> None:
         raise OSError("symlinks are not supported here")
 
-    monkeypatch.setattr(skill_export.os, "symlink", no_symlinks)
+    monkeypatch.setattr(os, "symlink", no_symlinks)
     export(skills, project)
     copy = project / ".claude/skills" / FLAKY
     assert copy.is_dir() and not copy.is_symlink()

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import RunCli
 from test_templates import commit_on_main
 
 from expgit.errors import EXIT_INVALID, InvalidInputError
@@ -60,7 +61,7 @@ def test_packaged_templates_pass_the_sample_render(bare_repo: ExperienceReposito
 
 
 def test_validate_refuses_an_override_that_fails_to_render(
-        seeded_repo: ExperienceRepository, run_cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+        seeded_repo: ExperienceRepository, run_cli: RunCli, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     good = commit_on_main(seeded_repo, {

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import git
+from conftest import RunCli, git
 
 from expgit.git.repo import RefUpdate
 from expgit.store import snapshot as snapshot_module
@@ -72,9 +72,9 @@ def every_3(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(("bare", "far"), [(True, False), (False, False), (True, True),
                                            (False, True)])
-def test_a_clone_starts_from_the_checkpoint_it_fetched(  # type: ignore[no-untyped-def]
+def test_a_clone_starts_from_the_checkpoint_it_fetched(
         seeded_repo: ExperienceRepository, tmp_path: Path, every_3: None,
-        walks: list[list[str]], bare: bool, far: bool, monkeypatch) -> None:
+        walks: list[list[str]], bare: bool, far: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     origin = seeded_repo.git.work_tree
     assert origin is not None
     edit(origin, 3, "before")
@@ -96,7 +96,7 @@ def test_a_clone_starts_from_the_checkpoint_it_fetched(  # type: ignore[no-untyp
 
 
 def test_written_only_when_due_each_on_the_last(seeded_repo: ExperienceRepository,
-                                                every_3: None, run_cli) -> None:
+                                                every_3: None, run_cli: RunCli) -> None:
     path = seeded_repo.git.work_tree
     assert path is not None
     assert refresh_checkpoint(fresh(path)) is None  # 1 commit: none due

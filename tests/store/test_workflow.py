@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import Driver, demo_flat, fsck, git, run_expgit
+from conftest import CliResult, Driver, demo_flat, fsck, git, run_expgit
 
 BAGS = "checked-baggage-allowance"
 CANCEL = "cancellation-eligibility-rules"
@@ -679,7 +679,7 @@ def test_whole_flow_in_a_bare_repository(bare_repo, run_cli, tmp_path: Path,  # 
     assert git(server, "rev-parse", "--is-bare-repository").strip() == "true"
 
     def ok(*args: str | Path) -> str:
-        result = run_cli("-C", "server.git", *args)
+        result: CliResult = run_cli("-C", "server.git", *args)
         assert result.code == 0, result.err
         fsck(server)
         return result.out.strip()

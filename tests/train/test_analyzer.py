@@ -106,7 +106,8 @@ def tool_output_chars(repo: ExperienceRepository, limit: int) -> ExperienceRepos
 
 
 def prompt_of(model: ScriptedChatModel, index: int = 0) -> str:
-    return model.calls[index][1][1]["content"]
+    prompt: str = model.calls[index][1][1]["content"]
+    return prompt
 
 
 def test_rollout_evaluation_wins_and_the_trajectory_lands_on_its_branch(
@@ -122,7 +123,7 @@ def test_rollout_evaluation_wins_and_the_trajectory_lands_on_its_branch(
     assert len(model.calls) == 1 and model.calls[0][0] == "analyze"
     assert evaluator.calls == 0
     assert result.evaluation == FAILED
-    assert result.metadata["evaluation_source"] == "rollout"
+    assert result.metadata.evaluation_source == "rollout"
     user = prompt_of(model)
     assert "passed: no" in user and "cancelled an ineligible trip" in user
     assert "get_reservation_details" in user and "Please cancel reservation ABC123" in user
@@ -153,7 +154,7 @@ def test_the_evaluator_is_used_when_the_rollout_has_no_evaluation(
                      make_rollout())
     assert evaluator.calls == 1
     assert result.evaluation.score == 0.75
-    assert result.metadata["evaluation_source"] == "evaluator"
+    assert result.metadata.evaluation_source == "evaluator"
     assert "evaluator says mostly ok" in prompt_of(model)
 
 
@@ -165,7 +166,7 @@ def test_fallback_evaluation_passes_iff_a_trajectory_was_extracted(
     assert result.trajectory is not None
     assert result.evaluation.passed and result.evaluation.score == 1.0
     assert "fallback" in result.evaluation.feedback[0]
-    assert result.metadata["evaluation_source"] == "fallback"
+    assert result.metadata.evaluation_source == "fallback"
 
     empty, silent = llm()
     nothing = analyze(TrajectoryRolloutAnalyzer(seeded_repo, empty),
@@ -201,7 +202,7 @@ def test_a_second_analysis_of_the_same_rollout_makes_no_call(
     second = analyze(TrajectoryRolloutAnalyzer(seeded_repo, again_llm, evaluator),
                      rollout.model_copy(deep=True))
     assert again_model.calls == [] and evaluator.calls == 0
-    assert second.metadata["reused"] is True
+    assert second.metadata.reused is True
     assert second.trajectory == first.trajectory
     assert second.evaluation == first.evaluation
     assert seeded_repo.git.ref(BRANCH) == tip
@@ -213,7 +214,7 @@ def test_a_second_analysis_of_the_same_rollout_makes_no_call(
     third = analyze(TrajectoryRolloutAnalyzer(seeded_repo, llm()[0], evaluator), bare)
     assert evaluator.calls == 0
     assert third.evaluation == stored.evaluation
-    assert third.metadata["evaluation_source"] == "stored"
+    assert third.metadata.evaluation_source == "stored"
 
 
 def test_invalid_json_is_repaired_once(seeded_repo: ExperienceRepository) -> None:
@@ -343,7 +344,7 @@ def test_a_reused_trajectory_stored_without_a_transcript_gets_one_once(
 
     silent, model = llm()  # reused: no call
     again = analyze(TrajectoryRolloutAnalyzer(seeded_repo, silent), rollout)
-    assert model.calls == [] and again.metadata["reused"] is True
+    assert model.calls == [] and again.metadata.reused is True
     assert store.find_transcript(tid) == kept  # the same rollout, the same blob
     tip = seeded_repo.git.ref(BRANCH)
     analyze(TrajectoryRolloutAnalyzer(seeded_repo, llm()[0]), rollout)

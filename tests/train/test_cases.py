@@ -299,3 +299,11 @@ def test_example_rubrics_pass_a_good_reply_and_fail_a_careless_one(case: Case) -
     required = [k for k in case.rubric.criteria if k.required and k.check is not None
                 and not isinstance(k.check, LLMJudgeCheck)]
     assert not all(run_check(k.check, CARELESS)[0] for k in required if k.check)
+
+
+def test_a_date_in_a_cases_metadata_loads_as_its_json_text(tmp_path: Path) -> None:
+    """Free metadata holds JSON: a YAML date becomes the text the wire would carry."""
+    path = tmp_path / "cases.yaml"
+    path.write_text("- name: dated\n  task_signature: t\n  metadata: {since: 2024-01-31}\n"
+                    "  rubric: {name: r, criteria: [{name: c}]}\n")
+    assert load_cases(path)[0].metadata == {"since": "2024-01-31"}

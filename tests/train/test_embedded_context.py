@@ -30,6 +30,8 @@ class Handles:
     structured: StructuredLLM
     is_local: bool
     embeddings: EmbeddingModel | None = None
+    prompt_tokens: int | None = None
+    description: str = ""
 
 
 def shown_tokens(repo: ExperienceRepository, is_local: bool) -> int:
@@ -98,7 +100,7 @@ class Rambling:
 
     async def complete(self, messages: ChatMessages, *, stage: str,
                        response_format: dict[str, object] | None, max_tokens: int,
-                       temperature: float) -> Completion:
+                       temperature: float, seed: int | None = None) -> Completion:
         assert stage == "rollout" and response_format is None
         self.caps = [*(self.caps or []), max_tokens]
         return Completion(text="You can cancel it within 24 hours, and then you can",

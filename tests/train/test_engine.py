@@ -85,7 +85,7 @@ def test_propose_mode_makes_a_proposal_and_leaves_main(seeded_repo: ExperienceRe
     [proposal] = list_proposals(seeded_repo)
     assert proposal.id == result.proposal_id and proposal.base == main
     assert sorted(proposal.gradient_commits) == sorted(
-        g.metadata["commit"] for g in grads)
+        g.metadata.commit or "" for g in grads)
     path = path_of(seeded_repo)
     assert git(path, "show", f"expgit/proposals/{proposal.id}:experiences/{NAME}.md") == merged
     text = body.read_text()
@@ -103,7 +103,7 @@ def test_apply_mode_moves_main(seeded_repo: ExperienceRepository) -> None:
     main = seeded_repo.main_commit()
     eng, model = engine(seeded_repo, merged, ids)
     plan, result = run(eng, [*grads, dropped], "apply")
-    assert plan.metadata["dropped_gradient_ids"] == [dropped.gradient_id]
+    assert plan.metadata.dropped_gradient_ids == [dropped.gradient_id]
 
     model.assert_done()
     new_main = seeded_repo.main_commit()
@@ -139,7 +139,7 @@ def test_an_empty_plan_commits_nothing(seeded_repo: ExperienceRepository) -> Non
                                GitPolicyUpdater(seeded_repo))
     plan, result = run(eng, grads, "apply")
     assert plan.items == [] and result.proposal_id is None
-    assert plan.metadata["dropped_gradient_ids"] == [g.gradient_id for g in grads]
+    assert plan.metadata.dropped_gradient_ids == [g.gradient_id for g in grads]
     assert repo_state(path_of(seeded_repo)) == before
 
 

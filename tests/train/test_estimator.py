@@ -135,7 +135,7 @@ def test_valid_edits_become_gradient_commits_with_the_trajectory_as_evidence(
 
     model.assert_done()
     assert len(model.calls) == 1 and model.calls[0][0] == "estimate"
-    assert analysis.metadata["rejected_edits"] == []
+    assert analysis.metadata.rejected_edits == []
     assert [g.target_experience_name for g in gradients] == [
         "cancellation-eligibility-rules", "confirm-refund-amount", "compensation-certificates"]
     uri = analysis.trajectory.uri  # type: ignore[union-attr]
@@ -216,7 +216,7 @@ def test_invalid_edits_are_dropped_with_reasons(seeded_repo: ExperienceRepositor
 
     assert [g.target_experience_name for g in gradients] == ["confirm-refund-amount"]
     assert list_gradients(seeded_repo)[0].id == gradients[0].gradient_id
-    reasons = analysis.metadata["rejected_edits"]
+    reasons = analysis.metadata.rejected_edits or []
     expected = ["over the budget", "identical to main",
                 "delete of an experience that does not exist", "already exists", "not shown",
                 "update of an experience that does not exist", "needs a body",
@@ -239,10 +239,10 @@ def test_a_create_of_a_shown_file_is_its_update(seeded_repo: ExperienceRepositor
                        FixedRanker("cancellation-eligibility-rules"))
     analysis = analysis_for(seeded_repo)
     [g] = asyncio.run(est.estimate(analysis, snapshot, PipelineContext()))
-    assert g.metadata["operation"] == "update" and g.before is not None
+    assert g.metadata.operation == "update" and g.before is not None
     assert g.before.content == current and g.after is not None
     assert g.after.content == current.split("\n---\n", 1)[0] + "\n---\n" + body
-    assert analysis.metadata["rejected_edits"] == []
+    assert analysis.metadata.rejected_edits == []
 
 
 def test_a_create_with_only_a_summary_gets_a_minimal_body(
@@ -390,7 +390,8 @@ def test_fewer_experiences_when_asked_or_when_the_prompt_would_not_fit(
         asyncio.run(est.estimate(analysis_for(seeded_repo), seeded_repo.snapshot(),
                                  PipelineContext()))
         system, user = (m["content"] for m in model.calls[0][1])
-        return system + user
+        prompt: str = system + user
+        return prompt
 
     without_floor(seeded_repo)
     two = run(relevant_experiences=2)

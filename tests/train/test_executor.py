@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import EXAMPLE, repo_state
+from json_value import number
 
 from expgit.errors import UsageError
 from expgit.llm.port import ChatMessages, Completion, LLMError, UsageMeter
@@ -21,6 +22,7 @@ from expgit.train.components.evaluator import RubricRolloutEvaluator
 from expgit.train.components.executor import SingleTurnLLMRolloutExecutor
 from expgit.train.context import ExecutionContext
 from expgit.train.domain import Case, Rollout
+from expgit.train.experience_usage import read_usage
 from expgit.train.interfaces import RolloutExecutor
 
 ACTIVE = ["cancellation-eligibility-rules", "checked-baggage-allowance",
@@ -71,7 +73,7 @@ def executor(model: Any, **kwargs: Any) -> tuple[SingleTurnLLMRolloutExecutor, U
 
 
 def used_names(rollout: Rollout) -> list[str]:
-    return [u["name"] for u in rollout.metadata["experiences_used"]]
+    return [u.name for u in read_usage(rollout.metadata)]
 
 
 def run(ex: RolloutExecutor, cases: list[Case], snap: Snapshot,
@@ -98,11 +100,11 @@ def test_all_active_experiences_in_the_system_prompt(seeded_repo: ExperienceRepo
         assert snap.entries[name].experience.front_matter.summary in system["content"]
     assert "compensation-certificates" not in system["content"]  # a draft
     assert sorted(used_names(rollout)) == ACTIVE  # a small library fits whole, by rank
-    first = rollout.metadata["experiences_used"][0]
-    assert first["name"] == "cancellation-eligibility-rules"  # the most relevant first
-    assert first["blob"] == snap.entries[first["name"]].blob  # the version shown
-    assert first["reason"].startswith("rank 1 (bm25 score ") and first["score"] > 0
-    assert rollout.metadata["context_tokens"] > 0
+    first = read_usage(rollout.metadata)[0]
+    assert first.name == "cancellation-eligibility-rules"  # the most relevant first
+    assert first.blob == snap.entries[first.name].blob  # the version shown
+    assert (first.reason or "").startswith("rank 1 (bm25 score ") and (first.score or 0) > 0
+    assert number(rollout.metadata, "context_tokens") > 0
     assert rollout.metadata["snapshot_id"] == snap.id
     assert rollout.metadata["snapshot_commit"] == snap.commit
     assert rollout.policy_snapshot_id == "policy-123"

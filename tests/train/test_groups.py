@@ -14,6 +14,7 @@ import asyncio
 import json
 import random
 import re
+from pathlib import Path
 
 import pytest
 from conftest import fsck, git
@@ -26,6 +27,7 @@ from expgit.llm.structured import StructuredLLM
 from expgit.runs.wiring import build_pipeline
 from expgit.store.repository import ExperienceRepository
 from expgit.train.cases import ListCaseLoader
+from expgit.train.checks import RegexCheck
 from expgit.train.components.trajectory_analyzer import read_front_matter
 from expgit.train.context import PipelineContext
 from expgit.train.domain import (
@@ -37,6 +39,7 @@ from expgit.train.domain import (
     RubricEvaluation,
 )
 from expgit.train.groups import group_cases, sampling_of, split_groups, verdict
+from expgit.train.phase_metrics import PhaseMetrics
 from expgit.train.report import phase_line
 
 PHRASE = "to the original payment method"
@@ -44,7 +47,7 @@ REFUND_CASE = Case(
     name="refund-destination", task_signature="refund-destination",
     input={"user_query": "My flight was cancelled by the airline. Where does my refund go?"},
     rubric=Rubric(name="refund", criteria=[RubricCriterion(
-        name="names-destination", check={"type": "regex", "pattern": r"orig\w* pay\w*"})]))
+        name="names-destination", check=RegexCheck(pattern=r"orig\w* pay\w*"))]))
 GOOD = f"The refund goes back {PHRASE} within 7 days."
 BAD = "The refund will be processed within 7 days."
 LESSON = "refund-destination"
@@ -109,7 +112,7 @@ def outcomes(size: int) -> list[bool]:
 
 
 def train(repo: ExperienceRepository, chat: ScriptedChatModel, size: int,
-          cases: list[Case] | None = None) -> tuple[UsageMeter, object]:
+          cases: list[Case] | None = None) -> tuple[UsageMeter, PhaseMetrics]:
     meter = UsageMeter()
     pipeline = build_pipeline(repo, Handles(StructuredLLM(chat, meter)), concurrency=3,
                               group_size=size)
@@ -119,10 +122,14 @@ def train(repo: ExperienceRepository, chat: ScriptedChatModel, size: int,
     return meter, result.epochs[0]
 
 
-def proposed_lesson(repo: ExperienceRepository, proposal: str) -> str:
+def tree(repo: ExperienceRepository) -> Path:
     path = repo.git.work_tree
     assert path is not None
-    return git(path, "show", f"expgit/proposals/{proposal}:experiences/{LESSON}.md")
+    return path
+
+
+def proposed_lesson(repo: ExperienceRepository, proposal: str) -> str:
+    return git(tree(repo), "show", f"expgit/proposals/{proposal}:experiences/{LESSON}.md")
 
 
 def test_the_seeds_give_a_mixed_group() -> None:
@@ -145,10 +152,10 @@ def test_one_group_call_learns_the_phrase_from_the_contrast(
     assert prompt.count("## Case refund-destination") == 1  # the case once
     assert "(best): passed" in prompt and "(worst): failed" in prompt
     # the gradient the group call proposed names the phrase, learnt from the better run
-    gradient = git(seeded_repo.git.work_tree, "for-each-ref", "--format=%(refname)",
+    gradient = git(tree(seeded_repo), "for-each-ref", "--format=%(refname)",
                    "refs/heads/expgit/gradients/").split()
     assert len(gradient) == 1
-    body = git(seeded_repo.git.work_tree, "show", f"{gradient[0]}:experiences/{LESSON}.md")
+    body = git(tree(seeded_repo), "show", f"{gradient[0]}:experiences/{LESSON}.md")
     assert "original payment method" in body
     assert epoch.groups is not None
     assert (epoch.groups.groups, epoch.groups.reflected, epoch.groups.skipped) == (1, 1, 0)
@@ -158,20 +165,20 @@ def test_one_group_call_learns_the_phrase_from_the_contrast(
     assert epoch.summary.pass_k["4"] == 0.0  # not every run passed
     assert "group_size=4 groups=1 reflected=1 skipped=0" in phase_line(epoch)
     # the stored trajectory names every run of the group with its own outcome
-    trajectories = [name for name in git(seeded_repo.git.work_tree, "ls-tree", "-r",
+    trajectories = [name for name in git(tree(seeded_repo), "ls-tree", "-r",
                                          "--name-only", "expgit/trajectories").split()
                     if name.endswith(".md")]  # beside it: its worst run's transcript
     assert len(trajectories) == 1
-    document = git(seeded_repo.git.work_tree, "show", f"expgit/trajectories:{trajectories[0]}")
+    document = git(tree(seeded_repo), "show", f"expgit/trajectories:{trajectories[0]}")
     runs = read_front_matter(document, trajectories[0])["group"]
     assert [r["run"] for r in runs] == [0, 1, 2, 3]
     assert [r["passed"] for r in runs] == outcomes(4)
     assert all(r["transcript"] is None for r in runs)  # the seam: no transcripts stored
     # the gradient cites the group's trajectory as its evidence
-    message = git(seeded_repo.git.work_tree, "log", "-1", "--format=%B", gradient[0])
+    message = git(tree(seeded_repo), "log", "-1", "--format=%B", gradient[0])
     assert trajectories[0].removeprefix("trajectories/").removesuffix(".md") in message
     assert epoch.proposals and proposed_lesson(seeded_repo, epoch.proposals[0])
-    fsck(seeded_repo.git.work_tree)
+    fsck(tree(seeded_repo))
 
 
 def test_one_failing_run_alone_does_not_teach_the_phrase(
@@ -184,9 +191,9 @@ def test_one_failing_run_alone_does_not_teach_the_phrase(
         "rollout": 1, "reflect": 1, "merge": 1}
     assert chat.seeds == [None] * 3  # a group of one: the runtime's own sampling
     assert epoch.passed == 0 and epoch.groups is None
-    gradient = git(seeded_repo.git.work_tree, "for-each-ref", "--format=%(refname)",
+    gradient = git(tree(seeded_repo), "for-each-ref", "--format=%(refname)",
                    "refs/heads/expgit/gradients/").split()
-    body = git(seeded_repo.git.work_tree, "show", f"{gradient[0]}:experiences/{LESSON}.md")
+    body = git(tree(seeded_repo), "show", f"{gradient[0]}:experiences/{LESSON}.md")
     assert "original payment" not in body and "Answer the question." in body
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from skill_listing_support import BAGGAGE, OTHER, REFUND, skills_repo
+from skill_listing_support import BAGGAGE, OTHER, skills_repo
 from skills_ref import to_prompt
+from skills_support import REFUND
 
 from expgit.store.experience import estimate_tokens
 from expgit.store.repository import ExperienceRepository

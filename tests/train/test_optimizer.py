@@ -119,7 +119,7 @@ def test_twenty_gradients_make_two_chunks_and_the_second_sees_the_first(
     result = plan(opt, gradients, snapshot)
     model.assert_done()
     assert len(model.calls) == 2
-    assert result.metadata["chunks"] == 2
+    assert result.metadata.chunks == 2
     [only] = result.items
     assert only.kind == "upsert_experience" and only.after_content == second
     assert only.before_content == original
@@ -175,7 +175,7 @@ def test_merge_split_delete_and_validation(seeded_repo: ExperienceRepository) ->
     assert all(i.gradient_ids for i in result.items)
     assert items["flight-change-fees"].after_content == split
     assert items["checked-baggage-allowance"].after_content == dedup  # front matter kept
-    rejected = result.metadata["rejected_items"]
+    rejected = result.metadata.rejected_items or []
     assert len(rejected) == 4
     assert "does not exist" in rejected[0] and "needs a body" in rejected[1]
     assert "second item" in rejected[2] and "second item" in rejected[3]
@@ -231,7 +231,7 @@ def test_an_over_budget_item_is_compressed_once(seeded_repo: ExperienceRepositor
     before = parse_experience(original, "x.md")
     assert after.body == COMPRESSED_BODY and after.front_matter.summary == SHORTER
     assert after.front_matter.tags == before.front_matter.tags  # the rest is kept
-    assert result.metadata["compressed"] == ["flight-change-rules"]
+    assert result.metadata.compressed == ["flight-change-rules"]
     schema = model.calls[1][2]
     assert schema is not None and schema["json_schema"]["name"] == "CompressOutput"
 

@@ -91,6 +91,8 @@ class FakeEstimator:
 
 
 class FakeEngine:
+    repo: ExperienceRepository | None = None
+
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
         self.calls: list[list[str]] = []

@@ -62,7 +62,7 @@ def test_trailers_round_trip_and_the_shown_confidence() -> None:
                           *malformed]) == {"a" * 40: "hit", "b" * 40: "miss"}
     records = PredictionRecords()
     for verdict in ("miss", "miss", "unchecked"):
-        records.add("lesson", "m", verdict)  # type: ignore[arg-type]
+        records.add("lesson", "m", verdict)
     assert records.by_model["m"] == TrackRecord(0, 2) == records.by_experience["lesson"]
     assert shown_confidence(0.8, records.of("lesson", "m")) == 0.4  # 0.8 * 2 / 4
     assert shown_confidence(0.8, records.of("lesson", "other")) == 0.8  # no record

@@ -66,7 +66,9 @@ def cancellation_update(repo: ExperienceRepository) -> dict[str, Any]:
 def test_one_call_stores_the_trajectory_and_commits_the_gradients(
         seeded_repo: ExperienceRepository) -> None:
     repo = seeded_repo
-    main = git(repo.git.work_tree, "rev-parse", "main")
+    tree = repo.git.work_tree
+    assert tree is not None
+    main = git(tree, "rev-parse", "main")
     seen: list[str] = []
 
     def reply(messages: list[dict[str, str]]) -> str:
@@ -95,9 +97,9 @@ def test_one_call_stores_the_trajectory_and_commits_the_gradients(
         assert gradient.evidence_trajectory_uris == [analysis.trajectory.uri]
         assert gradient.after is not None
     assert RULE.strip() in (gradients[0].after.content if gradients[0].after else "")
-    assert analysis.metadata["rejected_edits"] == []
-    assert git(repo.git.work_tree, "rev-parse", "main") == main  # main never moves
-    fsck(repo.git.work_tree)
+    assert analysis.metadata.rejected_edits == []
+    assert git(tree, "rev-parse", "main") == main  # main never moves
+    fsck(tree)
 
 
 def test_the_two_paths_store_the_same_trajectory_and_gradients(tmp_path: Any) -> None:
@@ -137,7 +139,7 @@ def test_a_stored_trajectory_costs_only_the_estimate_call(
     again, model, meter = components(repo, [Step("estimate", json.dumps({"edits": []}))])
     analysis, gradients = reflect(again, rollout, repo.snapshot())
     model.assert_done()
-    assert analysis.metadata["reused"] is True and gradients == []
+    assert analysis.metadata.reused is True and gradients == []
     assert set(meter.by_stage()) == {"estimate"}
 
 
@@ -153,7 +155,7 @@ def test_a_secret_in_an_edit_is_refused_and_one_in_the_analysis_redacted(
     analysis, gradients = reflect(reflector, make_rollout(evaluation=FAILED), repo.snapshot())
     model.assert_done()
     assert gradients == []
-    rejected = analysis.metadata["rejected_edits"]
+    rejected = analysis.metadata.rejected_edits or []
     assert len(rejected) == 2 and "aws-keys" in rejected[0]
     assert "does not exist" in rejected[1]
     assert analysis.trajectory is not None and AWS_KEY not in analysis.trajectory.content
@@ -185,7 +187,7 @@ def test_an_empty_transcript_makes_no_call(seeded_repo: ExperienceRepository) ->
     analysis, gradients = reflect(reflector, make_rollout(messages=[]), seeded_repo.snapshot())
     model.assert_done()
     assert gradients == [] and analysis.trajectory is None and meter.by_stage() == {}
-    assert "empty transcript" in analysis.metadata["skipped"]
+    assert "empty transcript" in (analysis.metadata.skipped or "")
 
 
 def test_the_case_input_is_shown_once() -> None:

@@ -103,7 +103,7 @@ def test_the_estimator_guards_skills_and_writes_new_ones_as_folders(
         edit(BAGGAGE, "update", "", restyled),  # only the form of the body
         edit("pet-fees", "create", "Answers pet fees. " * 64 + "Use when asked.", BODY),
         edit("anthropic-pets", "create", GOOD, BODY))
-    rejected = analysis.metadata["rejected_edits"]
+    rejected = analysis.metadata.rejected_edits
     assert [r.split(":")[0] for r in rejected] == [
         f"update '{BAGGAGE}'", "create 'pet-fees'", "create 'anthropic-pets'"]
     assert "cosmetic" in rejected[0] and "description is 1167 characters long" in rejected[1]
@@ -148,7 +148,7 @@ def test_the_merge_guards_skills_and_writes_new_ones_as_folders(
     model.assert_done()
     assert "skills/<name>/SKILL.md" in prompts[0] and '"description"' in prompts[0]
     assert [i.target_experience_name for i in result.items] == ["pets-in-cabin"]
-    rejected = result.metadata["rejected_items"]
+    rejected = result.metadata.rejected_items or []
     assert "the description: it is an account of one run" in rejected[0]
     assert "reserved word 'claude'" in rejected[1]
     assert (opt.redactor.counts["degenerate"], opt.redactor.counts["skill_name"]) == (1, 1)

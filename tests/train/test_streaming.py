@@ -151,7 +151,7 @@ def test_train_rollouts_merges_batches() -> None:
         assert len(result.analyses) == 5 and len(result.gradients) == 8
         assert result.errors == ["update failed: batch 1 conflicts"]
         assert result.apply_result is not None
-        ids = [b["proposal_id"] for b in result.apply_result.metadata["batches"]]
+        ids = [b.proposal_id for b in result.apply_result.metadata.batches or []]
         assert ids == ["proposal-0", "proposal-2", "proposal-3"]
         assert result.plan is not None and len(result.plan.items) == 6
         await trainer.close()

@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from json_value import dig
 from tool_support import call, turn
 
 from expgit.llm.port import ToolMessages, ToolTurn, UsageMeter
@@ -71,12 +72,12 @@ def test_policy_greeting_own_user_model_and_the_reward(seeded_repo: ExperienceRe
     assert "<scenario>" in first_user_call[0]["content"]
     assert first_user_call[1] == {"role": "user", "content": "Hi! How can I help you today?"}
     assert rollout.metadata["stopped"] == "user done"
-    changed = rollout.metadata["final_state"]["changed"]["reservations"]
-    assert changed[gold_cancel()["reservation_id"]]["status"] == "cancelled"
+    changed = dig(rollout.metadata, "final_state", "changed", "reservations")
+    assert dig(changed, gold_cancel()["reservation_id"], "status") == "cancelled"
     assert rollout.evaluation is not None
     [result] = rollout.evaluation.criterion_results
     assert result.passed, result.feedback
-    assert result.metadata["tau2"]["breakdown"] == {"DB": 1.0, "COMMUNICATE": 1.0}
+    assert dig(result.metadata, "tau2", "breakdown") == {"DB": 1.0, "COMMUNICATE": 1.0}
 
 
 @pytest.mark.parametrize("token", TAU2_STOPS)
@@ -120,6 +121,6 @@ def test_concurrent_rollouts_of_one_task_have_their_own_database(
                                           single.experiences_for, repo=seeded_repo,
                                           user_llm=user_llm, concurrency=2)
     done = asyncio.run(executor.execute(cases, seeded_repo.snapshot(), CTX))
-    states = sorted(bool(r.metadata["final_state"]["changed"]) for r in done)
+    states = sorted(bool(dig(r.metadata, "final_state", "changed")) for r in done)
     assert states == [False, True]  # one cancelled, in its own database only
     assert sorted(bool(r.evaluation and r.evaluation.passed) for r in done) == [False, True]

@@ -13,7 +13,7 @@ from expgit.store.snapshot import Snapshot
 from expgit.store.templates import render_prompt
 from expgit.train.components.evaluator import failed_evaluation, user_turn
 from expgit.train.context import ExecutionContext, PipelineContext
-from expgit.train.domain import Case, Message, Rollout
+from expgit.train.domain import Case, FreeMetadata, Message, Rollout
 from expgit.train.experience_usage import KEY as USAGE_KEY
 from expgit.train.experience_usage import usage_records
 from expgit.train.groups import sampling_of
@@ -68,7 +68,7 @@ class SingleTurnLLMRolloutExecutor:
                       context: ExecutionContext) -> list[Rollout]:
         semaphore = asyncio.Semaphore(self.concurrency)
         self._select(policy_set, "")  # always-on experiences over the budget: refused now
-        pipeline = PipelineContext(execution_metadata=dict(context.metadata))
+        pipeline = PipelineContext()
 
         async def run(case: Case) -> Rollout:
             async with semaphore:
@@ -91,7 +91,7 @@ class SingleTurnLLMRolloutExecutor:
     async def _run_case(self, case: Case, policy_set: Snapshot, context: ExecutionContext,
                         pipeline: PipelineContext) -> Rollout:
         query = user_turn(case)
-        metadata: dict[str, object] = {"snapshot_id": policy_set.id,
+        metadata: FreeMetadata = {"snapshot_id": policy_set.id,
                                        "snapshot_commit": policy_set.commit}
         messages: list[Message] = []
         try:

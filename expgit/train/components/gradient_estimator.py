@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from expgit.errors import ExpgitError, InvalidInputError
 from expgit.llm.structured import StructuredLLM
@@ -43,7 +42,13 @@ from expgit.train.components.llm_fields import (
 )
 from expgit.train.components.llm_outputs import EstimatedEdit, EstimateOutput, estimate_output
 from expgit.train.context import PipelineContext
-from expgit.train.domain import ExperienceFile, RolloutAnalysis, SemanticGradient
+from expgit.train.domain import (
+    AnalysisNotes,
+    ExperienceFile,
+    GradientNotes,
+    RolloutAnalysis,
+    SemanticGradient,
+)
 from expgit.train.edit_guard import Rejected, Rejections, guard_edit
 from expgit.train.lesson_guard import headings_shown
 from expgit.train.redaction import Redactor
@@ -86,7 +91,7 @@ def provenance_trailers(analysis: RolloutAnalysis, llm: StructuredLLM,
                 if not analysis.evaluation.passed else prediction([], []))
     if any(key == TRAINER_MODEL for key, _ in models):
         return [*predicts.trailers(), *models]
-    model = " ".join(str(getattr(llm.model, "model", "") or "").split())[:VALUE_CHARS]
+    model = " ".join(llm.model.model.split())[:VALUE_CHARS]
     return [*predicts.trailers(), *models, *([(TRAINER_MODEL, model)] if model else [])]
 
 
@@ -101,7 +106,7 @@ def to_semantic(gradient: Gradient, trajectory_uri: str) -> SemanticGradient:
         base_version=gradient.base_version, base_blob=gradient.base_blob,
         rationale=gradient.rationale, evidence_trajectory_uris=[trajectory_uri],
         confidence=gradient.confidence, gradient_id=gradient.id,
-        metadata={"commit": gradient.commit, "operation": gradient.operation})
+        metadata=GradientNotes(commit=gradient.commit, operation=gradient.operation))
 
 
 class ExperienceGradientEstimator:
@@ -112,7 +117,7 @@ class ExperienceGradientEstimator:
     the file in view). Rejected edits (over the token budget, identical to ``main``,
     create of an existing file not shown or without a body, update or delete of a
     missing file or of one not shown, a second edit of the same file) are listed, one
-    reason per edit, in ``analysis.metadata["rejected_edits"]`` (set on every call;
+    reason per edit, in ``analysis.metadata.rejected_edits`` (set on every call;
     empty when none).
 
     ``relevant_experiences`` overrides ``[train] relevant_experiences``; ``limits`` bound
@@ -124,7 +129,7 @@ class ExperienceGradientEstimator:
     its track record (:func:`expgit.train.track_record.track_record`, one bounded line:
     runs that used it, passed/failed, mean score, helpful/harmful outcome reports), read
     from git with no LLM call; unreadable statistics are left out and noted in
-    ``analysis.metadata["stats_error"]``. Without one, every experience shows "no
+    ``analysis.metadata.stats_error``. Without one, every experience shows "no
     recorded use yet"."""
 
     def __init__(self, repo: ExperienceRepository, llm: StructuredLLM,
@@ -149,9 +154,9 @@ class ExperienceGradientEstimator:
                        context: PipelineContext) -> list[SemanticGradient]:
         trajectory = analysis.trajectory
         if trajectory is None:  # e.g. a junk analysis: the analyzer said why, keep it
-            analysis.metadata.setdefault("rejected_edits", [])
+            analysis.metadata.rejected_edits = analysis.metadata.rejected_edits or []
             return []
-        analysis.metadata["rejected_edits"] = []
+        analysis.metadata.rejected_edits = []
         # ranked by the document's text, not its front matter (which lists every
         # experience the run had in context, and would pull them all up alike)
         query = (f"{trajectory.retrieval_anchor}\n{analysis.rollout.case.task_signature}\n"
@@ -204,11 +209,11 @@ class ExperienceGradientEstimator:
                 "rationale_chars": limits.rationale_chars,
                 "allow_delete": limits.allow_delete, "main_branch": settings.main_branch}
 
-    async def shown_with_stats(self, metadata: dict[str, Any],
+    async def shown_with_stats(self, notes: AnalysisNotes,
                                relevant: list[ExperienceEntry]) -> list[dict[str, object]]:
         """``relevant`` as the prompts show them, each with its track record (unreadable
-        statistics: left out, and noted in ``metadata["stats_error"]``)."""
-        stats = await self._stats(metadata) if relevant else {}
+        statistics: left out, and noted in ``notes.stats_error``)."""
+        stats = await self._stats(notes) if relevant else {}
         return [shown(e, stats.get(e.name)) for e in relevant]
 
     async def commit_edits(self, edits: Sequence[EstimatedEdit], analysis: RolloutAnalysis,
@@ -216,10 +221,10 @@ class ExperienceGradientEstimator:
                            *, stage: str = "estimate") -> list[SemanticGradient]:
         """Check each edit the model proposed with ``relevant`` in view and commit the
         valid ones as gradients; the others are listed with their reasons in
-        ``analysis.metadata["rejected_edits"]``. When every edit was junk, the call of
+        ``analysis.metadata.rejected_edits``. When every edit was junk, the call of
         ``stage`` counts as failed (``degenerate``)."""
         rejections = Rejections(self.redactor)
-        analysis.metadata["rejected_edits"] = rejections.reasons
+        analysis.metadata.rejected_edits = rejections.reasons
         trajectory = analysis.trajectory
         if trajectory is None:
             return []
@@ -269,13 +274,13 @@ class ExperienceGradientEstimator:
                                   f"edits of case {analysis.rollout.case.name}")
         return gradients
 
-    async def _stats(self, metadata: dict[str, Any]) -> Mapping[str, ExperienceStats]:
+    async def _stats(self, notes: AnalysisNotes) -> Mapping[str, ExperienceStats]:
         if self.usage_stats is None:
             return {}
         try:
             return await asyncio.to_thread(self.usage_stats, self.repo)
         except ExpgitError as exc:
-            metadata["stats_error"] = exc.message
+            notes.stats_error = exc.message
             return {}
 
 

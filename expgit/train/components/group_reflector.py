@@ -46,7 +46,15 @@ from expgit.train.components.trajectory_analyzer import (
     truncate,
 )
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Rollout, RolloutAnalysis, RubricEvaluation, SemanticGradient
+from expgit.train.domain import (
+    AnalysisNotes,
+    EvaluationSource,
+    GroupNote,
+    Rollout,
+    RolloutAnalysis,
+    RubricEvaluation,
+    SemanticGradient,
+)
 from expgit.train.groups import (
     GroupDocument,
     GroupRun,
@@ -88,7 +96,7 @@ class _Judged:
     run: int
     rollout: Rollout
     evaluation: RubricEvaluation
-    source: str
+    source: EvaluationSource
 
 
 class GroupReflector:
@@ -137,7 +145,7 @@ class GroupReflector:
         relevant = await estimator.relevant(
             ranking_query(worst.rollout, worst.evaluation) + "\n" + final_answer(best.rollout),
             policy_set)
-        noted: dict[str, Any] = {}
+        noted = AnalysisNotes()  # a stats error, if any, for the analysis
         experiences = await estimator.shown_with_stats(noted, relevant)
         edit_limits = estimator.edit_limits()
         output = group_reflect_output(analyzer.limits, edit_limits)
@@ -166,11 +174,11 @@ class GroupReflector:
             worst.rollout, gid, out.analysis(analyzer.limits, outcome_of(worst.evaluation)),
             worst.evaluation, worst.source, policy_set.commit, stage="group_reflect",
             group=document)
-        analysis.metadata.update(noted)
+        analysis.metadata.stats_error = noted.stats_error
         if without_evidence(analysis, out.edits, estimator.redactor):
             return GroupReflection(analysis, [], errors=errors)
-        analysis.metadata["group"] = {"runs": len(runs), "finished": len(judged),
-                                      "passed": sum(j.evaluation.passed for j in judged)}
+        analysis.metadata.group = GroupNote(runs=len(runs), finished=len(judged),
+                                            passed=sum(j.evaluation.passed for j in judged))
         # the copy guard reads every shown run's words, not only the worst run's
         seen = analysis.model_copy(update={"rollout": worst.rollout.model_copy(update={
             "messages": [m for j in ranked for m in j.rollout.messages]})})

@@ -43,7 +43,13 @@ from expgit.train.components.llm_outputs import (
 )
 from expgit.train.components.plan_budget import Planned, nl, total_tokens, within_budget
 from expgit.train.context import PipelineContext
-from expgit.train.domain import PolicyPlanItem, PolicyUpdatePlan, SemanticGradient
+from expgit.train.domain import (
+    PlanItemNotes,
+    PlanNotes,
+    PolicyPlanItem,
+    PolicyUpdatePlan,
+    SemanticGradient,
+)
 from expgit.train.edit_guard import Rejected, Rejections, guard_edit
 from expgit.train.lesson_guard import headings_shown
 from expgit.train.redaction import Redactor
@@ -112,11 +118,11 @@ class PatchMergePolicyOptimizer:
                 entry.confidence = max(entry.confidence, item.confidence)
         plan = PolicyUpdatePlan(items=_items(planned, policy_set, labelled))
         cited = {i for item in plan.items for i in item.gradient_ids}
-        plan.metadata = {"chunks": len(chunks), "rejected_items": rejected,
-                         "compressed": compressed,
-                         "dropped_gradient_ids": [i for i in ids if i not in cited],
-                         "total_tokens_before": start_total,
-                         "total_tokens_after": total_tokens(state)}
+        plan.metadata = PlanNotes(chunks=len(chunks), rejected_items=rejected,
+                                  compressed=compressed,
+                                  dropped_gradient_ids=[i for i in ids if i not in cited],
+                                  total_tokens_before=start_total,
+                                  total_tokens_after=total_tokens(state))
         return plan
 
     async def _merge(self, chunk: list[str], labelled: dict[str, SemanticGradient],
@@ -239,5 +245,5 @@ def _items(planned: dict[str, Planned], policy_set: Snapshot,
             rationale=" / ".join(r for r in dict.fromkeys(p.rationales) if r),
             evidence_trajectory_uris=list(dict.fromkeys(evidence)),
             gradient_ids=p.gradient_ids,
-            metadata={"base_blob": entry.blob if entry else None}))
+            metadata=PlanItemNotes(base_blob=entry.blob if entry else None)))
     return items

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from expgit.errors import ExpgitError, UsageError
+from expgit.store.repository import ExperienceRepository
 from expgit.train.context import PipelineContext
 from expgit.train.domain import (
     PolicyApplyResult,
@@ -32,7 +33,11 @@ from expgit.train.interfaces import (
 
 class TrainingEngine(Protocol):
     """The shared plan-and-apply kernel (:class:`expgit.train.engine.PolicyTrainingEngine`):
-    takes the lock, reloads ``main``, plans and applies one batch of gradients."""
+    takes the lock, reloads ``main``, plans and applies one batch of gradients;
+    ``repo``: where ``main`` is read (None: an engine with no repository, e.g. a fake)."""
+
+    @property
+    def repo(self) -> ExperienceRepository | None: ...
 
     async def plan_and_apply(self, gradients: Sequence[SemanticGradient],
                              context: PipelineContext

@@ -21,7 +21,7 @@ from expgit.store.provenance import Provenance
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot
 from expgit.train.context import PipelineContext
-from expgit.train.domain import ExperienceSetRef, PolicyApplyResult, PolicyUpdatePlan
+from expgit.train.domain import ApplyNotes, ExperienceSetRef, PolicyApplyResult, PolicyUpdatePlan
 
 MERGER_NAME = "llm patch-merge"
 
@@ -45,7 +45,7 @@ class GitPolicyUpdater:
     """Commits a plan as a proposal branch with its PR description (written to
     ``pr_body`` too, if given); with ``context.mode == "apply"`` applies it to ``main``
     (guard + CAS; the caller holds the lock). The proposal lists the cited gradients and
-    those the merger dropped (``plan.metadata["dropped_gradient_ids"]``), so applying or
+    those the merger dropped (``plan.metadata.dropped_gradient_ids``), so applying or
     rejecting it closes them all. A plan whose ``before_content`` differs from
     ``policy_set`` raises ConflictError before anything is written; an apply refused by
     the guard leaves ``main`` and the open proposal as they are and is reported in
@@ -67,8 +67,8 @@ class GitPolicyUpdater:
         result = PolicyApplyResult(
             updated_policy_set=set_ref(policy_set), proposal_id=proposal.id,
             written=written, deleted=deleted,
-            metadata={"proposal_commit": proposal.commit, "proposal_ref": proposal.ref,
-                      "mode": context.mode})
+            metadata=ApplyNotes(proposal_commit=proposal.commit, proposal_ref=proposal.ref,
+                                mode=context.mode))
         if context.mode != "apply":
             return result
         try:
@@ -86,7 +86,8 @@ class GitPolicyUpdater:
         snapshot = await asyncio.to_thread(self.repo.snapshot, applied.commit)
         result.applied_commit = applied.commit
         result.updated_policy_set = set_ref(snapshot)
-        result.metadata.update(rebased=applied.rebased, warnings=list(applied.warnings))
+        result.metadata.rebased, result.metadata.warnings = (applied.rebased,
+                                                             list(applied.warnings))
         return result
 
     def _propose(self, plan: PolicyUpdatePlan, policy_set: Snapshot) -> Proposal:
@@ -101,7 +102,7 @@ class GitPolicyUpdater:
             for gid in item.gradient_ids:
                 if gid not in gradients:
                     gradients[gid] = find_gradient(self.repo, gid)
-        for gid in plan.metadata.get("dropped_gradient_ids", []):
+        for gid in plan.metadata.dropped_gradient_ids or []:
             try:  # considered and dropped by the merger: closed with the proposal
                 gradients.setdefault(gid, find_gradient(self.repo, gid))
             except InvalidInputError:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from expgit.llm.structured import StructuredLLM
 from expgit.store.snapshot import Snapshot
@@ -32,7 +31,13 @@ from expgit.train.components.trajectory_analyzer import (
     transcript_view,
 )
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Rollout, RolloutAnalysis, RubricEvaluation, SemanticGradient
+from expgit.train.domain import (
+    AnalysisNotes,
+    Rollout,
+    RolloutAnalysis,
+    RubricEvaluation,
+    SemanticGradient,
+)
 from expgit.train.redaction import Redactor
 from expgit.train.skill_listing import reflect_view
 from expgit.train.trajectory_store import rollout_id
@@ -81,7 +86,8 @@ def without_evidence(analysis: RolloutAnalysis, edits: Sequence[EstimatedEdit],
     the reply's ``edits`` have no evidence, and each is listed as dropped with it."""
     if analysis.trajectory is not None:
         return False
-    analysis.metadata["rejected_edits"] += [
+    notes = analysis.metadata
+    notes.rejected_edits = (notes.rejected_edits or []) + [
         f"{e.action} {redactor.text(e.name)!r}: dropped with the degenerate analysis of "
         "its reply" for e in edits]
     return True
@@ -90,7 +96,7 @@ class OneCallRolloutReflector:
     """Analyses one rollout and proposes its edits with one ``reflect`` call (see the
     module docstring). The contract is the two steps' together: the trajectory goes to
     the trajectories branch only, each valid edit becomes a gradient commit, an invalid
-    one is dropped with its reason in ``analysis.metadata["rejected_edits"]``, and
+    one is dropped with its reason in ``analysis.metadata.rejected_edits``, and
     ``main`` is never touched. Raises LLMError when the call fails.
 
     ``analyzer`` and ``estimator`` give the limits, the evaluator, the ranker, the
@@ -115,10 +121,10 @@ class OneCallRolloutReflector:
         view = analyzer.view(rollout)
         if not view:
             analysis = analyzer.skipped(rollout, tid, evaluation, source)
-            analysis.metadata["rejected_edits"] = []
+            analysis.metadata.rejected_edits = []
             return analysis, []
         relevant = await estimator.relevant(ranking_query(rollout, evaluation), policy_set)
-        noted: dict[str, Any] = {}  # a stats error, if any, for the analysis
+        noted = AnalysisNotes()  # a stats error, if any, for the analysis
         experiences = await estimator.shown_with_stats(noted, relevant)
         edit_limits = estimator.edit_limits()
         output = reflect_output(analyzer.limits, edit_limits)
@@ -146,7 +152,7 @@ class OneCallRolloutReflector:
         analysis = await analyzer.record(rollout, tid, out.analysis(analyzer.limits),
                                          evaluation, source, policy_set.commit,
                                          stage="reflect")
-        analysis.metadata.update(noted)
+        analysis.metadata.stats_error = noted.stats_error
         if without_evidence(analysis, out.edits, estimator.redactor):
             return analysis, []
         return analysis, await estimator.commit_edits(out.edits, analysis, policy_set,

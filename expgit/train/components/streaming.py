@@ -29,6 +29,7 @@ from expgit.train.components.policy_trainer import (
 )
 from expgit.train.context import PipelineContext
 from expgit.train.domain import (
+    PlanNotes,
     PolicyApplyResult,
     PolicyUpdatePlan,
     Rollout,
@@ -68,7 +69,7 @@ def scoped(prepared: Prepared, outcome: _Outcome) -> RolloutTrainingResult:
     if outcome.plan is not None:
         plan = PolicyUpdatePlan(
             items=[i for i in outcome.plan.items if mine & set(i.gradient_ids)],
-            metadata=dict(outcome.plan.metadata))
+            metadata=outcome.plan.metadata.model_copy())
     errors = [outcome.error] if outcome.error else update_errors(outcome.apply_result)
     return RolloutTrainingResult(
         analyses=[prepared.analysis] if prepared.analysis else [],
@@ -124,7 +125,7 @@ class StreamingPolicyTrainer:
                              analyses: Sequence[RolloutAnalysis] | None = None
                              ) -> RolloutTrainingResult:
         """The PolicyTrainer view: submit every rollout, flush, and merge the results.
-        ``apply_result.metadata["batches"]`` lists every batch's apply result."""
+        ``apply_result.metadata.batches`` lists every batch's apply result."""
         self._check_open()
         given = match_analyses(rollouts, analyses)
         gate = asyncio.Semaphore(self.concurrency)
@@ -176,7 +177,7 @@ class StreamingPolicyTrainer:
 
     def _current_main(self) -> ExperienceSet:
         """The snapshot of ``main`` now (reused while ``main`` has not moved)."""
-        repo = getattr(self.engine, "repo", None)
+        repo = self.engine.repo
         if repo is None:
             raise UsageError("submit_rollout needs a policy_set: the engine has no repo")
         cached = self._main
@@ -265,7 +266,7 @@ def merge_results(prepared: Sequence[Prepared], outcomes: dict[int, _Outcome]
     plans = [o.plan for o in batches if o.plan is not None]
     if plans:
         result.plan = PolicyUpdatePlan(items=[i for p in plans for i in p.items],
-                                       metadata={"batches": len(plans)})
+                                       metadata=PlanNotes(batches=len(plans)))
     result.apply_result = combined_apply_result(
         [o.apply_result for o in batches if o.apply_result is not None])
     for outcome in batches:

@@ -48,7 +48,7 @@ from expgit.store.snapshot import Snapshot
 from expgit.store.templates import render_prompt
 from expgit.train.components.evaluator import failed_evaluation
 from expgit.train.context import ExecutionContext, PipelineContext
-from expgit.train.domain import Case, Message, Part, Rollout, TextPart, ToolPart
+from expgit.train.domain import Case, FreeMetadata, Message, Part, Rollout, TextPart, ToolPart
 from expgit.train.experience_usage import KEY as USAGE_KEY
 from expgit.train.experience_usage import UsedExperience, usage_records
 from expgit.train.groups import sampling_of
@@ -135,7 +135,7 @@ class ToolCallingRolloutExecutor:
     async def execute(self, cases: Sequence[Case], policy_set: Snapshot,
                       context: ExecutionContext) -> list[Rollout]:
         semaphore = asyncio.Semaphore(self.concurrency)
-        pipeline = PipelineContext(execution_metadata=dict(context.metadata))
+        pipeline = PipelineContext()
 
         async def run(case: Case) -> Rollout:
             async with semaphore:
@@ -145,7 +145,7 @@ class ToolCallingRolloutExecutor:
 
     async def _run_case(self, case: Case, policy_set: Snapshot, context: ExecutionContext,
                         pipeline: PipelineContext) -> Rollout:
-        metadata: dict[str, Any] = {"snapshot_id": policy_set.id,
+        metadata: FreeMetadata = {"snapshot_id": policy_set.id,
                                     "snapshot_commit": policy_set.commit}
         messages: list[Message] = []
         stage = "rollout"
@@ -195,7 +195,7 @@ class ToolCallingRolloutExecutor:
                            evaluation=failed_evaluation(case, error))
 
     async def _converse(self, case: Case, policy_set: Snapshot, env: ToolEnvironment,
-                        messages: list[Message], metadata: dict[str, Any],
+                        messages: list[Message], metadata: FreeMetadata,
                         conversation: Conversation,
                         listing: SkillListing | None = None) -> str:
         """Runs the conversation into ``messages``; returns why it stopped."""

@@ -32,12 +32,15 @@ from expgit.train.components.llm_fields import AnalysisLimits, fits
 from expgit.train.components.llm_outputs import AnalyzeOutput, analyze_output
 from expgit.train.context import PipelineContext
 from expgit.train.domain import (
+    AnalysisNotes,
+    EvaluationSource,
     Message,
     Rollout,
     RolloutAnalysis,
     RubricEvaluation,
     TextPart,
     Trajectory,
+    TrajectoryNotes,
 )
 from expgit.train.experience_usage import read_usage, usage_records
 from expgit.train.groups import GroupDocument
@@ -200,15 +203,15 @@ class TrajectoryRolloutAnalyzer:
         return transcript_view(rollout.messages, self.repo.settings.train.tool_output_chars)
 
     def skipped(self, rollout: Rollout, tid: str, evaluation: RubricEvaluation | None,
-                source: str) -> RolloutAnalysis:
+                source: EvaluationSource) -> RolloutAnalysis:
         """The analysis of a rollout with an empty transcript: no call, no trajectory."""
         return RolloutAnalysis(
             rollout=rollout, evaluation=evaluation or fallback_evaluation(False),
-            metadata={"trajectory_id": tid, "reused": False, "evaluation_source": source,
-                      "skipped": "empty transcript: nothing to analyse"})
+            metadata=AnalysisNotes(trajectory_id=tid, reused=False, evaluation_source=source,
+                                   skipped="empty transcript: nothing to analyse"))
 
     async def record(self, rollout: Rollout, tid: str, out: AnalyzeOutput,
-                     evaluation: RubricEvaluation | None, source: str,
+                     evaluation: RubricEvaluation | None, source: EvaluationSource,
                      templates_at: str | None, *, stage: str,
                      group: GroupDocument | None = None) -> RolloutAnalysis:
         """Store the trajectory document of the model's analysis ``out`` (redacted first:
@@ -216,7 +219,7 @@ class TrajectoryRolloutAnalyzer:
         the outcome follows from ``evaluation`` when there is one; ``group``: the document is
         a group's (``rollout`` its worst run), naming every run and the difference. A junk
         analysis (:func:`without_junk`) is not stored: the analysis has no trajectory, says
-        why in ``metadata["skipped"]`` and ``["rejected_edits"]``, and the call of ``stage``
+        why in ``metadata.skipped`` and ``metadata.rejected_edits``, and the call of ``stage``
         is counted as failed (``degenerate``)."""
         out, junk = without_junk(self.redactor.model(out), self.redactor.counts)
         if junk is not None:
@@ -227,9 +230,9 @@ class TrajectoryRolloutAnalyzer:
             return RolloutAnalysis(
                 rollout=rollout,
                 evaluation=evaluation or fallback_evaluation(False, "degenerate analysis"),
-                metadata={"trajectory_id": tid, "reused": False,
-                          "evaluation_source": source, "skipped": skipped,
-                          "rejected_edits": [skipped]})
+                metadata=AnalysisNotes(trajectory_id=tid, reused=False,
+                                       evaluation_source=source, skipped=skipped,
+                                       rejected_edits=[skipped]))
         if evaluation is None:
             evaluation = fallback_evaluation(True)
         else:  # the evaluation is the ground truth: the outcome follows from it
@@ -249,11 +252,11 @@ class TrajectoryRolloutAnalyzer:
         trajectory = Trajectory(
             name=tid, uri=uri, content=document, outcome=out.outcome,
             retrieval_anchor=out.retrieval_anchor,
-            metadata={"title": out.title, "case": rollout.case.name,
-                      "evaluation_source": source})
+            metadata=TrajectoryNotes(title=out.title, case=rollout.case.name,
+                                     evaluation_source=source))
         return RolloutAnalysis(rollout=rollout, evaluation=evaluation, trajectory=trajectory,
-                               metadata={"trajectory_id": tid, "reused": False,
-                                         "evaluation_source": source})
+                               metadata=AnalysisNotes(trajectory_id=tid, reused=False,
+                                                      evaluation_source=source))
 
     def _prompt(self, rollout: Rollout, view: list[dict[str, Any]],
                 evaluation: RubricEvaluation | None, output: type[AnalyzeOutput],
@@ -275,7 +278,7 @@ class TrajectoryRolloutAnalyzer:
             view = transcript_view(rollout.messages, limit, limit)
 
     async def evaluation_of(self, rollout: Rollout, context: PipelineContext
-                        ) -> tuple[RubricEvaluation | None, str]:
+                        ) -> tuple[RubricEvaluation | None, EvaluationSource]:
         if rollout.evaluation is not None:
             return rollout.evaluation, "rollout"
         if self.evaluator is not None:
@@ -283,7 +286,7 @@ class TrajectoryRolloutAnalyzer:
         return None, "fallback"
 
     def _document(self, rollout: Rollout, tid: str, out: AnalyzeOutput,
-                  evaluation: RubricEvaluation, source: str, templates_at: str | None,
+                  evaluation: RubricEvaluation, source: EvaluationSource, templates_at: str | None,
                   group: GroupDocument | None = None) -> str:
         used = read_usage(rollout.metadata)
         front = {
@@ -335,8 +338,8 @@ class TrajectoryRolloutAnalyzer:
         except ValidationError as exc:
             raise InvalidInputError(f"trajectory {uri} has invalid front matter: "
                                     f"{exc.errors()[0]['msg']}") from None
-        evaluation, source = ((rollout.evaluation, "rollout") if rollout.evaluation
-                              else (stored, "stored"))
+        source: EvaluationSource = "rollout" if rollout.evaluation else "stored"
+        evaluation = rollout.evaluation or stored
         return RolloutAnalysis(rollout=rollout, evaluation=evaluation, trajectory=trajectory,
-                               metadata={"trajectory_id": tid, "reused": True,
-                                         "evaluation_source": source})
+                               metadata=AnalysisNotes(trajectory_id=tid, reused=True,
+                                                      evaluation_source=source))

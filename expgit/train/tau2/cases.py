@@ -77,7 +77,7 @@ def task_case(domain: str, split: str, task: data.Task) -> Case:
         rubric=Rubric(name=name, description=task.purpose, criteria=rubric),
         metadata={"environment": {"name": KIND, "database": str(data.db_path(domain))},
                   "tau2": {"domain": domain, "split": split, "task_id": task.id,
-                           "reward_basis": basis, "nl_assertions": nl}})
+                           "reward_basis": [*basis], "nl_assertions": [*nl]}})
 
 
 def load_tau2_cases(spec: str) -> list[Case]:

@@ -29,9 +29,11 @@ KEY = "environment"
 def binding(case: Case) -> tuple[str, Path] | None:
     """(environment name, database path) the case is bound to, or None."""
     bound = case.metadata.get(KEY)
-    if isinstance(bound, dict) and isinstance(bound.get("name"), str) \
-            and isinstance(bound.get("database"), str):
-        return bound["name"], Path(bound["database"])
+    if not isinstance(bound, dict):
+        return None
+    name, database = bound.get("name"), bound.get("database")
+    if isinstance(name, str) and isinstance(database, str):
+        return name, Path(database)
     return None
 
 

@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
@@ -86,30 +86,50 @@ class EnvironmentKind(Protocol):
         ...
 
 
+# What an environment (or its factory) may also do. A kind registered by a plugin need
+# not: the executor checks for each at run time, hence runtime_checkable.
+@runtime_checkable
+class TakesServedTools(Protocol):
+    """A factory that can take its tools from an MCP server's (tau2's domains can)."""
+
+    def with_tools(self, tools: EnvironmentFactory) -> EnvironmentFactory | None: ...
+
+
+@runtime_checkable
+class HasConversation(Protocol):
+    """A factory whose conversations differ from the executor's defaults."""
+
+    @property
+    def conversation(self) -> Conversation: ...
+
+
+@runtime_checkable
+class Closable(Protocol):
+    """An environment that holds a resource (a server process, a session)."""
+
+    def close(self) -> None: ...
+
+
 def served_by(factory: EnvironmentFactory, tools: EnvironmentFactory | None
               ) -> EnvironmentFactory | None:
     """``factory`` with its tools taken from ``tools`` (an MCP server's), for a factory
-    that can take them (a ``with_tools(tools)`` method, as tau2's domains have); None if
-    it cannot, or there are no ``tools``."""
-    take = getattr(factory, "with_tools", None)
-    if tools is None or not callable(take):
+    that can take them (:class:`TakesServedTools`); None if it cannot, or there are no
+    ``tools``."""
+    if tools is None or not isinstance(factory, TakesServedTools):
         return None
-    served: EnvironmentFactory | None = take(tools)
-    return served
+    return factory.with_tools(tools)
 
 
 def conversation_of(factory: EnvironmentFactory) -> Conversation:
-    """The factory's :class:`Conversation` (its ``conversation`` attribute), or the
-    executor's defaults when it has none."""
-    conversation = getattr(factory, "conversation", None)
-    return conversation if isinstance(conversation, Conversation) else Conversation()
+    """The factory's :class:`Conversation` (:class:`HasConversation`), or the executor's
+    defaults when it has none."""
+    return factory.conversation if isinstance(factory, HasConversation) else Conversation()
 
 
 def close_environment(env: ToolEnvironment) -> None:
-    """``env.close()``, for an environment that has one."""
-    close = getattr(env, "close", None)
-    if callable(close):
-        close()
+    """``env.close()``, for an environment that has one (:class:`Closable`)."""
+    if isinstance(env, Closable):
+        env.close()
 
 
 @dataclass(frozen=True)
