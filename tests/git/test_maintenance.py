@@ -81,7 +81,8 @@ def test_past_gc_auto_a_writing_command_packs_and_writes_bloom_filters(tmp_path:
     assert git(path, "cat-file", "-t", planted).strip() == "blob"
 
 
-def test_git_keeps_the_bloom_filters_in_later_commit_graphs(tmp_path: Path, run_cli: RunCli) -> None:
+def test_git_keeps_the_bloom_filters_in_later_commit_graphs(tmp_path: Path,
+                                                            run_cli: RunCli) -> None:
     path = new_repo(tmp_path, {"gc_auto": "1", "gc_autoDetach": "false",
                                  "maintenance_commit-graph_auto": "-1"})  # every time
     sessions = sorted((EXAMPLE / "sessions").glob("*.jsonl"))
