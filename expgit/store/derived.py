@@ -191,6 +191,8 @@ class DerivedIndex:
                 for statement in ddl.split(";"):
                     if statement.strip():
                         db.execute(statement)
+                db.execute("DELETE FROM folds WHERE substr(name, 1, ?) = ?",
+                           (len(name) + 1, f"{name}:"))  # the folds of its parts
                 db.execute("INSERT OR REPLACE INTO folds (name, commit_id, schema_version) "
                            "VALUES (?, NULL, ?)", (name, schema_version))
             self.update(recreate)
@@ -203,9 +205,12 @@ class DerivedIndex:
 
     @staticmethod
     def fold(db: sqlite3.Connection, name: str, commit: str | None) -> None:
-        """Mark table ``name`` as covering ``commit``'s history; call it inside the
-        :meth:`update` that writes the rows, so the two never disagree."""
-        db.execute("UPDATE folds SET commit_id = ? WHERE name = ?", (commit, name))
+        """Mark table ``name`` (or one part of it, ``<table>:<key>``, when a table holds
+        rows folded from several histories) as covering ``commit``'s history; call it
+        inside the :meth:`update` that writes the rows, so the two never disagree."""
+        db.execute("INSERT INTO folds (name, commit_id, schema_version) VALUES (?, ?, 0) "
+                   "ON CONFLICT (name) DO UPDATE SET commit_id = excluded.commit_id",
+                   (name, commit))
 
 
 # --------------------------------------------------------------------- JSON files (legacy)

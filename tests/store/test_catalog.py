@@ -19,7 +19,7 @@ from expgit.store.catalog import CACHE_NAME, ROWS_PREFIX, ExperienceRow, catalog
 from expgit.store.derived import cache_file
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot, SnapshotLoader
-from expgit.store.version_cache import load_versions
+from expgit.store.version_cache import load_versions, save_versions
 
 
 def reference_rows(snapshot: Snapshot) -> list[ExperienceRow]:
@@ -178,10 +178,9 @@ def test_stored_versions_are_reused_and_extended_exactly(repo: ExperienceReposit
 
 def test_stored_versions_of_an_unknown_commit_are_not_used(repo: ExperienceRepository) -> None:
     fresh(repo).snapshot()
-    path = next((repo.git.common_dir / "expgit" / "cache").glob("versions-*.json"))
-    data = json.loads(path.read_bytes())
-    data["entries"]["commit"] = "f" * 40
-    data["entries"]["versions"] = {p: [99, "f" * 40, "f" * 40] for p in data["entries"]["versions"]}
-    path.write_text(json.dumps(data))
+    stored = load_versions(repo.git.common_dir, repo.root)
+    assert stored is not None
+    save_versions(repo.git.common_dir, repo.root, "f" * 40,
+                  {p: (99, "f" * 40, "f" * 40) for p in stored[1]})
     versions = fresh(repo).snapshots.versions(repo.main_commit())
     assert {v.version for v in versions.values()} <= {1, 2}
