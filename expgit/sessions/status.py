@@ -232,15 +232,14 @@ class _Folder:
         """The totals and the sessions by status: ``old``'s plus the rows'; None if one
         goes below zero."""
         names = ("sessions", *COUNTS)
-        sums = self.ix.db.execute("SELECT coalesce(sum(sign), 0), " + ", ".join(
-            f"coalesce(sum(sign * {c}), 0)" for c in COUNTS) + " FROM session_rows "
-            "WHERE ref = ?", (self.ref,)).fetchone()
-        kept = old.model_dump(include=set(names))
-        totals = {name: kept[name] + n for name, n in zip(names, sums, strict=True)}
+        totals = old.model_dump(include=set(names))
         by_status = Counter(old.by_status)
-        for status, n in self.ix.db.execute("SELECT status, sum(sign) FROM session_rows "
-                                            "WHERE ref = ? GROUP BY status", (self.ref,)):
-            by_status[status] += n
+        for status, *sums in self.ix.db.execute(
+                "SELECT status, sum(sign), " + ", ".join(f"sum(sign * {c})" for c in COUNTS)
+                + " FROM session_rows WHERE ref = ? GROUP BY status", (self.ref,)):
+            by_status[status] += sums[0]
+            for name, n in zip(names, sums, strict=True):
+                totals[name] += n
         if any(n < 0 for n in [*totals.values(), *by_status.values()]):
             return None
         return totals, {k: v for k, v in sorted(by_status.items()) if v}
@@ -262,11 +261,12 @@ class _Folder:
         """The pending sessions' lines by file name: the base's that no row changed, and
         the rows' now pending."""
         db, ref = self.ix.db, (self.ref,)
-        changed = {name for (name,) in db.execute(
-            "SELECT DISTINCT name FROM session_rows WHERE ref = ?", ref)}
-        pending = {} if base is None else {
-            name: line for name, line in zip(base.pending_names, base.status.pending,
-                                             strict=True) if name not in changed}
+        pending = {} if base is None else dict(zip(base.pending_names, base.status.pending,
+                                                   strict=True))
+        for (name,) in db.execute("SELECT name FROM session_rows WHERE ref = ? AND name IN "
+                                  "(SELECT value FROM json_each(?))",
+                                  (self.ref, json.dumps(list(pending)))):
+            pending.pop(name, None)
         return pending | {name: _line(row) for name, *row in db.execute(
             f"SELECT name, {', '.join(LINE)} FROM session_rows WHERE ref = ? AND sign = 1 "
             "AND status = 'pending'", ref)}
