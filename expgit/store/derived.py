@@ -125,14 +125,20 @@ def derive(common_dir: Path, compute: Callable[[DerivedIndex], T]) -> T:
     disk full: ``sqlite3.OperationalError``) ``compute`` runs again on an empty index in
     memory. So the index never fails a command; at worst its answer is not kept.
     """
+    return derive_file(index_file(common_dir), compute)
+
+
+def derive_file(path: Path, compute: Callable[[DerivedIndex], T]) -> T:
+    """:func:`derive` with the index file at ``path`` (one outside a git directory: the
+    user's cache folder)."""
     try:
-        with DerivedIndex.open(common_dir) as ix:
+        with DerivedIndex(_open_file(path)) as ix:
             return compute(ix)
     except sqlite3.OperationalError:
         pass
     except sqlite3.DatabaseError:
-        _remove(index_file(common_dir))
-        with contextlib.suppress(sqlite3.OperationalError), DerivedIndex.open(common_dir) as ix:
+        _remove(path)
+        with contextlib.suppress(sqlite3.OperationalError), DerivedIndex(_open_file(path)) as ix:
             return compute(ix)
     with DerivedIndex.in_memory() as ix:
         return compute(ix)
