@@ -23,22 +23,16 @@ The contract:
   ``synchronous=NORMAL`` (a crash may lose the last write, never corrupt the file: it is
   derived) and a busy timeout; a writer takes the lock up front (``BEGIN IMMEDIATE``),
   so two processes writing at once run one after the other.
-
-``read_cache``/``write_cache`` below are the JSON files this index replaces; the sessions
-status, the outcome stats and the BM25 index still use them until they move here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
-import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TypeVar
 
 CACHE_DIR = Path("expgit") / "cache"
 INDEX_NAME = "index.sqlite3"
@@ -218,36 +212,3 @@ class DerivedIndex:
                    "ON CONFLICT (name) DO UPDATE SET commit_id = excluded.commit_id",
                    (name, commit))
 
-
-# --------------------------------------------------------------------- JSON files (legacy)
-def keyed_cache_file(common_dir: Path, prefix: str, key: str) -> Path:
-    """``<prefix><digest of key>.json``: one file per key, so a reader of another key
-    never opens it."""
-    return cache_file(common_dir, f"{prefix}{hashlib.sha1(key.encode()).hexdigest()[:16]}.json")
-
-
-def read_cache(path: Path, fmt: str) -> dict[str, Any] | None:
-    """The entries of the cache file at ``path``, or None if there is none of ``fmt``."""
-    try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("format") != fmt:
-        return None
-    entries = data.get("entries")
-    return entries if isinstance(entries, dict) else None
-
-
-def write_cache(path: Path, fmt: str, entries: dict[str, Any]) -> None:
-    """Replace the cache file at ``path`` with ``entries``; on any failure, leave it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # dumps, not dump: only the one-shot encoder is the C one (10x faster here)
-        text = json.dumps({"format": fmt, "entries": entries}, separators=(",", ":"))
-        with open(tmp, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
