@@ -10,7 +10,8 @@ The contract:
 - **One "last folded commit" per table.** The ``folds`` table holds, for each table, the
   commit whose history the table's rows cover (:meth:`DerivedIndex.folded`); a reader
   folds the commits since then into the table and moves the mark with
-  :meth:`DerivedIndex.fold` in the same transaction as the rows.
+  :meth:`DerivedIndex.fold` in the same transaction as the rows; it reads a mark and
+  the rows it covers in one transaction too (:meth:`DerivedIndex.read`).
 - **Schemas are versioned per table.** :meth:`DerivedIndex.table` drops and recreates a
   table whose ``schema_version`` changed (a new expgit that computes differently), and
   forgets its fold.
