@@ -130,28 +130,28 @@ def _folded(git: GitRepo, ref: str, tip: str, ix: DerivedIndex) -> AppliedIndex:
     """Fold the commits of ``tip`` since the last folded one into the table (all of its
     history when ``tip`` does not descend from it) and read the whole index back."""
     ix.table(TABLE, SCHEMA_VERSION, DDL)
-    base = ix.folded(f"{TABLE}:{ref}")
-    if base != tip:
-        incremental = base is not None and git.is_ancestor(base, tip)
-        proposals: dict[str, str] = {}
-        gradients: dict[str, str] = {}
-        _walk(git, [tip, f"^{base}"] if incremental else [tip], proposals, gradients)
 
-        def write(db: sqlite3.Connection) -> None:
+    def fold(db: sqlite3.Connection) -> AppliedIndex:  # one transaction: no writer between
+        base = ix.folded(f"{TABLE}:{ref}")
+        if base != tip:
+            incremental = base is not None and git.is_ancestor(base, tip)
+            proposals: dict[str, str] = {}
+            gradients: dict[str, str] = {}
+            _walk(git, [tip, f"^{base}"] if incremental else [tip], proposals, gradients)
             if not incremental:
                 db.execute("DELETE FROM applied WHERE ref = ?", (ref,))
-            # OR IGNORE: a row already there is of an older commit, and the first
-            # commit that applied a thing wins
+            # OR IGNORE: a row already there is of an older commit, and the first commit
+            # that applied a thing wins
             db.executemany("INSERT OR IGNORE INTO applied VALUES (?, ?, ?, ?)",
                            [(ref, "proposal", k, v) for k, v in proposals.items()]
                            + [(ref, "gradient", k, v) for k, v in gradients.items()])
             ix.fold(db, f"{TABLE}:{ref}", tip)
-        ix.update(write)
-    found: dict[str, dict[str, str]] = {"proposal": {}, "gradient": {}}
-    for kind, key, commit in ix.db.execute("SELECT kind, key, commit_id FROM applied "
-                                           "WHERE ref = ?", (ref,)):
-        found[kind][key] = commit
-    return AppliedIndex(tip, found["proposal"], found["gradient"])
+        found: dict[str, dict[str, str]] = {"proposal": {}, "gradient": {}}
+        for kind, key, commit in db.execute("SELECT kind, key, commit_id FROM applied "
+                                            "WHERE ref = ?", (ref,)):
+            found[kind][key] = commit
+        return AppliedIndex(tip, found["proposal"], found["gradient"])
+    return ix.update(fold)
 
 
 _MEMO: dict[object, AppliedIndex] = {}

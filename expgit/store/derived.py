@@ -10,7 +10,8 @@ The contract:
 - **One "last folded commit" per table.** The ``folds`` table holds, for each table, the
   commit whose history the table's rows cover (:meth:`DerivedIndex.folded`); a reader
   folds the commits since then into the table and moves the mark with
-  :meth:`DerivedIndex.fold` in the same transaction as the rows.
+  :meth:`DerivedIndex.fold` in the same transaction as the rows; it reads a mark and
+  the rows it covers in one transaction too (:meth:`DerivedIndex.read`).
 - **Schemas are versioned per table.** :meth:`DerivedIndex.table` drops and recreates a
   table whose ``schema_version`` changed (a new expgit that computes differently), and
   forgets its fold.
@@ -134,7 +135,7 @@ def derive_file(path: Path, compute: Callable[[DerivedIndex], T]) -> T:
         _remove(path)
         with contextlib.suppress(sqlite3.OperationalError), DerivedIndex(_open_file(path)) as ix:
             return compute(ix)
-    with DerivedIndex.in_memory() as ix:
+    with DerivedIndex(_memory()) as ix:
         return compute(ix)
 
 
@@ -149,10 +150,6 @@ class DerivedIndex:
     def open(cls, common_dir: Path) -> DerivedIndex:
         return cls(_open_file(index_file(common_dir)))
 
-    @classmethod
-    def in_memory(cls) -> DerivedIndex:
-        return cls(_memory())
-
     def __enter__(self) -> DerivedIndex:
         return self
 
@@ -165,10 +162,19 @@ class DerivedIndex:
 
     def update(self, write: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``write`` in one transaction (``BEGIN IMMEDIATE``: the write lock is taken
-        up front, waiting up to the busy timeout) and commit it; roll back on any error."""
-        self.db.execute("BEGIN IMMEDIATE")
+        up front, waiting up to the busy timeout) and commit it; roll back on any error.
+        What it reads inside is what it writes over: no other writer comes between."""
+        return self._transaction("IMMEDIATE", write)
+
+    def read(self, query: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``query`` in one read transaction: its statements see one state of the
+        index (a fold mark and the rows it covers), whatever writers do meanwhile."""
+        return self._transaction("DEFERRED", query)
+
+    def _transaction(self, mode: str, run: Callable[[sqlite3.Connection], T]) -> T:
+        self.db.execute(f"BEGIN {mode}")
         try:
-            result = write(self.db)
+            result = run(self.db)
             self.db.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -182,19 +188,24 @@ class DerivedIndex:
         and recreated, and its fold forgotten."""
         if self._tables.get(name) == schema_version:
             return
-        row = self.db.execute("SELECT schema_version, EXISTS (SELECT 1 FROM sqlite_master "
-                              "WHERE type = 'table' AND name = ?) FROM folds WHERE name = ?",
-                              (name, name)).fetchone()
-        if row != (schema_version, 1):
-            def recreate(db: sqlite3.Connection) -> None:
-                db.execute(f'DROP TABLE IF EXISTS "{name}"')
-                for statement in ddl.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                db.execute("DELETE FROM folds WHERE substr(name, 1, ?) = ?",
-                           (len(name) + 1, f"{name}:"))  # the folds of its parts
-                db.execute("INSERT OR REPLACE INTO folds (name, commit_id, schema_version) "
-                           "VALUES (?, NULL, ?)", (name, schema_version))
+        def current(db: sqlite3.Connection) -> bool:
+            return bool(db.execute("SELECT schema_version, EXISTS (SELECT 1 FROM "
+                                   "sqlite_master WHERE type = 'table' AND name = ?) FROM "
+                                   "folds WHERE name = ?", (name, name)).fetchone()
+                        == (schema_version, 1))
+
+        def recreate(db: sqlite3.Connection) -> None:
+            if current(db):  # another process made it meanwhile
+                return
+            db.execute(f'DROP TABLE IF EXISTS "{name}"')
+            for statement in ddl.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute("DELETE FROM folds WHERE substr(name, 1, ?) = ?",
+                       (len(name) + 1, f"{name}:"))  # the folds of its parts
+            db.execute("INSERT OR REPLACE INTO folds (name, commit_id, schema_version) "
+                       "VALUES (?, NULL, ?)", (name, schema_version))
+        if not current(self.db):
             self.update(recreate)
         self._tables[name] = schema_version
 

@@ -32,12 +32,14 @@ def load_versions(common_dir: Path, root: str) -> tuple[str, Versions] | None:
     """``(commit, {path: (version, last commit, first commit)})`` as stored, or None."""
     def read(ix: DerivedIndex) -> tuple[str, Versions] | None:
         ix.table(TABLE, SCHEMA_VERSION, DDL)
-        commit = ix.folded(f"{TABLE}:{root}")
+        return ix.read(lambda db: rows(ix.folded(f"{TABLE}:{root}"), db))
+
+    def rows(commit: str | None, db: sqlite3.Connection) -> tuple[str, Versions] | None:
         if commit is None:
             return None
-        rows = ix.db.execute("SELECT path, version, last_commit, first_commit FROM versions "
-                             "WHERE root = ?", (root,))
-        return commit, {path: (version, last, first) for path, version, last, first in rows}
+        found = db.execute("SELECT path, version, last_commit, first_commit FROM versions "
+                           "WHERE root = ?", (root,))
+        return commit, {path: (version, last, first) for path, version, last, first in found}
     return derive(common_dir, read)
 
 
