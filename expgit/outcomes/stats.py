@@ -194,65 +194,62 @@ def _uses(name: str, blob: str, row: UsageRow | None) -> list[tuple[object, ...]
             for pos, used in enumerate(row.experiences)]
 
 
-def _fold(ix: DerivedIndex, trajectories: TrajectoryStore, tip: str | None) -> None:
-    """Bring the rows of the trajectories branch to ``tip``: the files changed since the
-    folded tip, else every file."""
-    ix.table(TABLE, SCHEMA_VERSION, DDL)
+def _fold(ix: DerivedIndex, db: sqlite3.Connection, trajectories: TrajectoryStore,
+          tip: str | None) -> None:
+    """Bring the rows of the trajectories branch to ``tip`` (inside the write
+    transaction): the files changed since the folded tip, else every file."""
     ref, fold = trajectories.ref, f"{TABLE}:{trajectories.ref}"
-    if ix.folded(fold) == (tip or ""):
-        return
     side, git = trajectories.side, trajectories.repo.git
+    folded = ix.folded(fold)
+    if folded == (tip or ""):
+        return  # another process folded it meanwhile
 
     def folder(commit: str | None) -> str | None:
         entry = git.path_entry(git.read_commit(commit).tree, FOLDER) if commit else None
         return entry.sha if entry is not None and entry.is_tree else None
 
-    def write(db: sqlite3.Connection) -> None:
-        folded = ix.folded(fold)
-        if folded == (tip or ""):
-            return  # another process folded it meanwhile
-        changes = None
-        try:
-            old, new = folder(folded), folder(tip)
-            if folded is not None and old is not None and new is not None:
-                changes = side.fanned_changes(old, new, suffix=".md")
-        except GitError:  # the folded tip is gone
-            pass
-        if changes is None:
-            db.execute("DELETE FROM trajectory_uses WHERE ref = ?", (ref,))
-            changes = [(e.name, None, e.sha) for e in (
-                side.fanned_entries(FOLDER, suffix=".md", tip=tip) if tip else [])]
-        new_blobs = {sha: name for name, _, sha in changes if sha is not None}
-        texts = git.read_blobs(new_blobs)
-        db.executemany("DELETE FROM trajectory_uses WHERE ref = ? AND name = ?",
-                       [(ref, name) for name, _, _ in changes])
-        db.executemany(
-            "INSERT INTO trajectory_uses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(ref, *use) for sha, name in new_blobs.items() for use in _uses(
-                name, sha, trajectory_row(name[:-3], texts[sha].decode("utf-8", "replace")))])
-        ix.fold(db, fold, tip or "")
-    ix.update(write)
+    changes = None
+    try:
+        old, new = folder(folded), folder(tip)
+        if folded is not None and old is not None and new is not None:
+            changes = side.fanned_changes(old, new, suffix=".md")
+    except GitError:  # the folded tip is gone
+        pass
+    if changes is None:
+        db.execute("DELETE FROM trajectory_uses WHERE ref = ?", (ref,))
+        changes = [(e.name, None, e.sha) for e in (
+            side.fanned_entries(FOLDER, suffix=".md", tip=tip) if tip else [])]
+    new_blobs = {sha: name for name, _, sha in changes if sha is not None}
+    texts = git.read_blobs(new_blobs)
+    db.executemany("DELETE FROM trajectory_uses WHERE ref = ? AND name = ?",
+                   [(ref, name) for name, _, _ in changes])
+    db.executemany(
+        "INSERT INTO trajectory_uses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(ref, *use) for sha, name in new_blobs.items() for use in _uses(
+            name, sha, trajectory_row(name[:-3], texts[sha].decode("utf-8", "replace")))])
+    ix.fold(db, fold, tip or "")
 
 
-def _stats(ix: DerivedIndex, ref: str) -> dict[str, ExperienceStats]:
+def _stats(db: sqlite3.Connection, ref: str) -> dict[str, ExperienceStats]:
     """The statistics of the rows of ``ref`` (no outcomes), by name."""
     scores: dict[str, list[float]] = {}
-    for name, score in ix.db.execute("SELECT experience, score FROM trajectory_uses "
-                                     "WHERE ref = ? AND score IS NOT NULL", (ref,)):
+    for name, score in db.execute("SELECT experience, score FROM trajectory_uses "
+                                  "WHERE ref = ? AND score IS NOT NULL", (ref,)):
         scores.setdefault(name, []).append(score)
     return {name: ExperienceStats(
         name, used, passed, failed, mean_score=math.fsum(scores[name]) / len(scores[name])
         if name in scores else None, last_used=parse_time(at))
-        for name, used, passed, failed, _, at in ix.db.execute(
+        for name, used, passed, failed, _, at in db.execute(
             "SELECT experience, count(*), sum(passed IS 1), sum(passed IS 0), max(at_key), "
             "at FROM trajectory_uses WHERE ref = ? GROUP BY experience ORDER BY experience",
             (ref,))}
 
 
-def _used_by(ix: DerivedIndex, ref: str, runs: set[str]) -> dict[str, tuple[str, ...]]:
+def _used_by(db: sqlite3.Connection, ref: str, runs: set[str]
+             ) -> dict[str, tuple[str, ...]]:
     """The experiences each of the rollouts ``runs`` used, by rollout id."""
     found: dict[str, list[str]] = {}
-    for run, name in ix.db.execute(
+    for run, name in db.execute(
             "SELECT rollout_id, experience FROM trajectory_uses WHERE ref = ? AND rollout_id "
             "IN (SELECT value FROM json_each(?)) ORDER BY name, pos", (ref, json.dumps(
                 sorted(runs)))):
@@ -310,10 +307,21 @@ def experience_stats(repo: ExperienceRepository) -> dict[str, ExperienceStats]:
     records = _outcome_records(outcomes, outcomes_tip)
     runs = {run for record in records if (run := outcome_run_id(record)) is not None}
 
+    ref = trajectories.ref
+
+    def summed(db: sqlite3.Connection) -> dict[str, ExperienceStats]:
+        return with_outcomes(_stats(db, ref), _used_by(db, ref, runs), records)
+
     def compute(ix: DerivedIndex) -> dict[str, ExperienceStats]:
-        _fold(ix, trajectories, trajectories_tip)
-        return with_outcomes(_stats(ix, trajectories.ref), _used_by(ix, trajectories.ref, runs),
-                             records)
+        """The sums read in one transaction when the rows are of the tip, else folded and
+        read in one write transaction."""
+        def folded(db: sqlite3.Connection) -> dict[str, ExperienceStats]:
+            _fold(ix, db, trajectories, trajectories_tip)
+            return summed(db)
+        ix.table(TABLE, SCHEMA_VERSION, DDL)
+        kept = ix.read(lambda db: summed(db) if ix.folded(f"{TABLE}:{ref}") == (
+            trajectories_tip or "") else None)
+        return kept if kept is not None else ix.update(folded)
     result = derive(repo.git.common_dir, compute)
     with _Cache.lock:
         if len(_Cache.results) >= _RESULTS_CACHED:

@@ -135,29 +135,41 @@ class _Folder:
         except GitError:
             return None
 
-    def fold(self, *, base_allowed: bool = True) -> None:
-        """Bring the rows to the tip: the changes since the folded commit, else from the
-        branch's checkpoint (when ``base_allowed``), else every manifest."""
-        def kept(db: sqlite3.Connection) -> bool:
-            return (self.ix.folded(self.fold_name) == self.tip
-                    and (base_allowed or db.execute("SELECT 1 FROM session_bases WHERE ref "
-                                                    "= ?", (self.ref,)).fetchone() is None))
+    def kept(self, db: sqlite3.Connection, base_allowed: bool) -> bool:
+        """Whether the rows are of the tip (and, unless ``base_allowed``, of no base)."""
+        return (self.ix.folded(self.fold_name) == self.tip
+                and (base_allowed or db.execute("SELECT 1 FROM session_bases WHERE ref = ?",
+                                                (self.ref,)).fetchone() is None))
 
-        def write(db: sqlite3.Connection) -> None:
-            if kept(db):  # another process folded it meanwhile
-                return
-            base, folded = self.base(), self.ix.folded(self.fold_name)
-            changes = None
-            if folded is not None and (base is None or base_allowed):
-                try:
-                    changes = self.changes(_folder_tree(self.repo, self.store, folded))
-                except GitError:  # the folded commit is gone
-                    changes = None
-            if changes is None or not self._apply(db, changes, base):
-                self._reset(db, base_allowed)
-            self.ix.fold(db, self.fold_name, self.tip)
-        if not kept(self.ix.db):
-            self.ix.update(write)
+    def fold(self, db: sqlite3.Connection, base_allowed: bool) -> None:
+        """Bring the rows to the tip (inside the write transaction): the changes since the
+        folded commit, else from the branch's checkpoint (when ``base_allowed``), else
+        every manifest."""
+        if self.kept(db, base_allowed):  # another process folded it meanwhile
+            return
+        base, folded = self.base(), self.ix.folded(self.fold_name)
+        changes = None
+        if folded is not None and (base is None or base_allowed):
+            try:
+                changes = self.changes(_folder_tree(self.repo, self.store, folded))
+            except GitError:  # the folded commit is gone
+                changes = None
+        if changes is None or not self._apply(db, changes, base):
+            self._reset(db, base_allowed)
+        self.ix.fold(db, self.fold_name, self.tip)
+
+    def current(self, *, base_allowed: bool, all_details: bool) -> Ledger | None:
+        """The ledger of the rows brought to the tip: read in one transaction when they
+        are of it, else folded and read in one write transaction."""
+        def read(db: sqlite3.Connection) -> tuple[bool, Ledger | None]:
+            kept = self.kept(db, base_allowed)
+            return kept, self.ledger(all_details=all_details) if kept else None
+
+        def write(db: sqlite3.Connection) -> Ledger | None:
+            self.fold(db, base_allowed)
+            return self.ledger(all_details=all_details)
+        kept, ledger = self.ix.read(read)
+        return ledger if kept else self.ix.update(write)
 
     def _reset(self, db: sqlite3.Connection, base_allowed: bool) -> None:
         """Rows from nothing: relative to the branch's checkpoint when it can be used,
@@ -298,11 +310,9 @@ def _current(repo: ExperienceRepository, store: SessionStore, *, all_details: bo
 
     def compute(ix: DerivedIndex) -> Ledger:
         folder = _Folder(repo, store, ix, tip, tree)
-        folder.fold(base_allowed=not all_details)
-        ledger = folder.ledger(all_details=all_details)
+        ledger = folder.current(base_allowed=not all_details, all_details=all_details)
         if ledger is None:  # not to be told from the base: rows for every manifest
-            folder.fold(base_allowed=False)
-            ledger = folder.ledger(all_details=all_details)
+            ledger = folder.current(base_allowed=False, all_details=all_details)
             assert ledger is not None  # with no base, every figure is a plain sum
         return ledger
     return derive(repo.git.common_dir, compute)

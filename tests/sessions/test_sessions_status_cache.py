@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -96,3 +98,20 @@ def test_status_bounds_details_and_sums_the_rows_of_the_tip(  # type: ignore[no-
     index(seeded_repo, "UPDATE folds SET commit_id = ? WHERE name = ?", "0" * 40,
           f"session_rows:{store.branch.ref}")
     assert status(run_cli, path)["trained"] == full["trained"]
+
+
+def test_two_processes_folding_at_once_agree(seeded_repo: ExperienceRepository) -> None:
+    """Two statuses folding the same new rows at once: one waits for the other's write
+    transaction, and both answer the whole count."""
+    from test_sessions_status_ledger import manifest, write
+
+    store = SessionStore(seeded_repo)
+    write(store, {f"{i:04x}": manifest(f"{i:04x}", trained=i % 2 == 0) for i in range(60)})
+    path = seeded_repo.git.work_tree
+    command = [sys.executable, "-m", "expgit", "-C", str(path), "sessions", "status", "--json"]
+    running = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    answers = [json.loads(p.communicate()[0]) for p in running]
+    assert [p.returncode for p in running] == [0, 0]
+    assert answers[0] == answers[1]
+    assert answers[0]["sessions"] == 60 and answers[0]["trained"] == 30
+    assert len(index(seeded_repo, "SELECT name FROM session_rows")) == 60
