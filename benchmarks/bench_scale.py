@@ -305,7 +305,7 @@ def session_figures(work: Path, size: int, repeat: int) -> Figures:
         repeat, lambda: expgit(repo, "sessions", "status", "--json"), ingest)
     got["sessions status --json, no cache (as after a clone)"] = median_s(
         repeat, lambda: expgit(repo, "sessions", "status", "--json"),
-        lambda: [f.unlink() for f in caches.glob("session-*.json")])
+        lambda: [f.unlink() for f in caches.glob("index.sqlite3*")])
     got["sessions status --json (folder unchanged)"] = median_s(
         repeat, lambda: expgit(repo, "sessions", "status", "--json"))
     got["sessions status --json --all"] = median_s(

@@ -2,26 +2,30 @@
 the endpoint as a scheme-less ``host[:port]`` and the embedded model's file hash.
 
 The hash of a GGUF file (hundreds of megabytes to gigabytes) is computed once: kept by
-the file's path, size and modification time in this process, and in
-``$XDG_CACHE_HOME/expgit/gguf-sha256.json`` (``~/.cache`` by default) for the next
-process. A file whose size or time changed is hashed again; a cache that cannot be read
-or written costs only the hashing.
+the file's path, size and modification time in this process, and for the next process
+in a derived index (:mod:`expgit.store.derived`) in the user's cache folder,
+``$XDG_CACHE_HOME/expgit/index.sqlite3`` (``~/.cache`` by default; a model file is no
+git object). A file whose size or time changed is hashed again; an index that cannot be
+read or written costs only the hashing.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import tempfile
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from expgit.store.derived import INDEX_NAME, DerivedIndex, derive_file
+
 DEFAULT_HOST = "api.openai.com"
 EMBEDDED = "embedded"
 LOCAL_DESCRIPTION_PREFIX = "local "  # how the embedded model's runtime describes itself
-CACHE_NAME = "gguf-sha256.json"
+TABLE = "gguf_sha256"
+DDL = """CREATE TABLE gguf_sha256 (
+    path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
+    sha256 TEXT NOT NULL) WITHOUT ROWID"""
 _CHUNK = 1 << 20
 
 _memo: dict[tuple[str, int, int], str] = {}
@@ -57,27 +61,7 @@ def endpoint_host(base_url: str | None) -> str:
 
 def cache_file() -> Path:
     root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(root) / "expgit" / CACHE_NAME
-
-
-def _read_cache(path: Path) -> dict[str, str]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
-
-
-def _write_cache(path: Path, entries: dict[str, str]) -> None:
-    """Atomically (a temporary file renamed over it): never half-written."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".gguf-sha256.")
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(entries, out, indent=0, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError:
-        return
+    return Path(root) / "expgit" / INDEX_NAME
 
 
 def hash_file(path: Path) -> str:
@@ -90,21 +74,24 @@ def hash_file(path: Path) -> str:
 
 def gguf_sha256(path: Path, cache: Path | None = None) -> str:
     """The sha256 of the model file ``path``, hashed only when no cache knows it at its
-    current size and modification time."""
+    current size and modification time (``cache``: the index file, by default
+    :func:`cache_file`)."""
     resolved = path.resolve()
     stat = resolved.stat()
     key = (str(resolved), stat.st_size, stat.st_mtime_ns)
     with _lock:
-        if key in _memo:
-            return _memo[key]
-        where = cache if cache is not None else cache_file()
-        entries = _read_cache(where)
-        text_key = f"{key[0]}|{key[1]}|{key[2]}"
-        sha = entries.get(text_key)
-        if sha is None or len(sha) != 64:
-            sha = hash_file(resolved)
-            entries = {k: v for k, v in entries.items() if not k.startswith(f"{key[0]}|")}
-            entries[text_key] = sha
-            _write_cache(where, entries)
-        _memo[key] = sha
-        return sha
+        if key not in _memo:
+            _memo[key] = derive_file(cache or cache_file(), lambda ix: _hashed(ix, key))
+        return _memo[key]
+
+
+def _hashed(ix: DerivedIndex, key: tuple[str, int, int]) -> str:
+    ix.table(TABLE, 1, DDL)
+    row = ix.db.execute("SELECT sha256 FROM gguf_sha256 WHERE path = ? AND size = ? AND "
+                        "mtime_ns = ?", key).fetchone()
+    if row is not None:
+        return str(row[0])
+    sha = hash_file(Path(key[0]))
+    ix.update(lambda db: db.execute("INSERT OR REPLACE INTO gguf_sha256 VALUES (?, ?, ?, ?)",
+                                    (*key, sha)))
+    return sha

@@ -13,18 +13,22 @@ Two sources, both read from git (no side database):
   every experience that rollout used. Positive verdicts (helpful, pass) count as
   ``helpful``, negative ones (harmful, fail) as ``harmful``; proposals are not counted.
 
-:func:`experience_stats` is cached in memory by the tips of the two branches (and each
-trajectory's parsed front matter by its blob id), so a repeated call with no new record
-reads nothing but two refs; and kept incrementally: when the trajectories branch has only
-grown since the last tip seen (the usual case: trajectories are only added), one diff of
-the two folder trees finds the new files and only they are read and tallied. Anything
-else (a file removed or changed, another history) reads the folder whole. The answer is
-always the roll-up of what the branches hold at their tips: no staleness.
+:func:`experience_stats` keeps one row per (trajectory file, experience it used) in the
+derived index (:mod:`expgit.store.derived`, docs/design.md "Derived caches"): the table
+``trajectory_uses`` with the fold ``trajectory_uses:<ref>``, the trajectories tip its rows
+are of. A new tip folds the trajectory files changed since (one ``git diff-tree`` of the
+folder): only they are read and parsed, in this process or any later one, and the
+statistics are SQL sums of the rows. The answer is always the roll-up of what the
+branches hold at their tips: no staleness. Within a process the answer is also kept by
+the two tips, so a repeated call with no new record reads nothing but two refs and
+the index's fold.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import sqlite3
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -33,16 +37,16 @@ from typing import Any, ClassVar
 
 import yaml
 
-from expgit.git.repo import TreeEntry
+from expgit.errors import GitError
 from expgit.outcomes.records import OutcomeRecord, polarity
 from expgit.outcomes.store import OutcomeStore
+from expgit.store.derived import DerivedIndex, derive
 from expgit.store.repository import ExperienceRepository
 from expgit.store.yamlload import BoundedSafeLoader
 from expgit.train.experience_usage import read_usage
 from expgit.train.track_record import ExperienceStats
-from expgit.train.trajectory_store import FOLDER, TrajectoryStore, added_files, folder_files
+from expgit.train.trajectory_store import FOLDER, TrajectoryStore
 
-_ROWS_CACHED = 65536  # parsed trajectory front matters kept, by blob id
 _RESULTS_CACHED = 16
 
 
@@ -165,79 +169,92 @@ def trajectory_row(tid: str, text: str) -> UsageRow | None:
                     parse_time(front.get("analyzed_at")))
 
 
-class _Rows:
-    """The usage rows of one trajectories folder tree (by file name), the tallies of
-    their uses and those tallies' statistics, extended in place as trajectories are
-    added (the branch only grows; anything else rebuilds it)."""
-
-    def __init__(self, folder: str | None) -> None:
-        self.folder = folder
-        self.rows: dict[str, UsageRow] = {}
-        self.tallies: dict[str, _Tally] = {}
-        self.stats: dict[str, ExperienceStats] = {}
-        self.sorted: dict[str, ExperienceStats] | None = None
-
-    def add(self, name: str, row: UsageRow | None) -> None:
-        if row is None:
-            return
-        self.rows[name] = row
-        for used in row.experiences:
-            tally = self.tallies.setdefault(used, _Tally(used))
-            tally.use(row)
-            self.stats[used] = tally.stats()
-        self.sorted = None
-
-    def by_name(self) -> dict[str, ExperienceStats]:
-        if self.sorted is None:
-            self.sorted = {name: self.stats[name] for name in sorted(self.stats)}
-        return self.sorted
+TABLE = "trajectory_uses"
+SCHEMA_VERSION = 1
+DDL = """CREATE TABLE trajectory_uses (
+    ref TEXT NOT NULL, name TEXT NOT NULL, pos INTEGER NOT NULL, blob TEXT NOT NULL,
+    rollout_id TEXT NOT NULL, experience TEXT NOT NULL, passed INTEGER, score REAL,
+    at TEXT, at_key REAL, PRIMARY KEY (ref, name, pos)) WITHOUT ROWID;
+    CREATE INDEX trajectory_uses_rollout ON trajectory_uses (ref, rollout_id)"""
 
 
 class _Cache:
     lock: ClassVar[threading.Lock] = threading.Lock()
-    rows: ClassVar[dict[str, UsageRow | None]] = {}  # blob id -> parsed row
     results: ClassVar[dict[tuple[str, ...], dict[str, ExperienceStats]]] = {}
-    folders: ClassVar[dict[tuple[str, str], _Rows]] = {}  # (common dir, ref) -> rows
-    update: ClassVar[threading.Lock] = threading.Lock()  # of ``folders``' entries
     outcomes: ClassVar[dict[tuple[str, str], tuple[str, list[OutcomeRecord]]]] = {}
 
 
-def _parsed(repo: ExperienceRepository, entries: list[TreeEntry]) -> list[UsageRow | None]:
-    """The usage rows of trajectory files (cached by blob id)."""
-    with _Cache.lock:
-        missing = [e for e in entries if e.sha not in _Cache.rows]
-    blobs = repo.git.read_blobs(e.sha for e in missing)
-    parsed = {e.sha: trajectory_row(e.name[:-3], blobs[e.sha].decode("utf-8", "replace"))
-              for e in missing}
-    with _Cache.lock:
-        if len(_Cache.rows) + len(parsed) > _ROWS_CACHED:
-            _Cache.rows.clear()
-        _Cache.rows.update(parsed)
-        return [parsed[e.sha] if e.sha in parsed else _Cache.rows.get(e.sha)
-                for e in entries]
+def _uses(name: str, blob: str, row: UsageRow | None) -> list[tuple[object, ...]]:
+    """The index rows of trajectory file ``name``: one per experience its run used."""
+    if row is None:
+        return []
+    return [(name, pos, blob, row.rollout_id, used, row.passed, row.score,
+             None if row.at is None else row.at.isoformat(),
+             None if row.at is None else row.at.timestamp())
+            for pos, used in enumerate(row.experiences)]
 
 
-def _folder_rows(repo: ExperienceRepository, ref: str, tip: str | None) -> _Rows:
-    """The rows of the trajectories folder at ``tip``: the cached rows of the last tip
-    seen, extended by the files added since (one tree diff), else read whole. Call with
-    ``_Cache.update`` held."""
-    git = repo.git
-    entry = git.path_entry(git.read_commit(tip).tree, FOLDER) if tip else None
-    folder = entry.sha if entry is not None and entry.is_tree else None
-    key = (str(git.common_dir), ref)
-    state = _Cache.folders.get(key)
-    if state is not None and state.folder == folder:
-        return state
-    added = added_files(git, state.folder, folder) \
-        if state is not None and state.folder and folder else None
-    if state is None or added is None:
-        state, added = _Rows(folder), folder_files(git, folder)
-    rows = _parsed(repo, added)  # may fail: the state is changed only after
-    state.folder = folder
-    for new, row in zip(added, rows, strict=True):
-        state.add(new.name, row)
-    _Cache.folders[key] = state
-    return state
+def _fold(ix: DerivedIndex, db: sqlite3.Connection, trajectories: TrajectoryStore,
+          tip: str | None) -> None:
+    """Bring the rows of the trajectories branch to ``tip`` (inside the write
+    transaction): the files changed since the folded tip, else every file."""
+    ref, fold = trajectories.ref, f"{TABLE}:{trajectories.ref}"
+    side, git = trajectories.side, trajectories.repo.git
+    folded = ix.folded(fold)
+    if folded == (tip or ""):
+        return  # another process folded it meanwhile
+
+    def folder(commit: str | None) -> str | None:
+        entry = git.path_entry(git.read_commit(commit).tree, FOLDER) if commit else None
+        return entry.sha if entry is not None and entry.is_tree else None
+
+    changes = None
+    try:
+        old, new = folder(folded), folder(tip)
+        if folded is not None and old is not None and new is not None:
+            changes = side.fanned_changes(old, new, suffix=".md")
+    except GitError:  # the folded tip is gone
+        pass
+    if changes is None:
+        db.execute("DELETE FROM trajectory_uses WHERE ref = ?", (ref,))
+        changes = [(e.name, None, e.sha) for e in (
+            side.fanned_entries(FOLDER, suffix=".md", tip=tip) if tip else [])]
+    new_blobs = {sha: name for name, _, sha in changes if sha is not None}
+    texts = git.read_blobs(new_blobs)
+    db.executemany("DELETE FROM trajectory_uses WHERE ref = ? AND name = ?",
+                   [(ref, name) for name, _, _ in changes])
+    db.executemany(
+        "INSERT INTO trajectory_uses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(ref, *use) for sha, name in new_blobs.items() for use in _uses(
+            name, sha, trajectory_row(name[:-3], texts[sha].decode("utf-8", "replace")))])
+    ix.fold(db, fold, tip or "")
+
+
+def _stats(db: sqlite3.Connection, ref: str) -> dict[str, ExperienceStats]:
+    """The statistics of the rows of ``ref`` (no outcomes), by name."""
+    scores: dict[str, list[float]] = {}
+    for name, score in db.execute("SELECT experience, score FROM trajectory_uses "
+                                  "WHERE ref = ? AND score IS NOT NULL", (ref,)):
+        scores.setdefault(name, []).append(score)
+    return {name: ExperienceStats(
+        name, used, passed, failed, mean_score=math.fsum(scores[name]) / len(scores[name])
+        if name in scores else None, last_used=parse_time(at))
+        for name, used, passed, failed, _, at in db.execute(
+            "SELECT experience, count(*), sum(passed IS 1), sum(passed IS 0), max(at_key), "
+            "at FROM trajectory_uses WHERE ref = ? GROUP BY experience ORDER BY experience",
+            (ref,))}
+
+
+def _used_by(db: sqlite3.Connection, ref: str, runs: set[str]
+             ) -> dict[str, tuple[str, ...]]:
+    """The experiences each of the rollouts ``runs`` used, by rollout id."""
+    found: dict[str, list[str]] = {}
+    for run, name in db.execute(
+            "SELECT rollout_id, experience FROM trajectory_uses WHERE ref = ? AND rollout_id "
+            "IN (SELECT value FROM json_each(?)) ORDER BY name, pos", (ref, json.dumps(
+                sorted(runs)))):
+        found.setdefault(run, []).append(name)
+    return {run: tuple(names) for run, names in found.items()}
 
 
 def _outcome_records(store: OutcomeStore, tip: str | None) -> list[OutcomeRecord]:
@@ -253,12 +270,10 @@ def _outcome_records(store: OutcomeStore, tip: str | None) -> list[OutcomeRecord
     return records
 
 
-def with_outcomes(rows: _Rows, outcomes: list[OutcomeRecord]) -> dict[str, ExperienceStats]:
-    """The statistics of ``rows`` with ``outcomes`` counted in, as :func:`roll_up` of
-    the same rows and records makes them."""
-    if not outcomes:
-        return rows.by_name()
-    used_by = {row.rollout_id: row.experiences for row in rows.rows.values()}
+def with_outcomes(stats: dict[str, ExperienceStats], used_by: Mapping[str, tuple[str, ...]],
+                  outcomes: list[OutcomeRecord]) -> dict[str, ExperienceStats]:
+    """``stats`` with ``outcomes`` counted in (``used_by``: the experiences of the runs
+    they name), as :func:`roll_up` of the same rows and records makes them."""
     tallies: dict[str, _Tally] = {}
     for record in outcomes:
         if record.target_kind == "experience":
@@ -267,7 +282,7 @@ def with_outcomes(rows: _Rows, outcomes: list[OutcomeRecord]) -> dict[str, Exper
             names = used_by.get(outcome_run_id(record) or "", ())
         for name in names:
             tallies.setdefault(name, _Tally(name)).outcome(record)
-    result = dict(rows.stats)
+    result = dict(stats)
     for name, tally in tallies.items():
         base = result.get(name, ExperienceStats(name))
         result[name] = replace(base, helpful=tally.helpful, harmful=tally.harmful,
@@ -277,10 +292,8 @@ def with_outcomes(rows: _Rows, outcomes: list[OutcomeRecord]) -> dict[str, Exper
 
 def experience_stats(repo: ExperienceRepository) -> dict[str, ExperienceStats]:
     """Per-experience statistics from the trajectories and outcomes branches, by name
-    (experiences never used nor judged are absent). Reads only.
-
-    Incremental: the trajectories seen at the last tip are kept with their tallies, and
-    a new tip adds only the files added since (a diff of two folder trees)."""
+    (experiences never used nor judged are absent). Reads only git; keeps the derived
+    index's rows (see the module docstring)."""
     trajectories = TrajectoryStore(repo)
     outcomes = OutcomeStore(repo)
     trajectories_tip = repo.git.ref(trajectories.ref)
@@ -291,9 +304,25 @@ def experience_stats(repo: ExperienceRepository) -> dict[str, ExperienceStats]:
         cached = _Cache.results.get(key)
     if cached is not None:
         return dict(cached)
-    with _Cache.update:
-        rows = _folder_rows(repo, trajectories.ref, trajectories_tip)
-        result = with_outcomes(rows, _outcome_records(outcomes, outcomes_tip))
+    records = _outcome_records(outcomes, outcomes_tip)
+    runs = {run for record in records if (run := outcome_run_id(record)) is not None}
+
+    ref = trajectories.ref
+
+    def summed(db: sqlite3.Connection) -> dict[str, ExperienceStats]:
+        return with_outcomes(_stats(db, ref), _used_by(db, ref, runs), records)
+
+    def compute(ix: DerivedIndex) -> dict[str, ExperienceStats]:
+        """The sums read in one transaction when the rows are of the tip, else folded and
+        read in one write transaction."""
+        def folded(db: sqlite3.Connection) -> dict[str, ExperienceStats]:
+            _fold(ix, db, trajectories, trajectories_tip)
+            return summed(db)
+        ix.table(TABLE, SCHEMA_VERSION, DDL)
+        kept = ix.read(lambda db: summed(db) if ix.folded(f"{TABLE}:{ref}") == (
+            trajectories_tip or "") else None)
+        return kept if kept is not None else ix.update(folded)
+    result = derive(repo.git.common_dir, compute)
     with _Cache.lock:
         if len(_Cache.results) >= _RESULTS_CACHED:
             _Cache.results.clear()

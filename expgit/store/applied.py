@@ -15,23 +15,28 @@ A migration proposal (``expgit migrate``) has no gradients: its commit carries
 
 A gradient is applied when a commit of that history carries it in an ``Expgit-Gradient``
 trailer. Nothing here is stored beside ``main``: the index is derived from the commits,
-and the cache of it (:mod:`expgit.store.derived`) is keyed by the tip it was read at, so
-it cannot disagree with history. A newer tip that descends from the cached one is read
-incrementally (``git log OLD..NEW``).
+and kept in the derived index's ``applied`` table (:mod:`expgit.store.derived`) with the
+tip it was read at as the fold ``applied:<main ref>``, so it cannot disagree with
+history. A newer tip that descends from the folded one adds the rows of ``git log
+OLD..NEW``; any other tip folds the whole history again.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from expgit.git.repo import GitRepo
 from expgit.store import trailers as tr
-from expgit.store.derived import keyed_cache_file, read_cache, write_cache
+from expgit.store.derived import DerivedIndex, derive
 from expgit.store.repository import ExperienceRepository
 
-FORMAT = "applied-1"
+TABLE = "applied"
+SCHEMA_VERSION = 1
+DDL = """CREATE TABLE applied (
+    ref TEXT NOT NULL, kind TEXT NOT NULL, key TEXT NOT NULL, commit_id TEXT NOT NULL,
+    PRIMARY KEY (ref, kind, key)) WITHOUT ROWID"""  # kind: proposal id | gradient commit
 ID_LEN = 12
 _KEYS = (tr.GRADIENT, tr.REBASED_FROM, tr.PROPOSAL, tr.MIGRATED_FROM)
 _FIELD, _RECORD = "\x1f", "\x1e"
@@ -116,38 +121,37 @@ def applied_index(repo: ExperienceRepository, tip: str | None = None) -> Applied
     memo = _MEMO.get(repo.git.common_dir)
     if memo is not None and memo.tip == tip:
         return memo
-    path = keyed_cache_file(repo.git.common_dir, "applied-", repo.main_ref)
-    proposals: dict[str, str] = {}
-    gradients: dict[str, str] = {}
-    cached = _valid(read_cache(path, FORMAT))
-    base = cached.get("tip") if cached else None
-    if cached and isinstance(base, str) and base == tip:
-        index = AppliedIndex(tip, dict(cached["proposals"]), dict(cached["gradients"]))
-        _MEMO[repo.git.common_dir] = index
-        return index
-    if cached and isinstance(base, str) and repo.git.is_ancestor(base, tip):
-        proposals, gradients = dict(cached["proposals"]), dict(cached["gradients"])
-        # newer commits first in the log, so the walk's setdefault keeps the older
-        # (already cached) carrier: the first commit that applied a thing wins
-        _walk(repo.git, [tip, f"^{base}"], proposals, gradients)
-    else:
-        _walk(repo.git, [tip], proposals, gradients)
-    write_cache(path, FORMAT, {"tip": tip, "proposals": proposals, "gradients": gradients})
-    index = AppliedIndex(tip, proposals, gradients)
+    index = derive(repo.git.common_dir, lambda ix: _folded(repo.git, repo.main_ref, tip, ix))
     _MEMO[repo.git.common_dir] = index
     return index
 
 
+def _folded(git: GitRepo, ref: str, tip: str, ix: DerivedIndex) -> AppliedIndex:
+    """Fold the commits of ``tip`` since the last folded one into the table (all of its
+    history when ``tip`` does not descend from it) and read the whole index back."""
+    ix.table(TABLE, SCHEMA_VERSION, DDL)
+
+    def fold(db: sqlite3.Connection) -> AppliedIndex:  # one transaction: no writer between
+        base = ix.folded(f"{TABLE}:{ref}")
+        if base != tip:
+            incremental = base is not None and git.is_ancestor(base, tip)
+            proposals: dict[str, str] = {}
+            gradients: dict[str, str] = {}
+            _walk(git, [tip, f"^{base}"] if incremental else [tip], proposals, gradients)
+            if not incremental:
+                db.execute("DELETE FROM applied WHERE ref = ?", (ref,))
+            # OR IGNORE: a row already there is of an older commit, and the first commit
+            # that applied a thing wins
+            db.executemany("INSERT OR IGNORE INTO applied VALUES (?, ?, ?, ?)",
+                           [(ref, "proposal", k, v) for k, v in proposals.items()]
+                           + [(ref, "gradient", k, v) for k, v in gradients.items()])
+            ix.fold(db, f"{TABLE}:{ref}", tip)
+        found: dict[str, dict[str, str]] = {"proposal": {}, "gradient": {}}
+        for kind, key, commit in db.execute("SELECT kind, key, commit_id FROM applied "
+                                            "WHERE ref = ?", (ref,)):
+            found[kind][key] = commit
+        return AppliedIndex(tip, found["proposal"], found["gradient"])
+    return ix.update(fold)
+
+
 _MEMO: dict[object, AppliedIndex] = {}
-
-
-def _valid(entries: dict[str, object] | None) -> dict[str, Any] | None:
-    """The cache's entries if they have its shape (a tip and two string maps)."""
-    if entries is None or not isinstance(entries.get("tip"), str):
-        return None
-    for name in ("proposals", "gradients"):
-        table = entries.get(name)
-        if not isinstance(table, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in table.items()):
-            return None
-    return entries

@@ -2,30 +2,30 @@
 
 A row needs a file's front matter (name, status, summary), its size (for the token
 estimate) and whether it passes the per-file checks. Everything but the checks depends
-on the file's content alone, so it is kept by blob id in a cache file in the git
-directory (:mod:`expgit.store.derived`): a listing of 10,000 experiences then reads the
-root tree, the versions and one cache file, and parses only the blobs it has not seen.
-The checks that depend on the path and the settings (name = file name, token budget) run
-every time, with :func:`~expgit.store.experience.check_fit`'s messages. A file that does
-not parse is never cached: it is read and reported afresh each time.
+on the file's content alone, so it is kept by blob id in the derived index's
+``front_matter`` table (:mod:`expgit.store.derived`): a listing of 10,000 experiences
+then reads the root tree, the versions and one query, and parses only the blobs it has
+not seen. The checks that depend on the path and the settings (name = file name, token
+budget) run every time, with :func:`~expgit.store.experience.check_fit`'s messages. A
+file that does not parse is never kept: it is read and reported afresh each time.
 
-The rows of the last commit listed are kept too, keyed by that commit, the experiences
-root and the token budget (everything a row depends on), so listing the same ``main``
-again reads one file and no tree.
+The rows of the last commit listed are kept too (``catalog_rows``), keyed by that commit,
+the experiences root, the token budget and the layout (everything a row depends on), so
+listing the same ``main`` again is one query and reads no tree.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from expgit import __version__
 from expgit.errors import InvalidInputError
-from expgit.store.derived import cache_file, keyed_cache_file, read_cache, write_cache
+from expgit.store.derived import DerivedIndex, derive
 from expgit.store.experience import (
     FrontMatter,
     check_fit,
@@ -35,15 +35,23 @@ from expgit.store.experience import (
 )
 from expgit.store.repository import ExperienceRepository
 
-CACHE_NAME = "front-matter.json"
-ROWS_PREFIX = "catalog-"  # + a digest of what the rows depend on: a stale file is never read
-KEEP = 50_000  # cached blobs at most: this listing's, then others seen before
-REWRITE_AFTER = 200  # new blobs that make the cache file worth rewriting (or 2% of it)
+KEEP = 50_000  # front matter rows at most: the oldest kept go first
+
+TABLES = {
+    "front_matter": """CREATE TABLE front_matter (
+        blob TEXT NOT NULL UNIQUE, name TEXT NOT NULL, status TEXT NOT NULL,
+        summary TEXT NOT NULL, size INTEGER NOT NULL)""",
+    "catalog_rows": """CREATE TABLE catalog_rows (
+        key TEXT NOT NULL, snapshot_id TEXT NOT NULL, pos INTEGER NOT NULL,
+        name TEXT NOT NULL, status TEXT NOT NULL, version INTEGER NOT NULL,
+        summary TEXT NOT NULL, last_commit TEXT, tokens INTEGER NOT NULL, problem TEXT,
+        PRIMARY KEY (key, pos)) WITHOUT ROWID""",
+}
 
 
-def _format() -> str:
-    """Names what produced a cached entry: the front matter schema and the code that
-    parses and checks files. Another expgit (or an edited one) ignores the caches."""
+def _schema_version() -> int:
+    """Names what produced a kept row: the front matter schema and the code that parses
+    and checks files. Another expgit (or an edited one) starts the tables anew."""
     from expgit.store import experience
 
     digest = hashlib.sha1(json.dumps(FrontMatter.model_json_schema(), sort_keys=True).encode())
@@ -52,10 +60,10 @@ def _format() -> str:
             digest.update(Path(module).read_bytes())
         except OSError:  # no source beside the code: the version alone
             digest.update(__version__.encode())
-    return "catalog-1:" + digest.hexdigest()[:16]
+    return int(digest.hexdigest()[:12], 16)
 
 
-FORMAT = _format()
+SCHEMA_VERSION = _schema_version()
 
 
 @dataclass
@@ -82,11 +90,11 @@ class Catalog:
     rows: list[ExperienceRow]
 
 
-def _parsed(data: bytes, path: str) -> dict[str, Any]:
-    """What a row needs of one file's content; raises InvalidInputError if it breaks the
-    schema (such a file is not cached)."""
+def _parsed(data: bytes, path: str) -> tuple[str, str, str, int]:
+    """What a row needs of one file's content: (name, status, summary, size); raises
+    InvalidInputError if it breaks the schema (such a file is not kept)."""
     fm = parse_experience(decode_experience(data, path), path).front_matter
-    return {"name": fm.name, "status": fm.status, "summary": fm.summary, "size": len(data)}
+    return fm.name, fm.status, fm.summary, len(data)
 
 
 def _invalid(name: str, version: int, last: str | None, size: int,
@@ -94,64 +102,57 @@ def _invalid(name: str, version: int, last: str | None, size: int,
     return ExperienceRow(name, "invalid", version, "", last, size // 4, problem)
 
 
-def _row(name: str, path: str, found: dict[str, Any], version: int, last: str | None,
-         budget: int) -> ExperienceRow:
-    size = int(found["size"])
+def _row(name: str, path: str, found: tuple[str, str, str, int], version: int,
+         last: str | None, budget: int) -> ExperienceRow:
+    fm_name, status, summary, size = found
     try:
-        check_fit(str(found["name"]), tokens_of_bytes(size), path, name, budget)
+        check_fit(fm_name, tokens_of_bytes(size), path, name, budget)
     except InvalidInputError as exc:
         return _invalid(name, version, last, size, exc.message)
-    return ExperienceRow(name, str(found["status"]), version, str(found["summary"]), last,
-                         tokens_of_bytes(size))
+    return ExperienceRow(name, status, version, summary, last, tokens_of_bytes(size))
 
 
-def rows_file(repo: ExperienceRepository, key: str) -> Path:
-    return keyed_cache_file(repo.git.common_dir, ROWS_PREFIX, key)
-
-
-def _store_rows(repo: ExperienceRepository, key: str, listed: Catalog) -> None:
-    path = rows_file(repo, key)
-    write_cache(path, FORMAT, {
-        "key": key, "commit": listed.commit, "snapshot_id": listed.snapshot_id,
-        "rows": [list(row.as_dict().values()) for row in listed.rows]})
-    for other in path.parent.glob(f"{ROWS_PREFIX}*.json"):  # one commit's rows are kept
-        if other != path:
-            with contextlib.suppress(OSError):
-                other.unlink()
-
-
-def _stored_rows(repo: ExperienceRepository, key: str) -> Catalog | None:
-    entries = read_cache(rows_file(repo, key), FORMAT)
-    if entries is None or entries.get("key") != key:
-        return None
-    try:
-        return Catalog(str(entries["commit"]), str(entries["snapshot_id"]),
-                       [ExperienceRow(*row) for row in entries["rows"]])
-    except (KeyError, TypeError):
-        return None
+def _tables(ix: DerivedIndex) -> None:
+    for name, ddl in TABLES.items():
+        ix.table(name, SCHEMA_VERSION, ddl)
 
 
 def catalog(repo: ExperienceRepository, rev: str | None = None) -> Catalog:
     """The rows of ``expgit list`` for ``main`` (or ``rev``), sorted by name."""
     commit = repo.commit(rev) if rev else repo.main_commit()
     key = f"{commit} {repo.settings.token_budget} {repo.root} {repo.settings.layout}"
-    stored = _stored_rows(repo, key)
-    if stored is not None:
-        return stored
-    listed = _catalog(repo, commit)
-    _store_rows(repo, key, listed)
-    return listed
+
+    def listing(ix: DerivedIndex) -> Catalog:
+        _tables(ix)
+        stored = ix.db.execute("SELECT snapshot_id, name, status, version, summary, "
+                               "last_commit, tokens, problem FROM catalog_rows "
+                               "WHERE key = ? ORDER BY pos", (key,)).fetchall()
+        if stored:
+            return Catalog(commit, stored[0][0], [ExperienceRow(*row[1:]) for row in stored])
+        listed = _catalog(repo, commit, ix)
+
+        def keep(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM catalog_rows")  # one listing is kept
+            db.executemany("INSERT INTO catalog_rows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           [(key, listed.snapshot_id, pos, *row.as_dict().values())
+                            for pos, row in enumerate(listed.rows)])
+        ix.update(keep)
+        return listed
+    return derive(repo.git.common_dir, listing)
 
 
-def _catalog(repo: ExperienceRepository, commit: str) -> Catalog:
+def _catalog(repo: ExperienceRepository, commit: str, ix: DerivedIndex) -> Catalog:
     loader = repo.snapshots
     root, files = loader.files_at(commit)
     versions = loader.versions(commit)
-    path = cache_file(repo.git.common_dir, CACHE_NAME)
-    cached = read_cache(path, FORMAT) or {}
-    missing = [blob for _, blob in files.values() if blob not in cached]
-    fresh: dict[str, dict[str, Any]] = {}
-    failed: dict[str, tuple[int, str]] = {}  # blob -> (size, problem); never cached
+    blobs = json.dumps([blob for _, blob in files.values()])
+    known: dict[str, tuple[str, str, str, int]] = {
+        blob: tuple(rest) for blob, *rest in ix.db.execute(
+            "SELECT blob, name, status, summary, size FROM front_matter "
+            "WHERE blob IN (SELECT value FROM json_each(?))", (blobs,))}
+    missing = [blob for _, blob in files.values() if blob not in known]
+    fresh: dict[str, tuple[str, str, str, int]] = {}
+    failed: dict[str, tuple[int, str]] = {}  # blob -> (size, problem); never kept
     if missing:
         paths = {blob: file_path for file_path, blob in files.values()}
         for blob, data in repo.git.read_blobs(missing).items():
@@ -165,17 +166,14 @@ def _catalog(repo: ExperienceRepository, commit: str) -> Catalog:
         file_path, blob = files[name]
         info = versions.get(file_path)
         version, last = (info.version, info.last_commit) if info else (0, None)
-        found = cached.get(blob) or fresh.get(blob)
+        found = known.get(blob) or fresh.get(blob)
         rows.append(_row(name, file_path, found, version, last, budget) if found is not None
                     else _invalid(name, version, last, *failed[blob]))
-    # rewriting the file costs about as much as parsing a few hundred files: a handful of
-    # new ones (an edit or two since the last listing) wait until there are more
-    if fresh and (len(fresh) >= REWRITE_AFTER or len(fresh) * 50 >= len(cached)):
-        kept = {blob: cached[blob] for _, blob in files.values() if blob in cached}
-        kept |= fresh
-        for blob, value in cached.items():
-            if len(kept) >= KEEP:
-                break
-            kept.setdefault(blob, value)
-        write_cache(path, FORMAT, kept)
+    if fresh:
+        def keep(db: sqlite3.Connection) -> None:
+            db.executemany("INSERT OR IGNORE INTO front_matter VALUES (?, ?, ?, ?, ?)",
+                           [(blob, *found) for blob, found in fresh.items()])
+            db.execute("DELETE FROM front_matter WHERE rowid <= "
+                       "(SELECT max(rowid) FROM front_matter) - ?", (KEEP,))
+        ix.update(keep)
     return Catalog(commit, root, rows)

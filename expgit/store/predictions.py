@@ -18,13 +18,14 @@ the stored confidence stays as the model wrote it.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from expgit.store import trailers as tr
-from expgit.store.derived import cache_file, read_cache, write_cache
+from expgit.store.derived import DerivedIndex, derive
 from expgit.store.provenance import TRAINER_MODEL
 from expgit.store.refnames import GRADIENT_STATES, PROPOSAL_STATES, kept_commits
 from expgit.store.repository import ExperienceRepository
@@ -173,7 +174,9 @@ class _Cache:
     facts: ClassVar[dict[str, list[Any]]] = {}  # commit -> what its message says
 
 
-FACTS_FORMAT = "predictions-1"
+FACTS_TABLE = "prediction_facts"  # "p:<commit>" | "g:<commit>" -> the JSON of its fact
+FACTS_DDL = "CREATE TABLE prediction_facts (key TEXT PRIMARY KEY, fact TEXT NOT NULL) " \
+    "WITHOUT ROWID"
 _FACTS_KEPT = 65536
 
 
@@ -195,11 +198,20 @@ def _facts(repo: ExperienceRepository, commits: Iterable[str], kind: str,
     return found
 
 
-def _valid_facts(entries: dict[str, Any] | None) -> dict[str, list[Any]]:
-    if entries is None:
-        return {}
-    return {k: v for k, v in entries.items() if isinstance(v, list) and len(v) == 2
-            and (k.startswith("g:") or (isinstance(v[0], int) and isinstance(v[1], dict)))}
+def _stored_facts(ix: DerivedIndex) -> dict[str, list[Any]]:
+    ix.table(FACTS_TABLE, 1, FACTS_DDL)
+    return {key: json.loads(fact)
+            for key, fact in ix.db.execute("SELECT key, fact FROM prediction_facts")}
+
+
+def _keep_facts(ix: DerivedIndex, known: dict[str, list[Any]], kept: set[str]) -> None:
+    """Store the facts of the commits still kept (by ``kept`` key), forget the others."""
+    ix.table(FACTS_TABLE, 1, FACTS_DDL)
+    ix.update(lambda db: (
+        db.executemany("INSERT OR IGNORE INTO prediction_facts VALUES (?, ?)",
+                       [(k, json.dumps(v)) for k, v in known.items() if k in kept]),
+        db.execute("DELETE FROM prediction_facts WHERE key NOT IN "
+                   "(SELECT value FROM json_each(?))", (json.dumps(sorted(kept)),))))
 
 
 def prediction_record(repo: ExperienceRepository) -> PredictionRecords:
@@ -216,9 +228,8 @@ def prediction_record(repo: ExperienceRepository) -> PredictionRecords:
         known = dict(_Cache.facts)
     if cached is not None:
         return cached
-    path = cache_file(repo.git.common_dir, "predictions.json")
     if not known:
-        known = _valid_facts(read_cache(path, FACTS_FORMAT))
+        known = derive(repo.git.common_dir, _stored_facts)
     before = len(known)
     verdicts: dict[str, tuple[int, Verdict]] = {}
     for when, found in _facts(repo, proposals, "p", known).values():
@@ -236,7 +247,7 @@ def prediction_record(repo: ExperienceRepository) -> PredictionRecords:
     if len(known) != before:
         kept = {f"p:{c}" for c in proposals} | {f"g:{c}" for c in named}
         known = {k: v for k, v in known.items() if k in kept}
-        write_cache(path, FACTS_FORMAT, known)
+        derive(repo.git.common_dir, lambda ix: _keep_facts(ix, known, kept))
     with _Cache.lock:
         _Cache.facts = known if len(known) <= _FACTS_KEPT else {}
         if len(_Cache.results) > 16:

@@ -157,17 +157,23 @@ class SideBranch:
         """The content of file ``name`` of the fanned-out ``folder``, None if absent."""
         return self.read(fanned(folder, name), tip=tip)
 
-    def fanned_entries(self, folder: str, *, suffix: str = "", tip: str | None = None
-                       ) -> Entries:
-        """The files of the fanned-out ``folder`` ending with ``suffix``, by name."""
+    def fanned_entries(self, folder: str, *, suffix: str = "", tip: str | None = None,
+                       first: int | None = None) -> Entries:
+        """The files of the fanned-out ``folder`` ending with ``suffix``, by name; with
+        ``first``, only the first so many (the sub-folders past them are not read)."""
         tree = self.tree(tip)
         git = self.repo.git
         entry = git.path_entry(tree, folder) if tree is not None else None
         if entry is None or not entry.is_tree:
             return []
-        return sorted((e for item in git.read_tree(entry.sha) if is_fan(item)
-                       for e in git.read_tree(item.sha)
-                       if not e.is_tree and e.name.endswith(suffix)), key=lambda e: e.name)
+        found: Entries = []
+        for item in sorted((e for e in git.read_tree(entry.sha) if is_fan(e)),
+                           key=lambda e: e.name):  # a name's sub-folder is its first letters
+            found += (e for e in git.read_tree(item.sha)
+                      if not e.is_tree and e.name.endswith(suffix))
+            if first is not None and len(found) >= first:
+                break
+        return sorted(found, key=lambda e: e.name)[:first]
 
     def fanned_changes(self, old: str, new: str, *, suffix: str = "") -> FileChanges:
         """The files ending with ``suffix`` that differ between two trees of a fanned-out

@@ -30,7 +30,7 @@ from expgit.git.zlist import fields
 from expgit.store import version_checkpoint
 from expgit.store.experience import Experience, check_experience, decode_experience
 from expgit.store.layout import SKILL_FILE, LayoutKind
-from expgit.store.moves import carry_over, moves_among, moves_in
+from expgit.store.moves import Move, carry_over, moves_among, moves_in
 from expgit.store.version_cache import load_versions, save_versions
 
 
@@ -116,6 +116,7 @@ def _changed_paths(git: GitRepo, old: str | None, new: str | None, prefix: str) 
     return paths
 
 
+_Changes = list[tuple[str, list[str]]]  # (commit, changed paths), newest first
 _ANCESTOR_WALK = 256  # single-parent commits walked back looking for cached versions
 _CHAIN_DIFF = 8  # up to this many new commits are diffed in-process (more: one `git log`)
 _SNAPSHOTS = 8
@@ -204,65 +205,94 @@ class SnapshotLoader:
         simplification at a merge depends on the whole history below it, so counting
         ``BASE..COMMIT`` on top of the versions of ``BASE`` can differ from one pass when
         a merge is in between. Across merges, the versions are computed in one pass."""
-        if not self._stored_loaded:
-            self._stored_loaded = True
-            stored = load_versions(self.git.common_dir, self.root)
-            if stored is None:  # none kept here (a fresh clone): the one it fetched
-                found = version_checkpoint.usable(self.git, self.root, commit)
-                stored = (found.commit, found.versions) if found is not None else None
-            if stored is not None and stored[0] not in self._versions:
-                self._versions[stored[0]] = {p: VersionInfo(*v) for p, v in stored[1].items()}
-                self._versions.move_to_end(stored[0], last=False)
-                self._stored_commit = stored[0]
+        self._load_stored(commit)
         cached = self._versions.get(commit)
         if cached is not None:
             self._versions.move_to_end(commit)
             return _Versions(cached, commit, frozenset())
         chain = self._new_chain(commit) if self._versions else None
-        base_commit = chain[-1][1] if chain else None
-        if (chain is None and self._stored_commit is not None
-                and self._stored_commit in self._versions
-                and version_checkpoint.linear_since(self.git, self._stored_commit, commit)):
-            # what another process kept (or the checkpoint a clone fetched) is further
-            # back than the ancestor walk goes: one `git log` of the commits since then
-            base_commit = self._stored_commit
-        if chain and len(chain) <= _CHAIN_DIFF:
-            # what `git log COMMIT ^BASE --name-only -- ROOT/` reports for single-parent
-            # commits: each one that changed something under the root, with those paths
-            prefix = self.root + "/"
-            changes = [(sha, _changed_paths(self.git, self._root_tree(parent),
-                                            self._root_tree(sha), prefix))
-                       for sha, parent in chain]
-        else:
-            revs = [commit] if base_commit is None else [commit, f"^{base_commit}"]
-            changes = _log_changes(self.git, revs, self.root)
-        versions = {} if base_commit is None else dict(self._versions[base_commit])
-        moves = moves_among(self.git, (sha for sha, _ in chain)) \
-            if chain and len(chain) <= _CHAIN_DIFF else \
-            moves_in(self.git, revs) if changes else {}
-        for sha, paths in reversed(changes):  # oldest first
+        diffed = chain is not None and len(chain) <= _CHAIN_DIFF
+        base, changes, moves = self._diffed(chain) if chain is not None and diffed \
+            else self._logged(commit, chain[-1][1] if chain else self._stored_base(commit))
+        versions = self._bumped(base, changes, moves)
+        # kept for the next process after a `git log` pass, and once when this process
+        # started from what another one kept (a long-lived one then goes on in memory)
+        self._remember(commit, versions, keep=not diffed or base == self._stored_commit)
+        return _Versions(versions, base, frozenset(path for _, paths in changes for path in paths))
+
+    def _load_stored(self, commit: str) -> None:
+        """Start from the versions another process kept, else from the checkpoint a fresh
+        clone fetched (once per loader)."""
+        if self._stored_loaded:
+            return
+        self._stored_loaded = True
+        stored = load_versions(self.git.common_dir, self.root)
+        if stored is None:
+            found = version_checkpoint.usable(self.git, self.root, commit)
+            stored = (found.commit, found.versions) if found is not None else None
+        if stored is not None and stored[0] not in self._versions:
+            self._versions[stored[0]] = {p: VersionInfo(*v) for p, v in stored[1].items()}
+            self._versions.move_to_end(stored[0], last=False)
+            self._stored_commit = stored[0]
+
+    def _stored_base(self, commit: str) -> str | None:
+        """The commit of the stored versions when ``commit``'s can be derived from them
+        with one ``git log`` (further back than the ancestor walk goes), else None."""
+        stored = self._stored_commit
+        if stored is not None and stored in self._versions \
+                and version_checkpoint.linear_since(self.git, stored, commit):
+            return stored
+        return None
+
+    def _diffed(self, chain: list[tuple[str, str]]) -> tuple[str, _Changes, dict[str, Move]]:
+        """What ``git log COMMIT ^BASE --name-only -- ROOT/`` reports for a few
+        single-parent commits (each one that changed something under the root, with those
+        paths), diffed in-process."""
+        prefix = self.root + "/"
+        changes = [(sha, _changed_paths(self.git, self._root_tree(parent),
+                                        self._root_tree(sha), prefix))
+                   for sha, parent in chain]
+        return chain[-1][1], changes, moves_among(self.git, (sha for sha, _ in chain))
+
+    def _logged(self, commit: str, base: str | None
+                ) -> tuple[str | None, _Changes, dict[str, Move]]:
+        revs = [commit] if base is None else [commit, f"^{base}"]
+        changes = _log_changes(self.git, revs, self.root)
+        return base, changes, moves_in(self.git, revs) if changes else {}
+
+    def _bumped(self, base: str | None, changes: _Changes, moves: dict[str, Move]
+                ) -> dict[str, VersionInfo]:
+        """The versions of ``base`` with ``changes`` counted on top, oldest first."""
+        versions = {} if base is None else dict(self._versions[base])
+        for sha, paths in reversed(changes):
             move = moves.get(sha)
             if move is not None and move.to_root == self.root:  # its history goes on
-                parent = self.git.read_commit(sha).parents[:1]
-                carry_over(versions, move, paths, dict(versions) if move.from_root == self.root
-                           else SnapshotLoader(self.git, move.from_root, self.token_budget)
-                           .versions(parent[0]) if parent else {})
+                carry_over(versions, move, paths, self._before_move(sha, move, versions))
             for path in paths:
                 old = versions.get(path)
                 versions[path] = (VersionInfo(old.version + 1, sha, old.first_commit) if old
                                   else VersionInfo(1, sha, sha))
+        return versions
+
+    def _before_move(self, sha: str, move: Move, versions: dict[str, VersionInfo]
+                     ) -> dict[str, VersionInfo]:
+        """The versions a move at ``sha`` carries over: this root's so far, or the old
+        root's at the move's parent."""
+        if move.from_root == self.root:
+            return dict(versions)
+        parent = self.git.read_commit(sha).parents[:1]
+        return SnapshotLoader(self.git, move.from_root, self.token_budget) \
+            .versions(parent[0]) if parent else {}
+
+    def _remember(self, commit: str, versions: dict[str, VersionInfo], *, keep: bool) -> None:
         self._versions[commit] = versions
-        # kept for the next process after a `git log` pass, and once when this process
-        # started from what another one kept (a long-lived one then goes on in memory)
-        if not chain or len(chain) > _CHAIN_DIFF or base_commit == self._stored_commit:
+        if keep:
             self._stored_commit = None
             save_versions(self.git.common_dir, self.root, commit,
                           {p: (v.version, v.last_commit, v.first_commit)
                            for p, v in versions.items()})
         while len(self._versions) > 8:
             self._versions.popitem(last=False)
-        return _Versions(versions, base_commit,
-                         frozenset(path for _, paths in changes for path in paths))
 
     def versions(self, commit: str) -> dict[str, VersionInfo]:
         """Per path under the root: how many commits of ``commit``'s history changed it."""

@@ -1,45 +1,56 @@
-"""The versions of one commit, kept across processes (:mod:`expgit.store.derived`).
+"""The versions of one commit per experiences root, kept across processes in the derived
+index (:mod:`expgit.store.derived`).
 
 A file's version at a commit is a function of that commit's history, and a commit id
-names its whole history, so versions stored under a commit id are never stale. The
+names its whole history, so versions stored with a commit id are never stale. The
 snapshot loader stores the versions it computed with a ``git log`` pass (the costly
-case), one commit per experiences root, and starts from them in the next process:
-versions of a newer ``main`` are then derived from them by diffing the few commits in
-between, as within one process.
+case) and starts from them in the next process: versions of a newer ``main`` are then
+derived from them by diffing the few commits in between, as within one process. The
+table ``versions`` holds the rows of each root; the fold ``versions:<root>`` the commit
+they are of.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 
-from expgit.store.derived import keyed_cache_file, read_cache, write_cache
+from expgit.store.derived import DerivedIndex, derive
 
-FORMAT = "versions-2"  # 2: the first commit too
-
-
-def _file(common_dir: Path, root: str) -> Path:
-    return keyed_cache_file(common_dir, "versions-", root)
-
+TABLE = "versions"
+SCHEMA_VERSION = 1
+DDL = """CREATE TABLE versions (
+    root TEXT NOT NULL, path TEXT NOT NULL, version INTEGER NOT NULL,
+    last_commit TEXT NOT NULL, first_commit TEXT NOT NULL, PRIMARY KEY (root, path)
+) WITHOUT ROWID"""
 
 Versions = dict[str, tuple[int, str, str]]  # path: (version, last commit, first commit)
 
 
 def load_versions(common_dir: Path, root: str) -> tuple[str, Versions] | None:
     """``(commit, {path: (version, last commit, first commit)})`` as stored, or None."""
-    entries = read_cache(_file(common_dir, root), FORMAT)
-    if entries is None or entries.get("root") != root:
-        return None
-    commit, versions = entries.get("commit"), entries.get("versions")
-    if not isinstance(commit, str) or not isinstance(versions, dict):
-        return None
-    try:
-        return commit, {str(p): (int(v), str(c), str(f)) for p, (v, c, f) in versions.items()}
-    except (TypeError, ValueError):
-        return None
+    def read(ix: DerivedIndex) -> tuple[str, Versions] | None:
+        ix.table(TABLE, SCHEMA_VERSION, DDL)
+        return ix.read(lambda db: rows(ix.folded(f"{TABLE}:{root}"), db))
+
+    def rows(commit: str | None, db: sqlite3.Connection) -> tuple[str, Versions] | None:
+        if commit is None:
+            return None
+        found = db.execute("SELECT path, version, last_commit, first_commit FROM versions "
+                           "WHERE root = ?", (root,))
+        return commit, {path: (version, last, first) for path, version, last, first in found}
+    return derive(common_dir, read)
 
 
 def save_versions(common_dir: Path, root: str, commit: str,
                   versions: Mapping[str, tuple[int, str, str]]) -> None:
-    write_cache(_file(common_dir, root), FORMAT,
-                {"root": root, "commit": commit, "versions": dict(versions)})
+    def write(ix: DerivedIndex) -> None:
+        ix.table(TABLE, SCHEMA_VERSION, DDL)
+        def rows(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM versions WHERE root = ?", (root,))
+            db.executemany("INSERT INTO versions VALUES (?, ?, ?, ?, ?)",
+                           [(root, path, *info) for path, info in versions.items()])
+            ix.fold(db, f"{TABLE}:{root}", commit)
+        ix.update(rows)
+    derive(common_dir, write)

@@ -22,14 +22,12 @@ import hashlib
 import json
 
 from expgit.errors import InvalidInputError, NotFoundError
-from expgit.git.repo import GitRepo, TreeEntry
 from expgit.store import trailers as tr
 from expgit.store.repository import ExperienceRepository
-from expgit.store.sidebranch import ATTEMPTS, SideBranch, fanned, is_fan
+from expgit.store.sidebranch import ATTEMPTS, SideBranch, fanned
 from expgit.train.domain import Rollout
 
 __all__ = ["ATTEMPTS", "FOLDER", "ID_LEN", "TRANSCRIPT_SUFFIX", "TrajectoryStore",
-           "added_files", "folder_files",
            "rollout_id"]
 
 FOLDER = "trajectories"
@@ -47,34 +45,6 @@ def rollout_id(rollout: Rollout) -> str:
 def beside_of(path: str) -> str:
     """The transcript's path beside the trajectory document at ``path``."""
     return path.removesuffix(".md") + TRANSCRIPT_SUFFIX
-
-
-def _is_trajectory(entry: TreeEntry | None) -> bool:
-    return entry is not None and not entry.is_tree and entry.name.endswith(".md")
-
-
-def folder_files(git: GitRepo, folder: str | None) -> list[TreeEntry]:
-    """The trajectory files of the folder tree ``folder`` (in its sub-folders)."""
-    return [e for fan in (git.read_tree(folder) if folder else []) if is_fan(fan)
-            for e in git.read_tree(fan.sha) if _is_trajectory(e)]
-
-
-def added_files(git: GitRepo, old: str, new: str) -> list[TreeEntry] | None:
-    """The trajectory files folder tree ``new`` adds to ``old`` (a few tree diffs), None
-    when it also changed or removed one (then read :func:`folder_files` whole)."""
-    added: list[TreeEntry] = []
-    for before, after in git.diff_trees(old, new):  # anything but sub-folders: not read
-        if is_fan(before) and is_fan(after):
-            for sub_before, sub_after in git.diff_trees(before.sha, after.sha):
-                if sub_before is not None or sub_after is None:
-                    return None
-                if _is_trajectory(sub_after):
-                    added.append(sub_after)
-        elif is_fan(after):  # a new sub-folder
-            added += [e for e in git.read_tree(after.sha) if _is_trajectory(e)]
-        elif is_fan(before):  # a sub-folder removed
-            return None
-    return added
 
 
 class TrajectoryStore:

@@ -15,7 +15,7 @@ from conftest import git
 from scripted_pipeline import BAGGAGE_CASE, GOLD_RULE, PETS_CASE
 from test_cli_candidate import steps_with
 
-from expgit.store.derived import cache_file
+from expgit.store.derived import index_file
 from expgit.store.predictions import TrackRecord, _Cache, prediction_record
 from expgit.store.repository import ExperienceRepository
 
@@ -74,12 +74,12 @@ def test_a_missed_prediction_is_kept_per_experience_and_model_and_lowers_shown_c
     [line] = [r for r in human.splitlines() if r.startswith("checked-baggage-allowance")]
     assert " 0/1 " in line
 
-    # read from the trailers; a next process starts from the derived cache file, and
-    # a corrupt one is only ignored
+    # read from the trailers; a next process starts from the derived index, and a
+    # corrupt one is only rebuilt
     repo = ExperienceRepository.open(path)
     first = prediction_record(repo)
-    cache = cache_file(repo.git.common_dir, "predictions.json")
-    for damage in (None, b"{not json"):
+    cache = index_file(repo.git.common_dir)
+    for damage in (None, b"{not sqlite" * 1000):
         if damage is not None:
             cache.write_bytes(damage)
         _Cache.results.clear()

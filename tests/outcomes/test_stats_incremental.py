@@ -1,8 +1,12 @@
-"""experience_stats kept incrementally: a new trajectories tip adds only the trajectories
-added since the last one seen (a tree diff), and its answer is always the roll-up of
-everything on the branch; a removed or changed trajectory, or a new outcome, is seen."""
+"""experience_stats kept incrementally in the derived index: a new trajectories tip folds
+only the trajectories changed since the last one folded (a tree diff), and its answer is
+always the roll-up of everything on the branch; a removed or changed trajectory, or a new
+outcome, is seen."""
 
 from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
 
 import pytest
 
@@ -14,6 +18,7 @@ from expgit.outcomes.stats import (
     trajectory_row,
 )
 from expgit.outcomes.store import OutcomeStore
+from expgit.store.derived import index_file
 from expgit.store.repository import ExperienceRepository
 from expgit.train.trajectory_store import TrajectoryStore
 
@@ -35,6 +40,12 @@ def from_scratch(repo: ExperienceRepository) -> dict[str, object]:
     return dict(roll_up(rows, OutcomeStore(repo).all() if tip else []))
 
 
+def uses(repo: ExperienceRepository) -> list[tuple[str, str]]:
+    """The (trajectory file, blob) of the index's rows."""
+    with closing(sqlite3.connect(index_file(repo.git.common_dir))) as db:
+        return db.execute("SELECT DISTINCT name, blob FROM trajectory_uses").fetchall()
+
+
 def test_incremental_stats_equal_the_full_roll_up(seeded_repo: ExperienceRepository) -> None:
     store = TrajectoryStore(repo := seeded_repo)
     assert experience_stats(repo) == {}
@@ -45,8 +56,7 @@ def test_incremental_stats_equal_the_full_roll_up(seeded_repo: ExperienceReposit
         stats = experience_stats(repo)
         assert stats == from_scratch(repo)
         assert list(stats) == sorted(stats)
-    key = (str(repo.git.common_dir), store.ref)
-    assert len(_Cache.folders[key].rows) == 12  # kept, extended tip after tip
+    assert len(uses(repo)) == 12  # kept, folded tip after tip
     b = experience_stats(repo)["b"]
     assert (b.times_used, b.passed, b.failed) == (12, 8, 4)
     assert b.mean_score == pytest.approx(sum(range(1, 13)) / 120)
@@ -65,10 +75,13 @@ def test_incremental_stats_equal_the_full_roll_up(seeded_repo: ExperienceReposit
     refunds = stats["refund-method-rules"]
     assert refunds.helpful == 1 and refunds.times_used == 0
 
-    # a trajectory removed (not an addition): read whole again, still right
-    store.side.write({store.path_of(f"{2:016x}"): None}, "drop one")
+    # a trajectory removed and one changed: folded, still right
+    changed = document(f"{4:016x}", ["c"], False, 0.0).encode()
+    store.side.write({store.path_of(f"{2:016x}"): None, store.path_of(f"{4:016x}"): changed},
+                     "drop one, change one")
     stats = experience_stats(repo)
     assert stats == from_scratch(repo) and stats["c"].times_used == 5
+    assert stats["b"].times_used == 10 and len(uses(repo)) == 11
 
 
 def test_a_fresh_cache_reads_the_branch_whole(seeded_repo: ExperienceRepository) -> None:
@@ -76,7 +89,7 @@ def test_a_fresh_cache_reads_the_branch_whole(seeded_repo: ExperienceRepository)
     for i in range(1, 4):
         store.store(f"{i:016x}", document(f"{i:016x}", ["a"], True, 1.0), "t")
     experience_stats(seeded_repo)
-    _Cache.folders.clear()
-    _Cache.results.clear()
+    _Cache.results.clear()  # a new process, and no index (as after a clone)
+    index_file(seeded_repo.git.common_dir).unlink()
     stats = experience_stats(seeded_repo)
     assert stats == from_scratch(seeded_repo) and stats["a"].times_used == 3

@@ -16,7 +16,7 @@ from test_sessions_status_ledger import blobs_read, manifest, without_details, w
 from expgit.sessions import status_checkpoint
 from expgit.sessions.status import refresh_checkpoint, sessions_status
 from expgit.sessions.store import MANIFESTS, SessionStore
-from expgit.store.derived import CACHE_DIR
+from expgit.store.derived import CACHE_DIR, INDEX_NAME
 from expgit.store.repository import ExperienceRepository
 
 
@@ -34,7 +34,8 @@ def folder_tree(store: SessionStore) -> str:
 
 
 def forget_caches(repo: ExperienceRepository) -> None:
-    for cache in (repo.git.common_dir / CACHE_DIR).glob("session-*.json"):
+    """Delete the derived index (as after a clone)."""
+    for cache in (repo.git.common_dir / CACHE_DIR).glob(f"{INDEX_NAME}*"):
         cache.unlink()
 
 

@@ -1,7 +1,8 @@
-"""The kept status is moved forward by the manifests a change touched: after any mix of
-added, changed and removed sessions it equals a count of every manifest, and it is
-counted whole again where moving forward cannot be trusted (an invalidation, a
-truncated listing left short)."""
+"""The status is a sum of one row per manifest in the derived index, moved forward by the
+manifests a change touched, and may start from the branch's status checkpoint (a fresh
+clone): after any mix of added, changed and removed sessions it equals a count of every
+manifest, and the rows are built for every manifest where a checkpoint cannot be moved
+forward (an invalidation, a removed load that was its day's last)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import random
 import pytest
 
 from expgit.sessions import status as status_module
-from expgit.sessions.status import SessionsStatus, sessions_status
-from expgit.sessions.status_ledger import Usage
+from expgit.sessions import status_checkpoint
+from expgit.sessions.status import SessionsStatus, refresh_checkpoint, sessions_status
+from expgit.sessions.status_ledger import Ledger
 from expgit.sessions.store import MANIFESTS, SessionStore
+from expgit.store.derived import CACHE_DIR, INDEX_NAME
 from expgit.store.repository import ExperienceRepository
 from expgit.store.sidebranch import fanned
 
@@ -64,18 +67,30 @@ def without_details(status: SessionsStatus) -> dict[str, object]:
 
 
 @pytest.fixture
-def counted(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """One entry per whole count (its ``all_details``)."""
+def resets(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """One entry per build of the rows from nothing (whether a checkpoint could be its
+    base)."""
     monkeypatch.setattr(status_module, "DETAILS_LIMIT", LIMIT)
+    monkeypatch.setattr(status_checkpoint, "EVERY", 5)
     calls: list[bool] = []
-    real = status_module._compute
+    real = status_module._Folder._reset
 
-    def spy(*args: object, all_details: bool) -> object:
-        calls.append(all_details)
-        return real(*args, all_details=all_details)  # type: ignore[arg-type]
+    def spy(self: status_module._Folder, db: object, base_allowed: bool) -> None:
+        calls.append(base_allowed)
+        real(self, db, base_allowed)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(status_module, "_compute", spy)
+    monkeypatch.setattr(status_module._Folder, "_reset", spy)
     return calls
+
+
+def forget_index(repo: ExperienceRepository) -> None:
+    for path in (repo.git.common_dir / CACHE_DIR).glob(f"{INDEX_NAME}*"):
+        path.unlink()
+
+
+def every_manifest(repo: ExperienceRepository) -> Ledger:
+    """The ledger summed from a row for every manifest (no checkpoint)."""
+    return status_module._current(repo, SessionStore(repo), all_details=True)
 
 
 def check(repo: ExperienceRepository) -> SessionsStatus:
@@ -88,14 +103,14 @@ def check(repo: ExperienceRepository) -> SessionsStatus:
 
 
 def test_moved_forward_status_equals_a_whole_count_after_random_changes(
-        seeded_repo: ExperienceRepository, counted: list[bool]) -> None:
+        seeded_repo: ExperienceRepository, resets: list[bool]) -> None:
     store = SessionStore(seeded_repo)
     rng = random.Random(28)
     live: set[str] = set()
     write(store, {f"{i:04x}": manifest(f"{i:04x}") for i in range(12)})
     live.update(f"{i:04x}" for i in range(12))
+    assert refresh_checkpoint(seeded_repo) is not None
     check(seeded_repo)
-    assert counted == [False, True]  # the first status is a whole count
     for round_ in range(25):
         changes: dict[str, bytes | None] = {}
         for _ in range(rng.randint(1, 4)):
@@ -112,19 +127,25 @@ def test_moved_forward_status_equals_a_whole_count_after_random_changes(
         live |= {k for k, v in changes.items() if v is not None}
         live -= {k for k, v in changes.items() if v is None}
         write(store, changes)
-        status = check(seeded_repo)
-        assert status.sessions == len(live), round_
-        # the skill usage moved forward equals one counted from every manifest
-        whole = Usage.of([status_module._summary(m) for m in store.manifests()])
-        assert status_module.sessions_usage(seeded_repo) == whole, round_
-    bounded = [c for c in counted if not c]
-    # the first count, plus the rounds whose removals left the listing of 5 short or took
-    # away a day's last load that other loads of that day still hold
-    assert 1 <= len(bounded) < 15, counted
+        if round_ % 7 == 6:
+            refresh_checkpoint(seeded_repo)
+        moved = status_module.sessions_ledger(seeded_repo)  # the last rows, moved forward
+        forget_index(seeded_repo)  # as after a clone: from the checkpoint
+        based = status_module.sessions_ledger(seeded_repo)
+        whole = every_manifest(seeded_repo)
+        assert whole.status.sessions == len(live), round_
+        for ledger in (moved, based):
+            assert without_details(ledger.status) == without_details(whole.status), round_
+            assert ledger.status.details == whole.status.details[:LIMIT], round_
+            assert ledger.usage == whole.usage, round_
+    # after the index was deleted, a status started from the checkpoint (a build from
+    # every manifest only where that cannot be told, e.g. a day's last load taken away
+    # that other loads of that day still hold); every --all builds from every manifest
+    assert resets.count(True) == 26 and resets.count(False) < 25 + 10, resets
 
 
 def test_unchanged_manifests_are_not_read_when_moving_forward(
-        seeded_repo: ExperienceRepository, counted: list[bool],
+        seeded_repo: ExperienceRepository, resets: list[bool],
         monkeypatch: pytest.MonkeyPatch) -> None:
     store = SessionStore(seeded_repo)
     write(store, {f"{i:04x}": manifest(f"{i:04x}") for i in range(40)})
@@ -133,17 +154,19 @@ def test_unchanged_manifests_are_not_read_when_moving_forward(
     write(store, {"0003": manifest("0003", trained=True), "ffff": manifest("ffff")})
     status = sessions_status(seeded_repo)
     assert status.sessions == 41 and status.trained == 1
-    assert len(read) == 3  # the old and new 0003, the new ffff: nothing else
-    assert counted == [False, True]
+    assert len(read) == 2  # the new 0003 and ffff: the old 0003's row is just deleted
+    assert resets == [True]
 
 
 def test_an_invalidation_is_counted_whole(seeded_repo: ExperienceRepository,
-                                         counted: list[bool]) -> None:
+                                         resets: list[bool]) -> None:
     store = SessionStore(seeded_repo)
     write(store, {f"{i:04x}": manifest(f"{i:04x}") for i in range(8)})
-    check(seeded_repo)
+    assert refresh_checkpoint(seeded_repo) is not None
     write(store, {"0002": manifest("0002", invalidation="p-1"),
                   "0005": manifest("0005", invalidation="p-0")})
+    forget_index(seeded_repo)
     status = check(seeded_repo)
     assert status.invalidation_proposals == ["p-1", "p-0"]  # in session order
-    assert counted.count(False) == 2
+    # the checkpoint's writer; then the status: from the checkpoint, then every manifest
+    assert resets == [True, True, False]

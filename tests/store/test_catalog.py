@@ -7,7 +7,6 @@ and the versions another process stored must give the same versions as one ``git
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -15,11 +14,11 @@ from conftest import git
 
 from expgit.errors import InvalidInputError
 from expgit.store import catalog as catalog_module
-from expgit.store.catalog import CACHE_NAME, ROWS_PREFIX, ExperienceRow, catalog
-from expgit.store.derived import cache_file
+from expgit.store.catalog import ExperienceRow, catalog
+from expgit.store.derived import DerivedIndex, index_file
 from expgit.store.repository import ExperienceRepository
 from expgit.store.snapshot import Snapshot, SnapshotLoader
-from expgit.store.version_cache import load_versions
+from expgit.store.version_cache import load_versions, save_versions
 
 
 def reference_rows(snapshot: Snapshot) -> list[ExperienceRow]:
@@ -52,11 +51,15 @@ def commit_files(repo: ExperienceRepository, files: dict[str, str], message: str
     git(work, "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", message)
 
 
-def cache_of(repo: ExperienceRepository, name: str = CACHE_NAME) -> Path:
-    if name == ROWS_PREFIX:  # the rows of the last commit listed: one file
-        (path,) = cache_file(repo.git.common_dir, "x").parent.glob(f"{ROWS_PREFIX}*.json")
-        return path
-    return cache_file(repo.git.common_dir, name)
+def index_rows(repo: ExperienceRepository, table: str) -> int:
+    with DerivedIndex.open(repo.git.common_dir) as ix:
+        return int(ix.db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+
+def forget_listing(repo: ExperienceRepository) -> None:
+    """Drop the kept rows of the last listing, so the front matter rows answer."""
+    with DerivedIndex.open(repo.git.common_dir) as ix:
+        ix.update(lambda db: db.execute("DELETE FROM catalog_rows"))
 
 
 @pytest.fixture
@@ -72,13 +75,11 @@ def repo(seeded_repo: ExperienceRepository) -> ExperienceRepository:
 def test_cold_and_warm_catalogs_match_parsing_every_file(repo: ExperienceRepository) -> None:
     expected = reference_rows(repo.snapshot())
     assert {r.status for r in expected} >= {"active", "invalid"}
-    assert not cache_of(repo).exists()
     cold = catalog(fresh(repo))
     assert cold.rows == expected
     assert cold.commit == repo.main_commit() and cold.snapshot_id == repo.snapshot().id
-    cached = json.loads(cache_of(repo).read_bytes())["entries"]
     valid = [r for r in expected if r.problem is None or "YAML" not in r.problem]
-    assert len(cached) == len(valid)  # every file that parses, none that does not
+    assert index_rows(repo, "front_matter") == len(valid)  # every file that parses, only
     assert catalog(fresh(repo)).rows == expected
 
 
@@ -88,7 +89,7 @@ def test_a_warm_catalog_parses_nothing(repo: ExperienceRepository,
     parsed: list[str] = []
     real = catalog_module._parsed
 
-    def counting(data: bytes, path: str) -> dict[str, object]:
+    def counting(data: bytes, path: str) -> tuple[str, str, str, int]:
         parsed.append(path)
         return real(data, path)
 
@@ -96,39 +97,31 @@ def test_a_warm_catalog_parses_nothing(repo: ExperienceRepository,
     expected = reference_rows(repo.snapshot())
     assert catalog(fresh(repo)).rows == expected
     assert parsed == []  # the same commit again: its stored rows
-    cache_of(repo, ROWS_PREFIX).unlink()
+    forget_listing(repo)
     assert catalog(fresh(repo)).rows == expected
     assert parsed == ["experiences/not-yaml.md"]  # only the file that never caches
 
 
-@pytest.mark.parametrize("name", [CACHE_NAME, ROWS_PREFIX])
-@pytest.mark.parametrize("damage", ["delete", "garbage", "other-format", "wrong-shape"])
-def test_a_damaged_cache_is_ignored_and_written_anew(repo: ExperienceRepository,
-                                                      damage: str, name: str) -> None:
+@pytest.mark.parametrize("table", ["front_matter", "catalog_rows"])
+@pytest.mark.parametrize("damage", ["delete", "garbage", "other-schema"])
+def test_a_damaged_index_is_rebuilt(repo: ExperienceRepository, damage: str,
+                                    table: str) -> None:
     catalog(fresh(repo))
-    if name == CACHE_NAME:  # the stored rows would answer first
-        cache_of(repo, ROWS_PREFIX).unlink()
-    path = cache_of(repo, name)
-    entries = json.loads(path.read_bytes())["entries"]
+    if table == "front_matter":  # the stored rows would answer first
+        forget_listing(repo)
+    path = index_file(repo.git.common_dir)
     if damage == "delete":
         path.unlink()
     elif damage == "garbage":
-        path.write_bytes(b"\x00not json{")
-    elif damage == "other-format":
-        if name == CACHE_NAME:
-            entries = {b: {"name": "x", "status": "retired", "summary": "stale", "size": 1}
-                       for b in entries}
-        else:
-            entries["rows"] = [[r[0], "retired", 9, "stale", None, 1, None]
-                               for r in entries["rows"]]
-        path.write_text(json.dumps({"format": "catalog-0:old", "entries": entries}))
-    elif name == CACHE_NAME:
-        path.write_text(json.dumps({"format": catalog_module.FORMAT, "entries": []}))
-    else:
-        entries["rows"] = [["only-a-name"]]
-        path.write_text(json.dumps({"format": catalog_module.FORMAT, "entries": entries}))
+        path.write_bytes(b"\x00not sqlite{" * 1000)
+    else:  # stale rows of an expgit that parsed differently
+        with DerivedIndex.open(repo.git.common_dir) as ix:
+            ix.update(lambda db: (
+                db.execute("UPDATE front_matter SET status = 'retired', summary = 'stale'"),
+                db.execute("UPDATE catalog_rows SET status = 'retired', version = 9"),
+                db.execute("UPDATE folds SET schema_version = 0")))
     assert catalog(fresh(repo)).rows == reference_rows(repo.snapshot())
-    assert json.loads(path.read_bytes())["format"] == catalog_module.FORMAT
+    assert index_rows(repo, table) > 0
 
 
 def test_an_edit_shows_at_once_and_the_settings_checks_run_every_time(
@@ -178,10 +171,9 @@ def test_stored_versions_are_reused_and_extended_exactly(repo: ExperienceReposit
 
 def test_stored_versions_of_an_unknown_commit_are_not_used(repo: ExperienceRepository) -> None:
     fresh(repo).snapshot()
-    path = next((repo.git.common_dir / "expgit" / "cache").glob("versions-*.json"))
-    data = json.loads(path.read_bytes())
-    data["entries"]["commit"] = "f" * 40
-    data["entries"]["versions"] = {p: [99, "f" * 40, "f" * 40] for p in data["entries"]["versions"]}
-    path.write_text(json.dumps(data))
+    stored = load_versions(repo.git.common_dir, repo.root)
+    assert stored is not None
+    save_versions(repo.git.common_dir, repo.root, "f" * 40,
+                  {p: (99, "f" * 40, "f" * 40) for p in stored[1]})
     versions = fresh(repo).snapshots.versions(repo.main_commit())
     assert {v.version for v in versions.values()} <= {1, 2}

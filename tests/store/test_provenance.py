@@ -6,6 +6,7 @@ from a commit message."""
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from expgit.llm.provenance import endpoint_host, gguf_sha256
 from expgit.remote.protocol import Health
 from expgit.runs.provenance import recorded_agent, service_agent
 from expgit.store import trailers as tr
+from expgit.store.derived import DerivedIndex
 from expgit.store.provenance import Provenance, of_message
 from expgit.store.settings import LLMSettings
 from expgit.train.domain import Rollout
@@ -40,7 +42,7 @@ def test_the_gguf_hash_is_computed_once_and_cached_by_size_and_time(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = tmp_path / "tiny.gguf"
     model.write_bytes(b"GGUF" + bytes(range(256)) * 64)
-    cache = tmp_path / "cache" / "gguf-sha256.json"
+    cache = tmp_path / "cache" / "index.sqlite3"
     calls: list[Path] = []
     real = llm_provenance.hash_file
     def hash_file(path: Path) -> str:
@@ -58,8 +60,9 @@ def test_the_gguf_hash_is_computed_once_and_cached_by_size_and_time(
     os.utime(model, ns=(1, 1))
     second = gguf_sha256(model, cache)
     assert second != first and second == real(model) and len(calls) == 2
-    assert list(llm_provenance._read_cache(cache).values()) == [second]  # one entry a file
-    cache.write_text("not json")  # a broken cache costs the hashing only
+    with DerivedIndex(sqlite3.connect(cache)) as ix:  # one entry a file
+        assert ix.db.execute("SELECT sha256 FROM gguf_sha256").fetchall() == [(second,)]
+    cache.write_bytes(b"not sqlite" * 1000)  # a broken cache costs the hashing only
     monkeypatch.setattr(llm_provenance, "_memo", {})
     assert gguf_sha256(model, cache) == second and len(calls) == 3
 
@@ -75,7 +78,7 @@ def test_the_runtime_names_the_embedded_model_and_its_file_hash(
     assert made == Provenance(agent_model="SmolLM2-135M-Instruct",
                               trainer_model="SmolLM2-135M-Instruct", endpoint="embedded",
                               model_sha256=llm_provenance.hash_file(model))
-    assert (tmp_path / "xdg" / "expgit" / "gguf-sha256.json").exists()
+    assert (tmp_path / "xdg" / "expgit" / "index.sqlite3").exists()
     api = LLMRuntime(LLMSettings(), ResolvedLLM("openai", "gpt-4o-mini",
                                                 "https://u:p@llm.example.com/v1", "sk-k",
                                                 "json_schema"), UsageMeter())

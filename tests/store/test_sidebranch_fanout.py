@@ -16,7 +16,7 @@ from expgit.outcomes.targets import resolve_target
 from expgit.sessions.store import MANIFESTS, SessionStore
 from expgit.store.repository import ExperienceRepository
 from expgit.store.sidebranch import fanned
-from expgit.train.trajectory_store import FOLDER, TrajectoryStore, added_files, folder_files
+from expgit.train.trajectory_store import FOLDER, TrajectoryStore
 
 BRANCH = "refs/heads/expgit/trajectories"
 
@@ -106,22 +106,22 @@ def test_session_records_are_fanned_out_and_a_file_beside_them_is_not_read(
     assert status.code == 0 and json.loads(status.out)["sessions"] == 1
 
 
-def test_added_trajectory_files_are_found_by_a_few_tree_diffs(
-        seeded_repo: ExperienceRepository) -> None:
-    g = seeded_repo.git
-    blob = g.write_blob(b"# t\n")
-    flat, old_fan, new_fan, later_flat = ("a" * 16, "ab" + "1" * 14, "cd" + "2" * 14,
-                                          "e" * 16)
-    old = g.edit_tree(None, {f"{flat}.md": blob, fanned("", f"{old_fan}.md")[1:]: blob})
-    grown = g.edit_tree(old, {fanned("", f"{'ab' + '3' * 14}.md")[1:]: blob,
-                              fanned("", f"{new_fan}.md")[1:]: blob, f"{later_flat}.md": blob})
-    added = added_files(g, old, grown)
-    assert added is not None  # files in no sub-folder are not trajectories
-    assert sorted(e.name for e in added) == sorted([f"{'ab' + '3' * 14}.md", f"{new_fan}.md"])
-    assert sorted(e.name for e in folder_files(g, grown)) == sorted(
-        [f"{old_fan}.md", f"{'ab' + '3' * 14}.md", f"{new_fan}.md"])
-    shrunk = g.edit_tree(grown, {fanned("", f"{old_fan}.md")[1:]: None})
-    assert added_files(g, grown, shrunk) is None  # a removal: read the folder whole
-    changed = g.edit_tree(grown, {fanned("", f"{old_fan}.md")[1:]: g.write_blob(b"# o\n")})
-    assert added_files(g, grown, changed) is None  # a change: read the folder whole
-    assert added_files(g, grown, g.edit_tree(grown, {f"{flat}.md": None})) == []
+def test_the_first_fanned_entries_read_only_the_first_sub_folders(
+        seeded_repo: ExperienceRepository, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = TrajectoryStore(seeded_repo)
+    names = ["ab" + "1" * 14, "ab" + "3" * 14, "cd" + "2" * 14, "ef" + "4" * 14]
+    store.side.write({store.path_of(n): b"# t\n" for n in names} |
+                     {f"{FOLDER}/{'a' * 16}.md": b"# in no sub-folder\n"}, "four")
+    every = store.side.fanned_entries(FOLDER, suffix=".md")
+    assert [e.name for e in every] == [f"{n}.md" for n in names]
+    trees: list[str] = []
+    real = seeded_repo.git.read_tree
+
+    def spy(sha: str):  # type: ignore[no-untyped-def]
+        trees.append(sha)
+        return real(sha)
+
+    monkeypatch.setattr(seeded_repo.git, "read_tree", spy)
+    assert store.side.fanned_entries(FOLDER, suffix=".md", first=2) == every[:2]
+    assert len(trees) == 2  # the folder and its first sub-folder (which holds two)
+    assert store.side.fanned_entries(FOLDER, suffix=".md", first=3) == every[:3]
