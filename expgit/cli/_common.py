@@ -20,6 +20,16 @@ json_option = click.option("--json", "as_json", is_flag=True,
                                 "fields: docs/json-output.md).")
 
 
+def option_group(*options: Callable[[Any], Any]) -> Callable[[F], F]:
+    """Several click options (or groups of them) as one decorator, listed in ``--help``
+    in the order given, as if stacked."""
+    def decorate(func: F) -> F:
+        for option in reversed(options):
+            func = option(func)
+        return func
+    return decorate
+
+
 def open_repo(ctx: click.Context) -> ExperienceRepository:
     """The experience repository of the current folder (``-C`` has moved there); a git
     repository without a committed ``expgit.toml`` is refused with a hint to run

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from expgit.cli._common import open_repo, warn
-from expgit.cli.train_common import bearer_token, llm_options, make_llm_options
+from expgit.cli._run_options import llm_options
+from expgit.cli.train_common import bearer_token, make_llm_options
 from expgit.errors import UsageError
 from expgit.service.example_env import DEFAULT_DATASET, DEFAULT_DOMAIN, ExampleEnvironment
 from expgit.service.example_service import ExampleService, serve_example

@@ -9,7 +9,8 @@ import click
 
 from expgit.asgi.server import serve_forever
 from expgit.cli._common import open_repo
-from expgit.cli.train_common import bearer_token, llm_options
+from expgit.cli._run_options import llm_options
+from expgit.cli.train_common import bearer_token
 from expgit.outcomes.api import outcomes_router
 from expgit.service.training_app import ServiceLimits, create_training_app
 
