@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
@@ -64,6 +64,13 @@ def skipped_strays(strays: list[Stray]) -> dict[str, Any]:
 def epoch(when: datetime | None) -> int | None:
     """A time as ``--json`` prints it: whole seconds since the epoch."""
     return None if when is None else int(when.timestamp())
+
+
+def minute(stamp: int | datetime) -> str:
+    """A time as the screen shows it: ``2026-01-31 12:34`` (seconds since the epoch:
+    in UTC)."""
+    when = stamp if isinstance(stamp, datetime) else datetime.fromtimestamp(stamp, UTC)
+    return f"{when:%Y-%m-%d %H:%M}"
 
 
 def short(sha: str | None) -> str:
