@@ -43,6 +43,16 @@ env_options = option_group(
 )
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")  # a service bound here needs no token
+
+# ``--allow-host`` of the two services (``expgit serve``, ``expgit env serve``)
+allow_host_option = click.option(
+    "--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+    help="Also answer requests whose Host header names NAME (loopback names and the "
+    "--host address are always answered; any other Host is 400, which stops DNS "
+    "rebinding). Repeatable.")
+
+
 def bearer_token(token_env: str | None, default_env: str) -> str | None:
     """The token in ``token_env`` (which must then be set), else in ``default_env`` if
     that is set, else None."""
