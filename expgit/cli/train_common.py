@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar, cast
 
 import click
 
-from expgit.cli._common import emit, option_group
+from expgit.cli._common import emit, option_group, warn
 from expgit.cli._invocation import command_args
 from expgit.cli._run_options import llm_options, make_mcp, mcp_options, user_model_option
 from expgit.errors import ExpgitError, GateError, RunErrorsError, UsageError
@@ -114,8 +114,7 @@ def print_estimate(estimate: RunEstimate) -> None:
     click.echo(f"expgit: {estimate.line()}", err=True)
     for note in estimate.notes:
         click.echo(f"expgit: estimate: {note}", err=True)
-    for warning in estimate.warnings:
-        click.echo(f"expgit: warning: {warning}", err=True)
+    warn(estimate.warnings)
 
 
 @dataclass(frozen=True)
@@ -172,8 +171,7 @@ def output(report: RunReport, as_json: bool, report_file: Path | None = None, *,
     the run (text or JSON) on stdout; then fail (exit 1) if the run did
     not work (a phase whose every rollout failed) or a push to ``--remote`` did not
     land."""
-    for warning in report.warnings:  # before the result: a CI log shows it first
-        click.echo(f"expgit: warning: {warning}", err=True)
+    warn(report.warnings)  # before the result: a CI log shows it first
     if report_file is not None:
         write_report(report, report_file)
     if report_html is not None:
