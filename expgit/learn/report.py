@@ -23,10 +23,12 @@ from expgit.learn.findings import Finding, find_all
 from expgit.learn.lexical import LexicalIndex
 from expgit.learn.metrics import compute_metrics
 from expgit.learn.propose import LearnProposal, propose_learning
-from expgit.learn.runs import build_runs, load_outcomes
+from expgit.learn.runs import build_runs
 from expgit.learn.seed_pack import SCHEMA as SEED_SCHEMA
 from expgit.learn.seed_pack import Seed, build_seeds
+from expgit.outcomes.records import OutcomeRecord
 from expgit.runs.run_files import load_rollouts
+from expgit.store.jsonl import load_jsonl
 from expgit.store.repository import ExperienceRepository
 from expgit.store.settings import LearnSettings
 from expgit.train.redaction import Redactor
@@ -103,7 +105,8 @@ def learn_report(repo: ExperienceRepository, rollouts_file: Path, out_dir: Path,
     options = options or repo.settings.learn
     say = progress or (lambda _message: None)
     rollouts = load_rollouts(rollouts_file)
-    outcomes = load_outcomes(outcomes_file) if outcomes_file is not None else []
+    outcomes = (load_jsonl(outcomes_file, OutcomeRecord, "outcomes")
+                if outcomes_file is not None else [])
     snapshot = repo.snapshot()
     say(f"read {len(rollouts)} rollouts and {len(outcomes)} outcome records")
     data = build_runs(rollouts, outcomes)
