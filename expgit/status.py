@@ -101,11 +101,7 @@ def measured_effect(description: str) -> MeasuredEffect | None:
 
 def _last_update(repo: ExperienceRepository) -> LastUpdate | None:
     updates = policy_log(repo, limit=1)
-    if not updates:
-        return None
-    u = updates[0]
-    return LastUpdate(commit=u.commit, kind=u.kind, subject=u.subject, author=u.author,
-                      time=u.time, proposal=u.proposal)
+    return LastUpdate.model_validate(updates[0], from_attributes=True) if updates else None
 
 
 def _last_run(proposals: list[Proposal]) -> LastRun | None:

@@ -41,6 +41,7 @@ import h11
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -125,8 +126,9 @@ class _GuardMiddleware:
             return
         method = str(scope.get("method", "GET")).upper()
         path = str(scope.get("path", ""))
+        headers = Headers(scope=scope)
         needs_token = self.token is not None and (method, path) not in OPEN_ROUTES
-        if needs_token and not self._authorized(scope):
+        if needs_token and not self._authorized(headers):
             response = error_response(
                 401,
                 "missing or wrong bearer token",
@@ -134,14 +136,14 @@ class _GuardMiddleware:
             )
             await response(scope, receive, send)
             return
-        refused_type = _not_json(scope)
+        refused_type = _not_json(headers)
         if refused_type is not None:
             response = error_response(
                 415, f"unsupported content type {refused_type!r}: send the body as "
                 "application/json (Content-Type: application/json)")
             await response(scope, receive, send)
             return
-        declared = _content_length(scope)
+        declared = _content_length(headers)
         if declared is not None and declared > self.max_body_bytes:
             await self._too_large(scope, receive, send)
             return
@@ -158,15 +160,11 @@ class _GuardMiddleware:
                 return
         await self.app(scope, _replay(bytes(body), receive), send)
 
-    def _authorized(self, scope: Scope) -> bool:
+    def _authorized(self, headers: Headers) -> bool:
         assert self.token is not None
-        for name, value in scope.get("headers", ()):
-            if name.lower() == b"authorization":
-                scheme, _, presented = value.decode("latin-1").partition(" ")
-                if scheme.lower() != "bearer":
-                    return False
-                return hmac.compare_digest(presented.strip().encode(), self.token.encode())
-        return False
+        scheme, _, presented = headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            presented.strip().encode(), self.token.encode())
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = error_response(
@@ -175,26 +173,19 @@ class _GuardMiddleware:
         await response(scope, receive, send)
 
 
-def _header(scope: Scope, wanted: bytes) -> str | None:
-    for name, value in scope.get("headers", ()):
-        if name.lower() == wanted:
-            return bytes(value).decode("latin-1")
-    return None
-
-
-def _content_length(scope: Scope) -> int | None:
-    value = _header(scope, b"content-length")
+def _content_length(headers: Headers) -> int | None:
+    value = headers.get("content-length")
     try:
         return int(value) if value is not None else None
     except ValueError:
         return None
 
 
-def _not_json(scope: Scope) -> str | None:
+def _not_json(headers: Headers) -> str | None:
     """The media type of a request whose body is not JSON (``""``: a body with no
     type), None when it is JSON or the request has neither body nor type."""
-    declared = _header(scope, b"content-type")
-    has_body = bool(_content_length(scope)) or _header(scope, b"transfer-encoding") is not None
+    declared = headers.get("content-type")
+    has_body = bool(_content_length(headers)) or "transfer-encoding" in headers
     if declared is None:
         return "" if has_body else None
     media = declared.split(";", 1)[0].strip().lower()
@@ -233,7 +224,7 @@ class HostGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):
-            host = host_name(_header(scope, b"host") or "")
+            host = host_name(Headers(scope=scope).get("host", ""))
             if host not in self.allowed:
                 shown = "".join(c for c in host if c.isprintable())[:100] or "(none)"
                 response = error_response(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
@@ -18,6 +18,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print the result as one JSON object for scripts (its "
                                 "fields: docs/json-output.md).")
+
+
+def option_group(*options: Callable[[Any], Any]) -> Callable[[F], F]:
+    """Several click options (or groups of them) as one decorator, listed in ``--help``
+    in the order given, as if stacked."""
+    def decorate(func: F) -> F:
+        for option in reversed(options):
+            func = option(func)
+        return func
+    return decorate
 
 
 def open_repo(ctx: click.Context) -> ExperienceRepository:
@@ -54,6 +64,13 @@ def skipped_strays(strays: list[Stray]) -> dict[str, Any]:
 def epoch(when: datetime | None) -> int | None:
     """A time as ``--json`` prints it: whole seconds since the epoch."""
     return None if when is None else int(when.timestamp())
+
+
+def minute(stamp: int | datetime) -> str:
+    """A time as the screen shows it: ``2026-01-31 12:34`` (seconds since the epoch:
+    in UTC)."""
+    when = stamp if isinstance(stamp, datetime) else datetime.fromtimestamp(stamp, UTC)
+    return f"{when:%Y-%m-%d %H:%M}"
 
 
 def short(sha: str | None) -> str:

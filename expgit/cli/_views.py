@@ -7,10 +7,14 @@ fields hold full 40-hex object ids; times are whole seconds since the epoch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from expgit.cli._common import epoch
 from expgit.store.gradients import Gradient
 from expgit.store.proposals import Proposal
+
+if TYPE_CHECKING:  # a plain listing never loads the sessions
+    from expgit.sessions.skill_usage import SkillUsage
 
 ID_LENGTH = 12
 
@@ -33,4 +37,10 @@ def proposal_view(p: Proposal) -> dict[str, Any]:
             "time": p.time, "branch": p.ref.removeprefix("refs/heads/"),
             "changes": [{"experience": c.name, "operation": c.operation,
                          "added": c.counts[0], "removed": c.counts[1]} for c in p.changes]}
+
+
+
+def usage_view(u: SkillUsage) -> dict[str, Any]:
+    """A skill's loads in the ingested sessions (``list --usage``, ``status``)."""
+    return {"loads_30d": u.loads_30d, "last_load": epoch(u.last_load), "loads": u.loads}
 

@@ -11,7 +11,8 @@ from expgit.store.lock import describe
 from expgit.store.repository import ExperienceRepository
 
 
-def _view(repo: ExperienceRepository, d: Diagnosis) -> dict[str, object]:
+def diagnosis_view(repo: ExperienceRepository, d: Diagnosis) -> dict[str, object]:
+    """The diagnosis as ``--json`` prints it (``doctor``, and ``status``'s lock)."""
     recovered = d.recovered
     holder, stamp = d.holder, (d.holder or {}).get("time")
     if holder is not None and isinstance(stamp, float):  # --json times: whole seconds
@@ -92,7 +93,7 @@ def doctor_cmd(ctx: click.Context, do_fix: bool, as_json: bool) -> None:
     """
     repo = open_repo(ctx)
     result = fix(repo) if do_fix else diagnose(repo)
-    emit(as_json, _view(repo, result), lambda: _print(repo, result, do_fix))
+    emit(as_json, diagnosis_view(repo, result), lambda: _print(repo, result, do_fix))
     if result.held_by_others:
         ctx.exit(EXIT_LOCKED)
     if result.needs_fix:

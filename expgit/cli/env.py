@@ -7,14 +7,18 @@ from pathlib import Path
 import click
 
 from expgit.cli._common import open_repo, warn
-from expgit.cli.train_common import bearer_token, llm_options, make_llm_options
+from expgit.cli._run_options import llm_options
+from expgit.cli.train_common import (
+    LOOPBACK,
+    allow_host_option,
+    bearer_token,
+    make_llm_options,
+)
 from expgit.errors import UsageError
 from expgit.service.example_env import DEFAULT_DATASET, DEFAULT_DOMAIN, ExampleEnvironment
 from expgit.service.example_service import ExampleService, serve_example
 from expgit.store.repository import ExperienceRepository
 from expgit.store.settings import Settings
-
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @click.group("env")
@@ -71,10 +75,7 @@ def _served_paths(repos: tuple[Path, ...], current: ExperienceRepository | None
               help="A repository rollouts may read (the request's policy_set.root_uri); "
               "any other is refused with 403. Repeatable. Default: the current one.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="The address to bind.")
-@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
-              help="Also answer requests whose Host header names NAME (loopback names "
-              "and the --host address are always answered; any other Host is 400, "
-              "which stops DNS rebinding). Repeatable.")
+@allow_host_option
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
               help="The port (0: a free one).")
 @click.option("--token-env", metavar="VAR",
@@ -115,7 +116,7 @@ def env_serve_cmd(ctx: click.Context, cases: tuple[Path, ...], named: tuple[str,
     settings = settings.model_copy(update={"serve": settings.serve.model_copy(
         update={"max_concurrency": concurrency})})
     token = bearer_token(token_env, settings.serve.token_env)
-    if token is None and host not in _LOOPBACK:
+    if token is None and host not in LOOPBACK:
         warn([f"no token: anyone who can reach {host}:{port} can list the cases and run "
               "rollouts that read repositories on this machine (set --token-env)"])
     service = ExampleService(cases=cases, named=_named_splits(named), dataset=dataset,

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
 
 import click
+from pydantic import ValidationError
 
-from expgit.cli._common import emit, json_option, open_repo, progress
-from expgit.learn.options import learn_options
+from expgit.cli._common import emit, json_option, open_repo, option_group, progress
+from expgit.errors import UsageError
 from expgit.learn.report import learn_report
 from expgit.store.settings import LearnSettings
 
@@ -31,17 +30,21 @@ _THRESHOLDS = (
     ("seed-min-score", _SHARE, "Score from which a passed run may seed an experience."),
     ("max-evidence", click.IntRange(min=1), "Evidence examples kept per finding."),
 )
+_threshold_options = option_group(*(
+    click.option(f"--{flag}", type=kind, default=None, metavar="N",
+                 help=f"{text} [{LearnSettings.model_fields[flag.replace('-', '_')].default}]")
+    for flag, kind, text in _THRESHOLDS))
 
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _threshold_options(command: F) -> F:
-    for flag, kind, text in reversed(_THRESHOLDS):
-        default = LearnSettings.model_fields[flag.replace("-", "_")].default
-        command = click.option(f"--{flag}", type=kind, default=None, metavar="N",
-                               help=f"{text} [{default}]")(command)
-    return command
+def learn_options(settings: LearnSettings, overrides: dict[str, float | int | None]
+                  ) -> LearnSettings:
+    """The ``[learn]`` section with each threshold flag given in its place (validated as
+    the section is)."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return LearnSettings.model_validate(settings.model_dump() | given) if given else settings
+    except ValidationError as exc:
+        raise UsageError(f"invalid learn threshold: {exc.errors()[0]['msg']}") from None
 
 
 @click.command("learn")

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from expgit.cli._common import emit, epoch, json_option, open_repo, short
+from expgit.cli._common import emit, epoch, json_option, minute, open_repo, short
+from expgit.cli._views import usage_view
 from expgit.store.catalog import ExperienceRow, catalog
 from expgit.store.predictions import PredictionRecords, TrackRecord, prediction_record
 from expgit.train.track_record import ExperienceStats
@@ -69,7 +70,7 @@ def list_cmd(ctx: click.Context, rev: str | None, with_stats: bool, with_usage: 
             if with_stats:
                 s = stats.get(r.name) or ExperienceStats(r.name)
                 mean = "-" if s.mean_score is None else f"{s.mean_score:.2f}"
-                last = f"{s.last_used:%Y-%m-%d %H:%M}" if s.last_used else "-"
+                last = minute(s.last_used) if s.last_used else "-"
                 record = records.by_experience.get(r.name, TrackRecord())
                 lines.append(f"{line} {s.times_used:>5} {s.passed:>5} {s.failed:>5} "
                              f"{s.helpful:>5} {s.harmful:>5} {mean:>5} {hits(record):>5}  "
@@ -78,7 +79,7 @@ def list_cmd(ctx: click.Context, rev: str | None, with_stats: bool, with_usage: 
                 lines.append(f"{line} {r.problem or r.summary[:70]}")
             if with_usage:
                 u = usage[r.name]
-                last = f"{u.last_load:%Y-%m-%d %H:%M}" if u.last_load else "-"
+                last = minute(u.last_load) if u.last_load else "-"
                 lines.append(f"{r.name:<44} loads (30 days) {u.loads_30d:>5}  last load {last}")
         if records.by_model:
             lines.append("prediction hits by proposing model: " + ", ".join(
@@ -95,9 +96,7 @@ def list_cmd(ctx: click.Context, rev: str | None, with_stats: bool, with_usage: 
             data["stats"] = used.as_dict() | {"last_used": epoch(used.last_used)} | {
                 "predictions": records.by_experience.get(r.name, TrackRecord()).as_dict()}
         if with_usage:
-            u = usage[r.name]
-            data["usage"] = {"loads_30d": u.loads_30d, "last_load": epoch(u.last_load),
-                             "loads": u.loads}
+            data["usage"] = usage_view(usage[r.name])
         return data
 
     models = {"models": {m: r.as_dict() for m, r in sorted(records.by_model.items())}

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import click
 
-from expgit.cli._common import emit, json_option, open_repo, short
+from expgit.cli._common import emit, json_option, minute, open_repo, short
 from expgit.cli._views import gradient_view
 from expgit.store.history import PolicyUpdate, policy_log
 
 
 def _print_update(u: PolicyUpdate) -> None:
-    when = datetime.fromtimestamp(u.time, UTC)
     click.echo(click.style(f"{short(u.commit)} {u.kind}", fg="yellow")
-               + f"  {when:%Y-%m-%d %H:%M} UTC  {u.author}")
+               + f"  {minute(u.time)} UTC  {u.author}")
     click.echo(f"    {u.subject}")
     if u.proposal and u.proposal != short(u.commit):  # merged by a forge, or rebuilt
         click.echo(f"    proposal {u.proposal}")

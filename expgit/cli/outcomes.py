@@ -7,7 +7,7 @@ from typing import cast
 import click
 from pydantic import ValidationError
 
-from expgit.cli._common import emit, epoch, json_option, open_repo
+from expgit.cli._common import emit, epoch, json_option, minute, open_repo
 from expgit.errors import InvalidInputError
 from expgit.outcomes.records import (
     TARGET_KINDS,
@@ -99,7 +99,7 @@ def list_cmd(ctx: click.Context, target_kind: str | None, target_id: str | None,
 
     def human() -> None:
         for record in records:
-            click.echo(f"{record.id}  {record.created_at:%Y-%m-%d %H:%M}  {_line(record)}")
+            click.echo(f"{record.id}  {minute(record.created_at)}  {_line(record)}")
         click.echo(f"{len(records)} outcomes", err=True)
 
     emit(as_json, {"outcomes": [_view(r) for r in records]}, human)

@@ -3,11 +3,10 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
 import click
 
-from expgit.cli._common import emit, json_option, open_repo, short, skipped_strays
+from expgit.cli._common import emit, json_option, minute, open_repo, short, skipped_strays
 from expgit.cli._complete import open_ids
 from expgit.cli._views import gradient_view, proposal_view
 from expgit.store.changes import FileChange, colour_diff
@@ -21,10 +20,6 @@ STATE_CHOICE = click.Choice(["open", "applied", "rejected", "all"])
 
 def _states(state: str) -> tuple[str, ...]:
     return ("open", "applied", "rejected") if state == "all" else (state,)
-
-
-def _when(stamp: int) -> str:
-    return f"{datetime.fromtimestamp(stamp, UTC):%Y-%m-%d %H:%M}"
 
 
 @click.command("gradients")
@@ -94,7 +89,7 @@ def proposals_cmd(ctx: click.Context, state: str, as_json: bool) -> None:
         if not items:
             click.echo(f"no {state} proposals")
         for p in items:
-            click.echo(f"{p.id}  {p.state:<8} {_when(p.time)}  {len(p.gradient_commits)} "
+            click.echo(f"{p.id}  {p.state:<8} {minute(p.time)}  {len(p.gradient_commits)} "
                        f"gradient(s)  {p.subject}")
 
     emit(as_json, {"proposals": [proposal_view(p) for p in items], **skipped}, human)
@@ -150,7 +145,7 @@ def review_cmd(ctx: click.Context, item_id: str, as_json: bool) -> None:
     def human() -> None:
         shown, rest = inline_diffs(text, changes)
         click.echo(click.style(head, bold=True))
-        click.echo(f"commit {item.commit}  by {item.author}  {_when(item.time)}")
+        click.echo(f"commit {item.commit}  by {item.author}  {minute(item.time)}")
         for change in changes:  # a rewrite that drops most of a rule shows at a glance
             if change.old_path is not None:  # a layout migration moves each file
                 click.echo(f"rename {change.old_path} -> {change.path}")

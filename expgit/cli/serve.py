@@ -9,20 +9,16 @@ import click
 
 from expgit.asgi.server import serve_forever
 from expgit.cli._common import open_repo
-from expgit.cli.train_common import bearer_token, llm_options
+from expgit.cli._run_options import llm_options
+from expgit.cli.train_common import LOOPBACK, allow_host_option, bearer_token
 from expgit.outcomes.api import outcomes_router
 from expgit.service.training_app import ServiceLimits, create_training_app
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @click.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="The address to listen on (0.0.0.0: every interface; set a token).")
-@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
-              help="Also answer requests whose Host header names NAME (loopback names "
-              "and the --host address are always answered; any other Host is 400, "
-              "which stops DNS rebinding). Repeatable.")
+@allow_host_option
 @click.option("--port", type=click.IntRange(0, 65535), default=8766, show_default=True,
               help="The port (0: any free port; the URL printed says which). `expgit env "
               "serve` defaults to 8765, so both can run side by side.")

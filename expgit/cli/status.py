@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import click
 
-from expgit.cli._common import emit, epoch, json_option, open_repo, short, skipped_strays
-from expgit.cli._views import gradient_view, proposal_view
-from expgit.cli.doctor import _view as diagnosis_view
+from expgit.cli._common import emit, json_option, minute, open_repo, short, skipped_strays
+from expgit.cli._views import gradient_view, proposal_view, usage_view
+from expgit.cli.doctor import diagnosis_view
 from expgit.sessions.skill_usage import SkillsUsage
 from expgit.status import MeasuredEffect, RepositoryStatus, repository_status
 from expgit.store.doctor import describe_path
@@ -17,10 +16,6 @@ from expgit.store.lock import describe
 from expgit.store.repository import ExperienceRepository
 
 SHOWN = 5  # items per list on the screen; --json has them all
-
-
-def _when(stamp: int) -> str:
-    return f"{datetime.fromtimestamp(stamp, UTC):%Y-%m-%d %H:%M} UTC"
 
 
 def _effect(effect: MeasuredEffect | None) -> str:
@@ -57,7 +52,7 @@ def status_lines(repo: ExperienceRepository, s: RepositoryStatus) -> list[str]:
     lines = [f"{s.branch}: {short(s.commit)}"]
     u = s.last_update
     if u is not None:
-        lines.append(f"  last update: {short(u.commit)} {u.kind} {_when(u.time)} "
+        lines.append(f"  last update: {short(u.commit)} {u.kind} {minute(u.time)} UTC "
                      f"by {u.author.split(' <')[0]}: {u.subject}")
     lines.append(f"open proposals: {len(s.proposals)}")
     lines += [f"  {p.id}  {len(p.gradient_commits)} gradient(s), {_effect(effect)}: "
@@ -74,7 +69,7 @@ def status_lines(repo: ExperienceRepository, s: RepositoryStatus) -> list[str]:
     lines += _skill_lines(s.skills) if s.sessions else []  # no session: nothing to say
     run = s.last_run
     lines.append("last run: none measured a proposal" if run is None else
-                 f"last run: proposal {run.proposal} ({run.state}) {_when(run.time)}: "
+                 f"last run: proposal {run.proposal} ({run.state}) {minute(run.time)} UTC: "
                  f"{_effect(run.effect)}" + (f"; {run.effect.calls} LLM calls, cost "
                                              f"{run.effect.cost}"
                                              if run.effect.calls is not None else ""))
@@ -91,7 +86,7 @@ def _skill_lines(skills: SkillsUsage | None) -> list[str]:
              + (f"; {skills.unknown_loads} load(s) of names not on main"
                 if skills.unknown_loads else "")]
     lines += [f"  {name}: {u.loads_30d} load(s) in {skills.window_days} days, last "
-              + (f"{u.last_load:%Y-%m-%d %H:%M} UTC" if u.last_load else "unknown")
+              + (f"{minute(u.last_load)} UTC" if u.last_load else "unknown")
               for name, u in used[:SHOWN]]
     lines += _more(len(used))
     if not skills.enough_history:
@@ -109,9 +104,8 @@ def _skills_view(skills: SkillsUsage | None) -> dict[str, Any] | None:
     """The skills block of ``--json``: times as whole seconds since the epoch."""
     if skills is None:
         return None
-    return skills.model_dump(mode="json", exclude={"usage"}) | {"usage": {
-        name: {"loads_30d": u.loads_30d, "last_load": epoch(u.last_load), "loads": u.loads}
-        for name, u in skills.usage.items()}}
+    return skills.model_dump(mode="json", exclude={"usage"}) | {
+        "usage": {name: usage_view(u) for name, u in skills.usage.items()}}
 
 
 def status_view(repo: ExperienceRepository, s: RepositoryStatus) -> dict[str, Any]:

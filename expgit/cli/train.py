@@ -9,28 +9,19 @@ import click
 
 from expgit.cli._common import json_option, open_repo
 from expgit.cli._progress import progress_display
-from expgit.cli._run_options import (
-    gate_options,
-    make_gate,
-    make_mcp,
-    mcp_options,
-    trials_option,
-    user_model_option,
-)
+from expgit.cli._run_options import gate_options, make_gate, trials_option
 from expgit.cli.train_common import (
-    budget_options,
+    ModelFlags,
     case_source,
     env_options,
     environment_service,
-    llm_options,
-    make_llm_options,
+    model_options,
     output,
-    print_estimate,
     report_html_option,
 )
 from expgit.cli.train_rollouts import train_write_options
 from expgit.errors import UsageError
-from expgit.runs.build import RunOptions, run_train
+from expgit.runs.build import run_train
 
 
 @click.command("train")
@@ -59,10 +50,7 @@ from expgit.runs.build import RunOptions, run_train
 @gate_options
 @train_write_options
 @report_html_option
-@llm_options
-@mcp_options
-@user_model_option
-@budget_options
+@model_options()
 @json_option
 @click.pass_context
 def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
@@ -72,10 +60,7 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
               candidate_eval: bool,
               gate: bool | None, min_delta: float | None, max_regressions: int | None,
               mode: str, pr_body: Path | None, report: Path | None,
-              remote: str | None, report_html: Path | None, llm_choice: str | None,
-              model: str | None, base_url: str | None, concurrency: int,
-              mcp_command: str | None, mcp_url: str | None, user_model: str | None,
-              max_calls: int | None, max_cost: float | None,
+              remote: str | None, report_html: Path | None, flags: ModelFlags,
               as_json: bool) -> None:
     """Train the experiences on the --cases FILE: run each case, turn the runs into trajectories (on
     the expgit/trajectories branch) and gradients, and merge each batch's gradients into
@@ -121,15 +106,10 @@ def train_cmd(ctx: click.Context, cases: Path | None, eval_cases: Path | None,
     measured = eval_set is not None and candidate_eval and (remote is None or bool(gate))
     gate_settings = make_gate(repo, gate, min_delta, max_regressions, measured=measured)
     with progress_display() as progress:
-        options = RunOptions(llm=make_llm_options(llm_choice, model, base_url, user_model),
-                             concurrency=concurrency,
-                             mode="apply" if mode == "apply" else "propose",
-                             pr_body=pr_body, progress=progress, remote=remote,
-                             trials=trials, candidate_eval=candidate_eval,
-                             gate=gate_settings,
-                             max_calls=max_calls, max_cost=max_cost,
-                             announce=print_estimate, group_size=group_size,
-                             mcp=make_mcp(repo, mcp_command, mcp_url))
+        options = flags.run_options(repo, mode="apply" if mode == "apply" else "propose",
+                                    pr_body=pr_body, progress=progress, remote=remote,
+                                    trials=trials, candidate_eval=candidate_eval,
+                                    gate=gate_settings, group_size=group_size)
         result = asyncio.run(run_train(repo, train_set, options, eval_cases=eval_set,
                                        epochs=epochs, batch_size=batch_size))
     output(result, as_json, report, report_html=report_html, repo=repo)

@@ -1,25 +1,26 @@
-"""What ``expgit train``, ``eval`` and ``train-rollouts`` share: LLM and budget options,
-the environment service options, the estimate printed before a run, and printing and
-writing a run report (the gate's and
+"""What ``expgit train``, ``eval`` and ``train-rollouts`` share: the model's and budget's
+options gathered into one :class:`ModelFlags`, the environment service options, the
+estimate printed before a run, and printing and writing a run report (the gate's and
 trials' options: ``expgit.cli._run_options``, light enough for ``apply``)."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import click
 
-from expgit.cli._common import emit
+from expgit.cli._common import emit, option_group, warn
 from expgit.cli._invocation import command_args
-from expgit.cli._run_options import RUN_CONCURRENCY as RUN_CONCURRENCY
-from expgit.cli._run_options import llm_options as llm_options
+from expgit.cli._run_options import llm_options, make_mcp, mcp_options, user_model_option
 from expgit.errors import ExpgitError, GateError, RunErrorsError, UsageError
 from expgit.llm.budget import RunEstimate
 from expgit.remote.environment import EnvironmentService
-from expgit.runs.build import NO_LLM, CaseSource, LLMOptions
+from expgit.runs.build import NO_LLM, CaseSource, LLMOptions, RunOptions
 from expgit.store.repository import ExperienceRepository
 from expgit.train.candidate import gate_failures, gate_refusal
 from expgit.train.report import RunReport, render_text, write_report
@@ -29,20 +30,27 @@ from expgit.train.verdict import verdict_lines
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def env_options(func: F) -> F:
-    """``--env-url``, ``--env-token-env``, ``--dataset``, ``--domain``."""
-    for option in reversed([
-        click.option("--env-url", metavar="URL",
-                     help="An environment service (e.g. `expgit env serve`): its cases "
-                     "and its rollouts instead of --cases FILE and in-process rollouts."),
-        click.option("--env-token-env", metavar="VAR",
-                     help="The environment variable holding the service's bearer token "
-                     "(default: [serve] token_env, EXPGIT_TOKEN, used when set)."),
-        click.option("--dataset", help="The service's dataset (default: the service's)."),
-        click.option("--domain", help="The service's domain (default: the service's)."),
-    ]):
-        func = option(func)
-    return func
+# ``--env-url``, ``--env-token-env``, ``--dataset``, ``--domain``
+env_options = option_group(
+    click.option("--env-url", metavar="URL",
+                 help="An environment service (e.g. `expgit env serve`): its cases "
+                 "and its rollouts instead of --cases FILE and in-process rollouts."),
+    click.option("--env-token-env", metavar="VAR",
+                 help="The environment variable holding the service's bearer token "
+                 "(default: [serve] token_env, EXPGIT_TOKEN, used when set)."),
+    click.option("--dataset", help="The service's dataset (default: the service's)."),
+    click.option("--domain", help="The service's domain (default: the service's)."),
+)
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")  # a service bound here needs no token
+
+# ``--allow-host`` of the two services (``expgit serve``, ``expgit env serve``)
+allow_host_option = click.option(
+    "--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+    help="Also answer requests whose Host header names NAME (loopback names and the "
+    "--host address are always answered; any other Host is 400, which stops DNS "
+    "rebinding). Repeatable.")
 
 
 def bearer_token(token_env: str | None, default_env: str) -> str | None:
@@ -89,19 +97,16 @@ def make_llm_options(llm_choice: str | None, model: str | None, base_url: str | 
     return LLMOptions(choice=choice, model=model, base_url=base_url, user_model=user_model)
 
 
-def budget_options(func: F) -> F:
-    """``--max-calls``, ``--max-cost`` (``[llm] max_calls`` / ``max_cost``)."""
-    for option in reversed([
-        click.option("--max-calls", type=click.IntRange(min=1), metavar="N",
-                     help="Stop calling the model after N calls; what the run made is "
-                     "kept (exit 7).  [default: [llm] max_calls, unbounded]"),
-        click.option("--max-cost", type=click.FloatRange(min=0, min_open=True),
-                     metavar="AMOUNT", help="Stop calling the model once its calls cost "
-                     "AMOUNT (in [llm] currency, at [llm.prices]); as --max-calls.  "
-                     "[default: [llm] max_cost, unbounded]"),
-    ]):
-        func = option(func)
-    return func
+# ``--max-calls``, ``--max-cost`` (``[llm] max_calls`` / ``max_cost``)
+budget_options = option_group(
+    click.option("--max-calls", type=click.IntRange(min=1), metavar="N",
+                 help="Stop calling the model after N calls; what the run made is "
+                 "kept (exit 7).  [default: [llm] max_calls, unbounded]"),
+    click.option("--max-cost", type=click.FloatRange(min=0, min_open=True),
+                 metavar="AMOUNT", help="Stop calling the model once its calls cost "
+                 "AMOUNT (in [llm] currency, at [llm.prices]); as --max-calls.  "
+                 "[default: [llm] max_cost, unbounded]"),
+)
 
 
 def print_estimate(estimate: RunEstimate) -> None:
@@ -109,8 +114,47 @@ def print_estimate(estimate: RunEstimate) -> None:
     click.echo(f"expgit: {estimate.line()}", err=True)
     for note in estimate.notes:
         click.echo(f"expgit: estimate: {note}", err=True)
-    for warning in estimate.warnings:
-        click.echo(f"expgit: warning: {warning}", err=True)
+    warn(estimate.warnings)
+
+
+@dataclass(frozen=True)
+class ModelFlags:
+    """A run command's model, budget and MCP options, as :func:`model_options` hands
+    them over."""
+
+    llm: LLMOptions
+    concurrency: int
+    max_calls: int | None
+    max_cost: float | None
+    mcp_command: str | None = None
+    mcp_url: str | None = None
+
+    def run_options(self, repo: ExperienceRepository, **fields: Any) -> RunOptions:
+        """The run's options: these, the estimate printed before it, and ``fields``."""
+        return RunOptions(llm=self.llm, concurrency=self.concurrency,
+                          max_calls=self.max_calls, max_cost=self.max_cost,
+                          announce=print_estimate,
+                          mcp=make_mcp(repo, self.mcp_command, self.mcp_url), **fields)
+
+
+def model_options(*, agent_tools: bool = True) -> Callable[[F], F]:
+    """``--llm``, ``--model``, ``--base-url``, ``--concurrency`` (with ``agent_tools``:
+    ``--mcp-command``, ``--mcp-url``, ``--user-model``), ``--max-calls``, ``--max-cost``,
+    passed to the command as one argument, ``flags: ModelFlags``."""
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def command(*args: Any, llm_choice: str | None, model: str | None,
+                    base_url: str | None, concurrency: int, max_calls: int | None,
+                    max_cost: float | None, user_model: str | None = None,
+                    mcp_command: str | None = None, mcp_url: str | None = None,
+                    **kwargs: Any) -> Any:
+            flags = ModelFlags(make_llm_options(llm_choice, model, base_url, user_model),
+                               concurrency, max_calls, max_cost, mcp_command, mcp_url)
+            return func(*args, flags=flags, **kwargs)
+
+        tools = (mcp_options, user_model_option) if agent_tools else ()
+        return cast(F, option_group(llm_options, *tools, budget_options)(command))
+    return decorate
 
 
 report_html_option = click.option(
@@ -127,8 +171,7 @@ def output(report: RunReport, as_json: bool, report_file: Path | None = None, *,
     the run (text or JSON) on stdout; then fail (exit 1) if the run did
     not work (a phase whose every rollout failed) or a push to ``--remote`` did not
     land."""
-    for warning in report.warnings:  # before the result: a CI log shows it first
-        click.echo(f"expgit: warning: {warning}", err=True)
+    warn(report.warnings)  # before the result: a CI log shows it first
     if report_file is not None:
         write_report(report, report_file)
     if report_html is not None:

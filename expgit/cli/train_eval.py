@@ -9,23 +9,14 @@ import click
 
 from expgit.cli._common import emit, json_option, open_repo
 from expgit.cli._progress import progress_display
-from expgit.cli._run_options import (
-    gate_options,
-    make_gate,
-    make_mcp,
-    mcp_options,
-    trials_option,
-    user_model_option,
-)
+from expgit.cli._run_options import gate_options, make_gate, trials_option
 from expgit.cli.train_common import (
-    budget_options,
+    ModelFlags,
     case_source,
     env_options,
     environment_service,
-    llm_options,
-    make_llm_options,
+    model_options,
     output,
-    print_estimate,
     report_html_option,
 )
 from expgit.errors import UsageError
@@ -67,10 +58,7 @@ from expgit.train.report import cost_table
 @click.option("--triggers", is_flag=True, help="With --skill NAME: run each query of the "
               "skill's evals/triggers.json --runs times with the listing agent and report "
               "the trigger rate (did it call Skill with NAME), per query and overall.")
-@llm_options
-@mcp_options
-@user_model_option
-@budget_options
+@model_options()
 @json_option
 @click.pass_context
 def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
@@ -79,11 +67,7 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
              at: str | None, compare: tuple[str, str] | None, skill: str | None,
              runs: int | None, out: Path | None, gate: bool | None,
              min_delta: float | None, max_regressions: int | None, comment: Path | None,
-             trials: int, triggers: bool, llm_choice: str | None,
-             model: str | None, base_url: str | None, concurrency: int,
-             mcp_command: str | None, mcp_url: str | None, user_model: str | None,
-             max_calls: int | None, max_cost: float | None,
-             as_json: bool) -> None:
+             trials: int, triggers: bool, flags: ModelFlags, as_json: bool) -> None:
     """Evaluate the experiences on main with CASES: one rollout per case, scored by its
     rubric (no training, nothing written). Prints accuracy, average reward and the LLM
     cost.
@@ -114,8 +98,7 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
     """
     repo = open_repo(ctx)
     if triggers:
-        _triggers(repo, skill, runs or 3, at, cases, compare, llm_choice, model, base_url,
-                  concurrency, max_calls, max_cost, as_json)
+        _triggers(repo, skill, runs or 3, at, cases, compare, flags, as_json)
         return
     for flag, given in (("--runs", runs), ("--out", out)):
         if given is not None and skill is None:
@@ -129,11 +112,7 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
             raise UsageError(f"--skill runs the skill's own evals on main; drop "
                              f"{', '.join(others)}")
         with progress_display() as progress:
-            options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
-                                 concurrency=concurrency, progress=progress,
-                                 trials=runs or 3, max_calls=max_calls, max_cost=max_cost,
-                                 announce=print_estimate,
-                                 mcp=make_mcp(repo, mcp_command, mcp_url))
+            options = flags.run_options(repo, progress=progress, trials=runs or 3)
             result = asyncio.run(run_skill_eval(repo, skill, options,
                                                 out or Path(f"{skill}-workspace")))
         output(result, as_json, report, report_html=report_html, repo=repo)
@@ -149,11 +128,7 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
             raise UsageError(f"{flag} needs --compare A B", hint="B is measured against A")
     checked = make_gate(repo, gate, min_delta, max_regressions, measured=bool(compare))
     with progress_display() as progress:
-        options = RunOptions(llm=make_llm_options(llm_choice, model, base_url, user_model),
-                             concurrency=concurrency, progress=progress, trials=trials,
-                             max_calls=max_calls, max_cost=max_cost, gate=checked,
-                             announce=print_estimate,
-                             mcp=make_mcp(repo, mcp_command, mcp_url))
+        options = flags.run_options(repo, progress=progress, trials=trials, gate=checked)
         result = asyncio.run(run_eval(repo, eval_set, options, at=at,
                                       compare=compare or None))
     if comment is not None:
@@ -163,9 +138,7 @@ def eval_cmd(ctx: click.Context, cases: Path | None, env_url: str | None,
 
 def _triggers(repo: ExperienceRepository, skill: str | None, runs: int,
               at: str | None, cases: Path | None, compare: tuple[str, str] | None,
-              llm_choice: str | None, model: str | None, base_url: str | None,
-              concurrency: int, max_calls: int | None, max_cost: float | None,
-              as_json: bool) -> None:
+              flags: ModelFlags, as_json: bool) -> None:
     """``eval --skill NAME --triggers``: the trigger rate of NAME's trigger evals."""
     if skill is None:
         raise UsageError("give --skill NAME with --triggers",
@@ -173,8 +146,8 @@ def _triggers(repo: ExperienceRepository, skill: str | None, runs: int,
     if cases is not None or compare:
         raise UsageError("--triggers runs the skill's own evals/triggers.json: give no "
                          "--cases or --compare")
-    options = RunOptions(llm=make_llm_options(llm_choice, model, base_url),
-                         concurrency=concurrency, max_calls=max_calls, max_cost=max_cost)
+    options = RunOptions(llm=flags.llm, concurrency=flags.concurrency,
+                         max_calls=flags.max_calls, max_cost=flags.max_cost)
     report = asyncio.run(run_trigger_eval(repo, skill, options, runs=runs, at=at))
     emit(as_json, report.model_dump(mode="json"),
          lambda: click.echo("\n".join([*report.lines(), "", *cost_table(report.usage)])))

@@ -48,11 +48,6 @@ def is_stub(path: Path) -> bool:
     return STUB_MARKER.encode() in head
 
 
-def _sh_quote_inner(text: str) -> str:
-    """``text`` for use between single quotes in POSIX sh."""
-    return text.replace("'", "'\\''")
-
-
 def render_stub(hook: str, python: str | None = None) -> str:
     template = (data_dir("hooks") / hook).read_text(encoding="utf-8")
     interpreter = python if python is not None else sys.executable
@@ -60,7 +55,8 @@ def render_stub(hook: str, python: str | None = None) -> str:
         raise UsageError("cannot tell which python runs expgit (sys.executable is empty)",
                          hint="run `python -m expgit hooks install` with the python that "
                               "has expgit installed")
-    return template.replace(_PLACEHOLDER, _sh_quote_inner(os.path.abspath(interpreter)))
+    # the template holds it between single quotes (POSIX sh): each ' becomes '\''
+    return template.replace(_PLACEHOLDER, os.path.abspath(interpreter).replace("'", "'\\''"))
 
 
 def _write_executable(path: Path, text: str) -> None:

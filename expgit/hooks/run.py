@@ -41,6 +41,13 @@ HOOKS = ("pre-commit", "pre-receive", "update")
 _PUSH = "expgit: push to main refused:"
 
 
+def _refused(head: str, problems: list[str], advice: str) -> int:
+    """Say why git must refuse (``head``, each problem, what to do): exit 1."""
+    for line in (head, *(f"  {problem}" for problem in problems), advice):
+        _err(line)
+    return 1
+
+
 def _err(line: str) -> None:
     print(line, file=sys.stderr)
 
@@ -68,11 +75,8 @@ def _pre_commit(repo: ExperienceRepository) -> int:
     problems = validate_index(repo) + validate_staged_templates(repo)
     if not problems:
         return 0
-    _err("expgit: commit refused:")
-    for problem in problems:
-        _err(f"  {problem}")
-    _err("fix the files listed above, stage them with `git add`, and commit again")
-    return 1
+    return _refused("expgit: commit refused:", problems,
+                    "fix the files listed above, stage them with `git add`, and commit again")
 
 
 def _settings_at(git: GitRepo, commit: str) -> tuple[Settings | None, list[str]]:
@@ -104,11 +108,9 @@ def _check_main_update(repo: ExperienceRepository, old: str, new: str) -> int:
     problems += validate_commit(repo, new, since=None if created else old)
     if not problems:
         return 0
-    _err(f"{_PUSH} {len(problems)} problem{'s' if len(problems) != 1 else ''} in {new[:12]}:")
-    for problem in problems:
-        _err(f"  {problem}")
-    _err("fix the files in a new commit on top, and push again")
-    return 1
+    return _refused(f"{_PUSH} {len(problems)} problem{'s' if len(problems) != 1 else ''} in "
+                    f"{new[:12]}:", problems,
+                    "fix the files in a new commit on top, and push again")
 
 
 def _pre_receive(repo: ExperienceRepository, stdin: bytes) -> int:

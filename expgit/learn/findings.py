@@ -28,8 +28,8 @@ from pydantic import BaseModel, ConfigDict
 
 from expgit.learn.lexical import LexicalIndex
 from expgit.learn.metrics import run_coverage
-from expgit.learn.options import LearnOptions
 from expgit.learn.runs import Run, RunSet
+from expgit.store.settings import LearnSettings
 
 FindingType = Literal["experience_correlated_with_failures", "uncovered_task_signature",
                       "near_duplicate_experiences", "low_outcome_coverage"]
@@ -64,7 +64,7 @@ def run_evidence(run: Run) -> dict[str, Any]:
 
 def _finding(kind: FindingType, severity: Severity, subject: str, summary: str,
              metrics: dict[str, Any], evidence: list[dict[str, Any]],
-             options: LearnOptions) -> Finding:
+             options: LearnSettings) -> Finding:
     ordered = sorted(evidence, key=lambda e: str(e["ref"]))
     return Finding(id=finding_id(kind, subject, [str(e["ref"]) for e in ordered]),
                    type=kind, severity=severity, subject=subject, summary=summary,
@@ -76,7 +76,7 @@ def _rate(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
 
-def failure_correlations(data: RunSet, options: LearnOptions) -> list[Finding]:
+def failure_correlations(data: RunSet, options: LearnSettings) -> list[Finding]:
     judged = [r for r in data.runs if r.judged]
     baseline = _rate(sum(1 for r in judged if r.bad), len(judged))
     bar = max(options.min_failure_rate, baseline + options.failure_margin)
@@ -96,7 +96,7 @@ def failure_correlations(data: RunSet, options: LearnOptions) -> list[Finding]:
     return found
 
 
-def uncovered_signatures(data: RunSet, index: LexicalIndex, options: LearnOptions
+def uncovered_signatures(data: RunSet, index: LexicalIndex, options: LearnSettings
                          ) -> list[Finding]:
     groups: dict[str, list[Run]] = {}
     for run in data.runs:
@@ -121,7 +121,7 @@ def uncovered_signatures(data: RunSet, index: LexicalIndex, options: LearnOption
     return found
 
 
-def near_duplicates(index: LexicalIndex, options: LearnOptions) -> list[Finding]:
+def near_duplicates(index: LexicalIndex, options: LearnSettings) -> list[Finding]:
     found = []
     for similarity, a, b in index.similar_pairs(options.duplicate_threshold):
         evidence = [{"ref": f"experience:{n}@{index.blobs[n]}", "experience": n,
@@ -134,7 +134,7 @@ def near_duplicates(index: LexicalIndex, options: LearnOptions) -> list[Finding]
     return found
 
 
-def low_outcome_coverage(data: RunSet, options: LearnOptions) -> list[Finding]:
+def low_outcome_coverage(data: RunSet, options: LearnSettings) -> list[Finding]:
     covered = sum(1 for r in data.runs if r.outcomes)
     coverage = _rate(covered, len(data.runs))
     if not data.runs or coverage >= options.min_outcome_coverage:
@@ -148,7 +148,7 @@ def low_outcome_coverage(data: RunSet, options: LearnOptions) -> list[Finding]:
          "coverage": coverage}, [run_evidence(r) for r in missing], options)]
 
 
-def find_all(data: RunSet, index: LexicalIndex, options: LearnOptions) -> list[Finding]:
+def find_all(data: RunSet, index: LexicalIndex, options: LearnSettings) -> list[Finding]:
     """Every rule's findings, most severe first (then by type and subject)."""
     findings = (failure_correlations(data, options)
                 + uncovered_signatures(data, index, options)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from expgit.learn.lexical import LexicalIndex
-from expgit.learn.options import LearnOptions
 from expgit.learn.runs import Run, RunSet
 from expgit.outcomes.stats import roll_up
+from expgit.store.settings import LearnSettings
 from expgit.store.snapshot import Snapshot
 
 SCHEMA = "expgit.learn.metrics/1"
@@ -28,7 +28,7 @@ class Coverage:
     best: str | None
 
 
-def run_coverage(run: Run, index: LexicalIndex, options: LearnOptions) -> Coverage:
+def run_coverage(run: Run, index: LexicalIndex, options: LearnSettings) -> Coverage:
     """A run is covered when an experience it used (any usable one on ``main`` if it did
     not record its experiences) reaches ``relevance_threshold`` for its task."""
     if run.used is not None and not run.used:
@@ -66,7 +66,7 @@ def outcome_coverage(data: RunSet) -> dict[str, Any]:
 
 
 def compute_metrics(data: RunSet, snapshot: Snapshot, index: LexicalIndex,
-                    options: LearnOptions) -> dict[str, Any]:
+                    options: LearnSettings) -> dict[str, Any]:
     """The content of ``metrics.json``."""
     signatures: dict[str, list[Run]] = {}
     for run in data.runs:

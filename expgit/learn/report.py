@@ -22,13 +22,15 @@ from expgit.errors import InvalidInputError
 from expgit.learn.findings import Finding, find_all
 from expgit.learn.lexical import LexicalIndex
 from expgit.learn.metrics import compute_metrics
-from expgit.learn.options import LearnOptions
 from expgit.learn.propose import LearnProposal, propose_learning
-from expgit.learn.runs import build_runs, load_outcomes
+from expgit.learn.runs import build_runs
 from expgit.learn.seed_pack import SCHEMA as SEED_SCHEMA
 from expgit.learn.seed_pack import Seed, build_seeds
+from expgit.outcomes.records import OutcomeRecord
 from expgit.runs.run_files import load_rollouts
+from expgit.store.jsonl import load_jsonl
 from expgit.store.repository import ExperienceRepository
+from expgit.store.settings import LearnSettings
 from expgit.train.redaction import Redactor
 
 METRICS = "metrics.json"
@@ -95,7 +97,7 @@ def write_files(out_dir: Path, files: dict[str, bytes]) -> list[str]:
 
 def learn_report(repo: ExperienceRepository, rollouts_file: Path, out_dir: Path, *,
                  outcomes_file: Path | None = None, propose: bool = False,
-                 options: LearnOptions | None = None,
+                 options: LearnSettings | None = None,
                  progress: Callable[[str], None] | None = None) -> LearnResult:
     """Read the recorded rollouts (and outcomes), write ``metrics.json``,
     ``findings.json`` and ``experience_seed_pack.json`` to ``out_dir``; with
@@ -103,7 +105,8 @@ def learn_report(repo: ExperienceRepository, rollouts_file: Path, out_dir: Path,
     options = options or repo.settings.learn
     say = progress or (lambda _message: None)
     rollouts = load_rollouts(rollouts_file)
-    outcomes = load_outcomes(outcomes_file) if outcomes_file is not None else []
+    outcomes = (load_jsonl(outcomes_file, OutcomeRecord, "outcomes")
+                if outcomes_file is not None else [])
     snapshot = repo.snapshot()
     say(f"read {len(rollouts)} rollouts and {len(outcomes)} outcome records")
     data = build_runs(rollouts, outcomes)

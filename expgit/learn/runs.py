@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from expgit.outcomes.records import OutcomeRecord, polarity
 from expgit.outcomes.stats import UsageRow, outcome_run_id, parse_time
-from expgit.store.jsonl import load_jsonl
 from expgit.train.components.evaluator import user_turn
 from expgit.train.domain import Rollout, ToolPart
 from expgit.train.experience_usage import KEY as USAGE_KEY
@@ -61,11 +59,6 @@ class Run:
         if self.score is not None:
             return self.score
         return max((o.score for o in self.outcomes if polarity(o.verdict) > 0), default=0.0)
-
-
-def load_outcomes(path: Path) -> list[OutcomeRecord]:
-    """Outcome records, one OutcomeRecord JSON object per line."""
-    return load_jsonl(path, OutcomeRecord, "outcomes")
 
 
 def _run(rollout: Rollout) -> Run:

@@ -18,11 +18,11 @@ from pydantic import BaseModel, ConfigDict
 
 from expgit.errors import InvalidInputError
 from expgit.learn.lexical import LexicalIndex
-from expgit.learn.options import LearnOptions
 from expgit.learn.runs import Run, RunSet
 from expgit.store.experience import check_experience, new_experience
 from expgit.store.redact import redact_text
 from expgit.store.repository import ExperienceRepository
+from expgit.store.settings import LearnSettings
 from expgit.store.snapshot import Snapshot
 
 SCHEMA = "expgit.learn.seed_pack/1"
@@ -113,7 +113,7 @@ def _seed_file(repo: ExperienceRepository, name: str, run: Run, summary: str,
 
 
 def build_seeds(repo: ExperienceRepository, data: RunSet, snapshot: Snapshot,
-                index: LexicalIndex, options: LearnOptions) -> list[Seed]:
+                index: LexicalIndex, options: LearnSettings) -> list[Seed]:
     """The seed pack's seeds, by task signature."""
     groups: dict[str, list[Run]] = {}
     for run in data.runs:

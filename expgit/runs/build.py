@@ -28,6 +28,7 @@ from expgit.runs import provenance as run_provenance
 from expgit.runs.relabel import by_feedback
 from expgit.runs.run_files import load_rollouts, write_pr_body
 from expgit.runs.wiring import build_pipeline, mcp_tools
+from expgit.store.provenance import Provenance
 from expgit.store.refnames import ID_LEN
 from expgit.store.repository import ExperienceRepository
 from expgit.store.settings import McpSettings
@@ -111,13 +112,15 @@ class RunOptions:
 
 def _report(command: str, repo: ExperienceRepository, runtime: LLMRuntime | None,
             options: RunOptions, phases: list[PhaseMetrics], started: float,
+            pipeline: OfflinePolicyOptimizationPipeline, provenance: Provenance,
             estimate: RunEstimate | None = None) -> RunReport:
     """``runtime`` None: no model was started here (a remote eval)."""
     report = RunReport(command=command, repository=str(repo.git.work_tree or repo.git.git_dir),
                        llm=runtime.description if runtime is not None else NO_LLM,
                        phases=phases, mode=None if command == "eval" else options.mode,
                        usage=UsageReport.of(runtime.meter, repo.settings.llm.currency)
-                       if runtime is not None else UsageReport(), estimate=estimate)
+                       if runtime is not None else UsageReport(), estimate=estimate,
+                       redactions=pipeline.redactor.report(), provenance=provenance)
     report.proposals = [p for m in phases for p in m.proposals]
     report.applied_commits = [c for m in phases for c in m.applied_commits]
     if options.pr_body is not None and report.proposals:
@@ -272,9 +275,8 @@ async def run_train(repo: ExperienceRepository, cases: CaseSource, options: RunO
             ListCaseLoader(train_set, batch_size or len(train_set)),
             PipelineContext(max_epochs=epochs, mode=options.mode),
             ListCaseLoader(eval_set, batch_size or len(eval_set)) if eval_set else None)
-        report = _report("train", repo, runtime, options, result.phases, started, estimate)
-        report.redactions = pipeline.redactor.report()
-    report.provenance = made_by
+        report = _report("train", repo, runtime, options, result.phases, started, pipeline,
+                         made_by, estimate)
     report.main_before, report.main_after = result.main_before, result.main_after
     report.candidates = result.candidates
     report.notes = result.notes
@@ -327,10 +329,10 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
         pipeline = OfflinePolicyOptimizationPipeline(
             repo, ContentHashPolicySnapshotter(), executor, NoTrainer(), observer=observer)
         results = await evaluate(pipeline)
-        report = _report("eval", repo, None, options, [r.metrics for r in results], started)
-        report.redactions = pipeline.redactor.report()
-        report.provenance = run_provenance.of_runtime(None, agent, service_url=cases.service.url
-                                                  if isinstance(cases, RemoteCases) else None)
+        made_by = run_provenance.of_runtime(None, agent, service_url=cases.service.url
+                                            if isinstance(cases, RemoteCases) else None)
+        report = _report("eval", repo, None, options, [r.metrics for r in results], started,
+                         pipeline, made_by)
     else:
         tools = _tools(repo, options, eval_set)
         plan = run_budget.RunPlan(repo).evals(eval_set, len(commits))
@@ -342,20 +344,19 @@ async def run_eval(repo: ExperienceRepository, cases: CaseSource, options: RunOp
             results = await evaluate(pipeline)
             if base and new and skill_evals:
                 lifts = await _skill_lifts(pipeline, base, new, skill_evals, options.trials)
+            made_by = run_provenance.of_runtime(runtime)
             report = _report("eval", repo, runtime, options, [r.metrics for r in results],
-                             started, estimate)
-            report.redactions = pipeline.redactor.report()
-            report.provenance = run_provenance.of_runtime(runtime)
+                             started, pipeline, made_by, estimate)
     report.main_before = report.main_after = results[0].metrics.batches[0].policy_commit
     if compare is not None:
         candidate = results[1].metrics.batches[0].policy_commit
         report.candidates = [compare_runs(candidate[:ID_LEN], results[0].rollouts,
                                           results[1].rollouts, options.trials,
                                           options.gate)]
-        report.candidates[0].agent_model = report.provenance.agent_model
+        report.candidates[0].agent_model = made_by.agent_model
         report.candidates[0].skill_lifts = lifts
         report.candidates[0].gate = gate_skill_lifts(options.gate, report.candidates[0])
-    report.warnings = run_provenance.agent_warnings(repo, commits[-1:], report.provenance)
+    report.warnings = run_provenance.agent_warnings(repo, commits[-1:], made_by)
     return report
 
 
@@ -391,9 +392,7 @@ async def run_train_rollouts(repo: ExperienceRepository, rollouts_file: Path,
             observer.batch_done(metrics.phase, 0, len(rollouts))
             observer.phase_done(metrics)
         report = _report("train-rollouts", repo, runtime, options, [metrics], started,
-                         estimate)
-        report.redactions = pipeline.redactor.report()
-    report.provenance = made_by
+                         pipeline, made_by, estimate)
     report.main_before, report.main_after = main_before, repo.main_commit()
     await _push_rest(report, publisher)
     return report

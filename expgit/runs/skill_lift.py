@@ -75,9 +75,7 @@ async def run_skill_eval(repo: ExperienceRepository, skill: str, options: RunOpt
         sides = [await pipeline.eval(loader, PipelineContext(epoch=0), at=policy, phase=phase)
                  for phase, policy in ((WITH, with_policy), (WITHOUT, without_policy))]
         report = _report("eval", repo, runtime, options, [s.metrics for s in sides],
-                         started, estimate)
-        report.redactions = pipeline.redactor.report()
-        report.provenance = run_provenance.of_runtime(runtime)
+                         started, pipeline, run_provenance.of_runtime(runtime), estimate)
     report.main_before = report.main_after = main
     lift = measure_lift(skill, evals.path, sides[1].rollouts, sides[0].rollouts, runs)
     report.skill_lift = lift

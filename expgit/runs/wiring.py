@@ -73,11 +73,6 @@ class LLMHandles(Protocol):
         ...
 
 
-
-def _ranker(runtime: LLMHandles) -> ExperienceRanker | None:
-    return EmbeddingRanker(runtime.embeddings) if runtime.embeddings is not None else None
-
-
 def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
                      concurrency: int = 4, top_k: int | None = None,
                      token_budget: int | None = None,
@@ -131,7 +126,8 @@ def build_pipeline(repo: ExperienceRepository, runtime: LLMHandles, *, concurren
     models, in the trailers of every gradient and proposal commit. ``tools``: the
     agent's tools from an MCP server (:func:`rollout_executor`)."""
     llm = runtime.structured
-    ranker = _ranker(runtime)
+    ranker: ExperienceRanker | None = (EmbeddingRanker(runtime.embeddings)
+                                      if runtime.embeddings is not None else None)
     redactor = Redactor(repo.settings.limits.max_message_chars)
     evaluator = RubricRolloutEvaluator(llm, repo=repo)
     if executor is None:

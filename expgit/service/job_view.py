@@ -21,9 +21,7 @@ from expgit.train.trajectory_store import TrajectoryStore
 
 def job_status(job: Job) -> TrainingJob:
     """The job without reading git (queued and running jobs, and the 202 answer)."""
-    return TrainingJob(job_id=job.job_id, status=job.status, case_name=job.case_name,
-                       created_at=job.created_at, updated_at=job.updated_at,
-                       errors=list(job.errors))
+    return TrainingJob.model_validate(job, from_attributes=True)  # its own errors list
 
 
 def job_view(repo: ExperienceRepository, job: Job) -> TrainingJob:

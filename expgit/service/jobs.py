@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
 from expgit.errors import ExpgitError, UsageError
@@ -134,7 +134,5 @@ class JobRegistry:
             self._jobs.pop(old, None)
 
     def counts(self) -> dict[str, int]:
-        counts = {"queued": 0, "running": 0, "completed": 0, "failed": 0}
-        for job in self._jobs.values():
-            counts[job.status] += 1
-        return counts
+        return {"queued": 0, "running": 0, "completed": 0, "failed": 0} | Counter(
+            job.status for job in self._jobs.values())

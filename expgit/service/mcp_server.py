@@ -23,6 +23,7 @@ experience, a negative top-k, an unknown target) is answered with a JSON-RPC err
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -94,9 +95,7 @@ class ExperienceServer(MCPServer[Any]):
         @self.tool()
         def get_experience(name: str) -> dict[str, Any]:
             """One experience's file on main: front matter and body, version, blob."""
-            shown = _answer(lambda: show_experience(self.repo(), name))
-            return {"name": shown.name, "commit": shown.commit, "version": shown.version,
-                    "blob": shown.blob, "content": shown.content}
+            return dataclasses.asdict(_answer(lambda: show_experience(self.repo(), name)))
 
         @self.tool()
         def report_outcome(target_kind: TargetKind, target: str, verdict: Verdict,

@@ -12,6 +12,8 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from expgit.errors import UsageError
 from expgit.train.context import PipelineContext
@@ -23,6 +25,7 @@ from expgit.train.interfaces import (
     RolloutReflector,
 )
 
+Stage = TypeVar("Stage")
 ON_SLOT: ContextVar[Callable[[], None] | None] = ContextVar("expgit_on_slot", default=None)
 
 
@@ -52,24 +55,24 @@ class StageGate:
                 self.active -= 1
 
 
-class GatedAnalyzer:
-    """A RolloutAnalyzer that analyses through ``inner`` within a slot of ``gate``."""
+@dataclass(eq=False)  # compared and hashed by identity, as any stage
+class _Gated(Generic[Stage]):
+    """A training stage run through ``inner`` within a slot of ``gate``."""
 
-    def __init__(self, inner: RolloutAnalyzer, gate: StageGate) -> None:
-        self.inner = inner
-        self.gate = gate
+    inner: Stage
+    gate: StageGate
+
+
+class GatedAnalyzer(_Gated[RolloutAnalyzer]):
+    """A RolloutAnalyzer that analyses through ``inner`` within a slot of ``gate``."""
 
     async def analyze(self, rollout: Rollout, context: PipelineContext) -> RolloutAnalysis:
         async with self.gate.slot():
             return await self.inner.analyze(rollout, context)
 
 
-class GatedEstimator:
+class GatedEstimator(_Gated[GradientEstimator]):
     """A GradientEstimator that estimates through ``inner`` within a slot of ``gate``."""
-
-    def __init__(self, inner: GradientEstimator, gate: StageGate) -> None:
-        self.inner = inner
-        self.gate = gate
 
     async def estimate(self, analysis: RolloutAnalysis, experience_set: ExperienceSet,
                        context: PipelineContext) -> list[SemanticGradient]:
@@ -77,12 +80,8 @@ class GatedEstimator:
             return await self.inner.estimate(analysis, experience_set, context)
 
 
-class GatedReflector:
+class GatedReflector(_Gated[RolloutReflector]):
     """A RolloutReflector that reflects through ``inner`` within a slot of ``gate``."""
-
-    def __init__(self, inner: RolloutReflector, gate: StageGate) -> None:
-        self.inner = inner
-        self.gate = gate
 
     async def reflect(self, rollout: Rollout, policy_set: ExperienceSet,
                       context: PipelineContext
