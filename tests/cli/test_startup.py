@@ -83,6 +83,7 @@ def test_the_probe_sees_a_heavy_import(probe: Probe, tmp_path: Path) -> None:
     assert {"fastapi", "uvicorn"} <= modules
 
 
+@pytest.mark.slow
 def test_everyday_commands_load_no_heavy_stack(probe: Probe, repo: Path) -> None:
     name = "checked-baggage-allowance"
     new = repo / ".." / "new.md"

@@ -259,6 +259,7 @@ def test_local_main_moving_after_the_push_still_closes_the_proposal(
     assert not is_open(a, pid)
 
 
+@pytest.mark.slow
 def test_clones_pushing_at_once_all_land_in_a_linear_history(server: Path) -> None:
     """No lock spans clones: the lease and the guard alone sort out who goes first."""
     names = ["refund-method-rules", "flight-change-rules", "checked-baggage-allowance",
