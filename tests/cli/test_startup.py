@@ -77,6 +77,7 @@ def repo(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_probe_sees_a_heavy_import(probe: Probe, tmp_path: Path) -> None:
     """The check below can fail: the training service's help loads FastAPI."""
     modules, _ = probe.expgit("serve", "--help", cwd=tmp_path)

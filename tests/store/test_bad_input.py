@@ -398,6 +398,7 @@ def test_a_usage_error_is_one_line_saying_what_and_where_help_is(
     assert result.err.count("\n") == 1 and says in result.err, result.err
 
 
+@pytest.mark.slow
 def test_process_exit_codes_and_one_line_errors(seeded_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     repo = tmp_path / "repo"
     before = repo_state(repo)
