@@ -1,4 +1,11 @@
-"""Shared fixtures: real git repositories in temp dirs, the real CLI in-process."""
+"""Shared fixtures: real git repositories in temp dirs, the real CLI in-process.
+
+Also the two rules of the parallel run (``pytest -n auto``, docs/development.md): the
+tests marked ``slow`` run first (``slow("minutes")`` before the others), and xdist hands
+each worker one test at a time, so the longest tests start at once on different workers
+and the short ones fill in around them (greedy longest-first), instead of one worker
+getting a chunk of them in a row.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +30,26 @@ EXAMPLE = ROOT / "example_repo"
 DEMO = EXAMPLE / "demo"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist's load scheduler sends consecutive chunks of the collection to each worker;
+    # one at a time (with its look-ahead of 2) is the greedy schedule the order below
+    # wants. An explicit --maxschedchunk wins; without xdist the option is absent.
+    if getattr(config.option, "maxschedchunk", False) is None:
+        config.option.maxschedchunk = 1
+
+
+def start_order(item: pytest.Item) -> int:
+    """0 for ``@pytest.mark.slow("minutes")`` (a test of a minute or more), 1 for the
+    other ``slow`` tests, 2 for the rest."""
+    slow = item.get_closest_marker("slow")
+    return 2 if slow is None else 0 if slow.args == ("minutes",) else 1
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests first, each group in its own order (a stable sort)."""
+    items.sort(key=start_order)
+
+
 @pytest.fixture(autouse=True)
 def git_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
             ) -> Iterator[None]:
@@ -32,6 +59,9 @@ def git_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monkey
         if key.startswith("GIT_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("HOME", str(home))
+    # caches (the GGUF hashes of expgit.llm.provenance) go under this test's HOME, never
+    # into a folder that parallel workers share
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("GIT_AUTHOR_NAME", "Test Author")
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", "author@example.com")

@@ -148,6 +148,7 @@ def check_proposal_pushed(forge: Path, checkout: Path, call: dict[str, Any]
     return pid, author
 
 
+@pytest.mark.slow
 def test_github_workflow_trains_pushes_and_opens_the_pull_request(
         tmp_path: Path, forge: Path, serve: Any) -> None:
     workflow = yaml.safe_load(GITHUB.read_text())
@@ -185,6 +186,7 @@ def test_github_workflow_trains_pushes_and_opens_the_pull_request(
     assert len(records(Path(env["FORGE_STUB_RECORD"]))) == 2 and pid
 
 
+@pytest.mark.slow
 def test_gitlab_job_trains_pushes_and_opens_the_merge_request(
         tmp_path: Path, forge: Path, serve: Any) -> None:
     job = yaml.safe_load(GITLAB.read_text())["expgit-train"]
@@ -298,6 +300,7 @@ def test_expgit_install_must_be_pinned(tmp_path: Path, spec: str, pinned: bool) 
         assert len(proc.stderr.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_github_gate_posts_one_comment_updates_it_and_fails_the_check(
         tmp_path: Path, forge: Path, serve: Any, run_cli: Any) -> None:
     """Opened: both sides pass, the gate passes, one comment. A push later: the head
@@ -354,6 +357,7 @@ def test_github_gate_without_a_secret_fails_its_first_step_naming_it(
     assert server.requests == 0 and records(Path(env["FORGE_STUB_RECORD"])) == []
 
 
+@pytest.mark.slow
 def test_gitlab_gate_posts_one_note_updates_it_and_fails_the_pipeline(
         tmp_path: Path, forge: Path, serve: Any, run_cli: Any) -> None:
     job = yaml.safe_load(GITLAB.read_text())["expgit-gate"]

@@ -108,3 +108,11 @@ def test_a_parsed_fence_must_parse() -> None:
                        ("yaml", "a: [")):
         with pytest.raises((tomllib.TOMLDecodeError, json.JSONDecodeError, yaml.YAMLError)):
             check_fences(blocks(f"```{lang}\n{body}\n```\n"), "page")
+
+
+def test_ci_runs_the_readme_test_command_exactly() -> None:
+    """.ci/run's last line is the README's test command, a sh block of its own, and it
+    runs the whole suite on every core (docs/development.md: the lanes)."""
+    last = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert f"```sh\n{last}\n```" in (ROOT / "README.md").read_text()
+    assert last.endswith("python3 -m pytest -q -n auto")

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import ROOT, git
 from scripted_pipeline import layout_reflect, layout_reply
 
@@ -92,6 +93,7 @@ def hand_made_update_reverted(work: Path, out: str) -> None:
     assert git(repo, "diff", "main~2", "main", "--", "skills").strip() == ""
 
 
+@pytest.mark.slow("minutes")  # the main job
 def test_a_proposal_the_gate_passes_is_applied_and_the_rest_goes_on(
         tmp_path: Path, serve: Any) -> None:
     # baseline, training, candidate: 2 each (the final eval is the baseline's); then
@@ -113,6 +115,7 @@ def test_a_proposal_the_gate_passes_is_applied_and_the_rest_goes_on(
     assert "answer-from-the-rules/" in git(repo, "show", "main:skills/").split()
 
 
+@pytest.mark.slow("minutes")  # the main job
 def test_without_a_proposal_the_review_section_says_so_and_the_rest_goes_on(
         tmp_path: Path, serve: Any) -> None:
     refused = {**LESSON, "name": "no-such-lesson", "action": "delete", "body": ""}

@@ -20,6 +20,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+# builds a wheel and a virtual environment
+pytestmark = pytest.mark.slow
+
 SOURCES = ("pyproject.toml", "README.md", "expgit", "hooks", "templates")
 
 

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cli_support import agent, cases_file, hand_made_proposal
 from conftest import fsck, git
 from json_shapes import assert_shape
@@ -350,6 +351,7 @@ def test_bad_inputs(run_cli: Any, serve: Any, seeded_repo: ExperienceRepository,
         assert len(bad.err.strip().splitlines()) <= 2  # one line and its hint
 
 
+@pytest.mark.slow
 def test_the_gate_from_expgit_toml(run_cli: Any, serve: Any, seeded_repo: ExperienceRepository,
                                    tmp_path: Path) -> None:
     """``[train] gate = true``: on where proposals are measured; --no-gate turns it off."""

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import fsck, git
 from json_shapes import assert_shape
 from scripted_pipeline import analyze, combined
@@ -175,6 +176,7 @@ def _sharing_prefix(prefix: str) -> Rollout:
     raise AssertionError("no rollout found")
 
 
+@pytest.mark.slow
 def test_unknown_and_ambiguous_ids_exit_5_in_one_line(
         run_cli: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path = tmp_path / "repo"

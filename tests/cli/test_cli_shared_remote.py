@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import assert_only_fast_forwards, fsck, git, repo_state, run_expgit, shared_server
 from scripted_pipeline import GOLD_RULE, combined, edit_reply
 
@@ -80,6 +81,7 @@ def names(path: Path, prefix: str) -> dict[str, str]:
     return dict(line.split() for line in text.splitlines())
 
 
+@pytest.mark.slow
 def test_two_trainers_push_to_one_bare_repository_at_the_same_time(
         serve: Any, tmp_path: Path) -> None:
     server, clones = shared_server(tmp_path, 2)
@@ -160,6 +162,7 @@ def test_apply_mode_applies_to_the_remote_main_and_pushes_the_closed_refs(
     assert_only_fast_forwards(server)
 
 
+@pytest.mark.slow
 def test_a_push_that_does_not_land_exits_1_and_keeps_everything_here(
         serve: Any, tmp_path: Path) -> None:
     server, (path,) = shared_server(tmp_path, 1)

@@ -104,6 +104,7 @@ def test_gold_actions_through_the_mcp_server_pass_and_a_skipped_write_fails(
     assert state_folders() == before
 
 
+@pytest.mark.slow
 def test_two_concurrent_rollouts_keep_their_server_state_apart(
         driver: Driver, serve: Any, tmp_path: Path) -> None:
     state = tmp_path / "state"  # the server's state files, where the test can read them
@@ -134,6 +135,7 @@ def test_two_concurrent_rollouts_keep_their_server_state_apart(
     assert other["db"]["reservations"][rid].get("status") != "cancelled"
 
 
+@pytest.mark.slow
 def test_a_server_without_the_tau2_tools_ends_the_rollout_with_the_cause(
         driver: Driver, serve: Any, tmp_path: Path) -> None:
     counter = Path(__file__).resolve().parent.parent / "mcp_counter_server.py"

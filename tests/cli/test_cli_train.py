@@ -243,6 +243,7 @@ def test_alias_bomb_in_a_cases_file_exits_5_naming_it(
     assert "alias" not in result.err
 
 
+@pytest.mark.slow
 def test_a_named_pipe_as_cases_file_is_refused_at_once(seeded_repo: ExperienceRepository,
                                                        tmp_path: Path) -> None:
     pipe = tmp_path / "cases.yaml"

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import Driver
 
 
@@ -21,6 +22,7 @@ def complete(words: str, cwd: Path) -> list[str]:
     return [line.split(",", 1)[1] for line in proc.stdout.splitlines() if line]
 
 
+@pytest.mark.slow
 def test_ids_of_open_items_complete(driver: Driver, tmp_path: Path) -> None:
     g1 = driver.propose("checked-baggage-allowance", None)
     g2 = driver.propose("when-to-transfer-to-human", None)
@@ -34,6 +36,7 @@ def test_ids_of_open_items_complete(driver: Driver, tmp_path: Path) -> None:
     assert complete("expgit apply ", repo) == []  # applied: no longer open
 
 
+@pytest.mark.slow
 def test_completion_outside_a_repository_offers_nothing(tmp_path: Path) -> None:
     assert complete("expgit apply ", tmp_path) == []
     assert "init" in complete("expgit in", tmp_path)

@@ -19,8 +19,11 @@ from expgit.init import init_repository
 from expgit.llm.local import find_gguf
 from expgit.llm.provenance import hash_file
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                                reason="the local extra (llama-cpp-python) is not installed")
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
+                       reason="the local extra (llama-cpp-python) is not installed"),
+    pytest.mark.slow("minutes"),  # the embedded model, on CPU
+]
 
 
 def test_train_propose_with_the_local_model(tmp_path: Path,

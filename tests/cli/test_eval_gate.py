@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cli_support import agent, cases_file
 from conftest import git
 from json_shapes import assert_shape
@@ -39,6 +40,7 @@ def test_gate_and_comment_need_compare(run_cli: Any, serve: Any,
     assert server.requests == 0 and not (tmp_path / "gate.md").exists()
 
 
+@pytest.mark.slow
 def test_eval_warns_when_the_agent_model_differs_from_the_proposals(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     """A proposal trained and measured with gpt-4o-mini, measured again with another

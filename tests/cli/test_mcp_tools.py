@@ -68,6 +68,7 @@ def run_eval(run_cli: Any, repo: Path, cases: Path, url: str, *extra: str | Path
                    url, "--json", *extra)
 
 
+@pytest.mark.slow
 def test_stdio_tools_pass_the_rubric_and_the_model_never_sees_the_state_key(
         run_cli: Any, serve: Any, seeded_repo: Any, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
@@ -110,6 +111,7 @@ def http_server() -> Iterator[str]:
         process.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_concurrent_rollouts_on_one_http_server_keep_their_state_apart(
         run_cli: Any, serve: Any, seeded_repo: Any, tmp_path: Path,
         http_server: str) -> None:
@@ -130,6 +132,7 @@ def test_concurrent_rollouts_on_one_http_server_keep_their_state_apart(
     (stdio("hang"), "no answer within 2s ([agent.mcp] call_timeout_seconds)"),
     ("/no/such/mcp-server --flag", "did not start: FileNotFoundError"),
 ])
+@pytest.mark.slow
 def test_a_broken_server_ends_its_rollout_with_the_cause_and_the_run_exits_7(
         run_cli: Any, serve: Any, seeded_repo: Any, tmp_path: Path, command: str,
         cause: str) -> None:
@@ -147,6 +150,7 @@ def test_a_broken_server_ends_its_rollout_with_the_cause_and_the_run_exits_7(
     assert cause in rollout["error"]
 
 
+@pytest.mark.slow
 def test_an_overlong_result_is_cut_with_the_marker(
         run_cli: Any, serve: Any, seeded_repo: Any, tmp_path: Path) -> None:
     repo = tmp_path / "repo"

@@ -39,6 +39,7 @@ def on_a_terminal(args: list[str], **env: str) -> tuple[str, int]:
     return shown.decode("utf-8", "replace"), proc.wait(timeout=60)
 
 
+@pytest.mark.slow
 def test_review_and_log_print_no_colour_with_no_color(driver: Driver) -> None:
     name = "checked-baggage-allowance"
     text = example_flat(name)

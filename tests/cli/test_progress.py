@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cli_support import agent, cases_file
 from scripted_pipeline import BAGGAGE_CASE, PETS_CASE
 from test_cli_train import training_steps
@@ -39,6 +40,7 @@ def train_args(serve: Any, repo: ExperienceRepository, tmp_path: Path) -> list[s
             "--llm", "openai", "--base-url", server.url]
 
 
+@pytest.mark.slow
 def test_not_a_terminal_each_line_once_with_both_streams_joined(
         serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     proc = subprocess.run([*EXPGIT, *train_args(serve, seeded_repo, tmp_path)],
@@ -91,6 +93,7 @@ def run_on_a_terminal(args: list[str], **env: str) -> tuple[str, str, int]:
     return screen.decode("utf-8", "replace"), out.decode(), proc.returncode
 
 
+@pytest.mark.slow
 def test_a_terminal_gets_one_live_line_per_phase_and_json_stays_clean(
         serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     screen, out, code = run_on_a_terminal([*train_args(serve, seeded_repo, tmp_path),
@@ -111,6 +114,7 @@ def test_a_terminal_gets_one_live_line_per_phase_and_json_stays_clean(
     assert "0.000000" not in text  # no price: unknown from the first frame, never 0
 
 
+@pytest.mark.slow
 def test_no_color_on_a_terminal(serve: Any, seeded_repo: ExperienceRepository,
                                 tmp_path: Path) -> None:
     screen, out, code = run_on_a_terminal(train_args(serve, seeded_repo, tmp_path),

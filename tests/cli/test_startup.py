@@ -77,12 +77,14 @@ def repo(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_probe_sees_a_heavy_import(probe: Probe, tmp_path: Path) -> None:
     """The check below can fail: the training service's help loads FastAPI."""
     modules, _ = probe.expgit("serve", "--help", cwd=tmp_path)
     assert {"fastapi", "uvicorn"} <= modules
 
 
+@pytest.mark.slow
 def test_everyday_commands_load_no_heavy_stack(probe: Probe, repo: Path) -> None:
     name = "checked-baggage-allowance"
     new = repo / ".." / "new.md"

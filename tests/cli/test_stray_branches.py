@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import EXAMPLE, example_flat, git, repo_state
 
 from expgit.init import init_repository
@@ -52,6 +53,7 @@ def _named(text: str, strays: list[str]) -> None:
         assert branch in lines[0], lines[0]
 
 
+@pytest.mark.slow
 def test_listings_skip_a_stray_branch_and_name_it(run_cli: Any, tmp_path: Path) -> None:
     bare, gid, pid, strays = _shared(run_cli, tmp_path)
     gradient_strays = [s for s in strays if "/gradients/" in s]
@@ -102,6 +104,7 @@ def test_listings_skip_a_stray_branch_and_name_it(run_cli: Any, tmp_path: Path) 
         git(bare, "rev-parse", "--verify", f"refs/heads/{branch}")
 
 
+@pytest.mark.slow
 def test_a_stray_branch_is_refused_by_id(run_cli: Any, tmp_path: Path) -> None:
     bare, _, _, strays = _shared(run_cli, tmp_path)
     own_id = strays[1].rsplit("/", 1)[1]

@@ -64,6 +64,7 @@ def skills_reply(reply: Reply | str, key: str, prompts: list[str]) -> Reply:
     return answer
 
 
+@pytest.mark.slow
 def test_train_writes_skills_that_pass_the_reference_validator(
         run_cli: Any, serve: Any, skills_repo: ExperienceRepository, tmp_path: Path) -> None:
     path = tmp_path / "repo"

@@ -461,6 +461,7 @@ def test_deleting_main_is_refused(clone: Path, server: Path) -> None:
     assert head(server, "main")
 
 
+@pytest.mark.slow
 def test_other_branches_are_not_checked(clone: Path, server: Path) -> None:
     write(clone, "experiences/bad-one.md", "no front matter\n")
     assert commit(clone).returncode == 0

@@ -28,6 +28,9 @@ from pre_commit.clientlib import load_manifest
 
 from expgit.init import init_repository
 
+# builds the framework's hook environment (a virtualenv, pip install of this tree)
+pytestmark = pytest.mark.slow
+
 HOOK_REPO_FILES = ("pyproject.toml", "README.md", ".pre-commit-hooks.yaml", "expgit",
                    "hooks", "templates")
 RULES = "refund-method-rules"

@@ -135,6 +135,7 @@ def test_no_endpoint_means_the_local_model() -> None:
 
 
 @needs_llama
+@pytest.mark.slow
 def test_a_server_that_dies_is_reported_with_its_output(tmp_path: Path) -> None:
     bogus = tmp_path / "broken.gguf"
     bogus.write_bytes(b"this is not a model")
@@ -151,6 +152,7 @@ class Answer(BaseModel):
 
 
 @needs_llama
+@pytest.mark.slow
 def test_real_local_model_generates_valid_json() -> None:
     settings = LLMSettings(max_tokens=64, temperature=0.0,
                            prices={"*": Price(prompt_per_million=5.0)})
@@ -180,6 +182,7 @@ def test_real_local_model_generates_valid_json() -> None:
 
 
 @needs_llama
+@pytest.mark.slow
 def test_sync_server_ignores_its_environment_and_stops(monkeypatch: pytest.MonkeyPatch
                                                        ) -> None:
     # llama_cpp.server would otherwise take these over its command line.
@@ -281,6 +284,7 @@ FAILED_ANSWER = ("No problem! I have cancelled your basic economy round trip fro
 
 
 @needs_llama
+@pytest.mark.slow("minutes")  # two structured calls of the embedded model, on CPU
 def test_real_local_model_turns_a_failed_rollout_into_a_gradient(
         seeded_repo: ExperienceRepository) -> None:
     """analyze + estimate with SmolLM2 (greedy: temperature 0, fixed server seed) on a

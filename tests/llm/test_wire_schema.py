@@ -104,6 +104,7 @@ def _server_available() -> bool:
     return True
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _server_available(),
                     reason="the [local] extra (llama-cpp-python[server]) is not installed")
 def test_an_unpatched_llama_cpp_server_compiles_every_api_schema(tmp_path: Any) -> None:

@@ -108,6 +108,7 @@ def test_apply_remote_pushes_and_local_main_follows(server: Path) -> None:
     fsck(server)
 
 
+@pytest.mark.slow
 def test_lease_refused_push_is_fetched_guarded_rebuilt_and_retried(server: Path) -> None:
     a, b = clone(server, "a"), clone(server, "b")
     base = main_of(server)
@@ -146,6 +147,7 @@ def test_lease_refused_push_is_fetched_guarded_rebuilt_and_retried(server: Path)
     fsck(a)
 
 
+@pytest.mark.slow
 def test_conflicting_edit_pushed_first_refuses_apply(server: Path) -> None:
     a, b = clone(server, "a"), clone(server, "b")
     pid_a, _ = make_proposal(a, "refund-method-rules", "A: refunds take 5-7 days.")
@@ -167,6 +169,7 @@ def test_conflicting_edit_pushed_first_refuses_apply(server: Path) -> None:
     fsck(server)
 
 
+@pytest.mark.slow
 def test_conflicting_push_during_our_push_refuses_after_refetch(server: Path) -> None:
     a, b = clone(server, "a"), clone(server, "b")
     pid_a, _ = make_proposal(a, "refund-method-rules", "A: refunds take 5-7 days.")
@@ -186,6 +189,7 @@ def test_conflicting_push_during_our_push_refuses_after_refetch(server: Path) ->
     assert main_of(a) == local_a and is_open(a, pid_a)
 
 
+@pytest.mark.slow
 def test_push_that_landed_although_reported_failed_counts_as_applied(server: Path
                                                                       ) -> None:
     """The connection drops after the server took the push: the client sees a failure,
@@ -222,6 +226,7 @@ def test_push_refused_by_the_server_is_an_error_and_changes_nothing(server: Path
     assert is_open(a, pid)
 
 
+@pytest.mark.slow
 def test_diverged_local_main_is_left_alone_with_a_warning(server: Path) -> None:
     a = clone(server, "a")
     pid, text = make_proposal(a, "refund-method-rules", "Quote refunds per method.")
@@ -259,6 +264,7 @@ def test_local_main_moving_after_the_push_still_closes_the_proposal(
     assert not is_open(a, pid)
 
 
+@pytest.mark.slow
 def test_clones_pushing_at_once_all_land_in_a_linear_history(server: Path) -> None:
     """No lock spans clones: the lease and the guard alone sort out who goes first."""
     names = ["refund-method-rules", "flight-change-rules", "checked-baggage-allowance",

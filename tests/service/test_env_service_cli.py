@@ -213,6 +213,7 @@ def test_wrong_token_unknown_split_and_bad_flags(
     assert repo_state(path) == before
 
 
+@pytest.mark.slow
 def test_env_serve_command_serves_until_sigterm(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository,
         tmp_path: Path) -> None:

@@ -193,6 +193,7 @@ def test_a_failing_llm_call_is_a_completed_rollout_with_its_error(
     assert [m.role for m in rollout.messages] == ["user"]  # the prompt it was given
 
 
+@pytest.mark.slow
 def test_a_backtracking_rubric_does_not_hold_health(
         serve_env: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     """A client's case whose regexes backtrack without end: the rubric is evaluated in a

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import run_expgit
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -77,6 +78,7 @@ async def session_run(repo: Path) -> dict[str, Any]:
     return seen
 
 
+@pytest.mark.slow
 def test_mcp_server_over_stdio(seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     main_before = seeded_repo.main_commit()

@@ -77,6 +77,7 @@ def test_context_selects_skills_as_flat_experiences(
     assert "expgit-status" not in text and "description:" not in text  # no front matter
 
 
+@pytest.mark.slow
 def test_mcp_serves_skills(both: tuple[Path, Path]) -> None:
     flat, skills = both
     served, reference = asyncio.run(session_run(skills)), asyncio.run(session_run(flat))

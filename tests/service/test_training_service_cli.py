@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from training_service_support import topic_rollout
 
 from expgit.store.repository import ExperienceRepository
@@ -29,6 +30,7 @@ def first_line(proc: subprocess.Popen[str], limit_seconds: float = 60) -> str:
     return lines[0].strip()
 
 
+@pytest.mark.slow
 def test_serve_process_prints_url_guards_and_stops(seeded_repo: ExperienceRepository,
                                                    tmp_path: Path) -> None:
     path = seeded_repo.git.work_tree

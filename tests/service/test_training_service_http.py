@@ -233,6 +233,7 @@ def test_extra_routers_are_mounted_behind_the_guards(seeded_repo: ExperienceRepo
         assert answer.status_code == 200 and answer.json() == {"ok": "yes"}
 
 
+@pytest.mark.slow
 def test_a_backtracking_rubric_does_not_hold_health(seeded_repo: ExperienceRepository
                                                     ) -> None:
     """A submitted rubric whose regexes backtrack without end: each check runs out of

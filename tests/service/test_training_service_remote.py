@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 from conftest import assert_only_fast_forwards, fsck, git, shared_server
 from training_service_support import JSON, auth, handles, topic_rollout, training_script
 
@@ -13,6 +14,7 @@ from expgit.asgi.server import start_server
 from expgit.service.training_app import ServiceLimits, create_training_app
 
 
+@pytest.mark.slow
 def test_the_service_pushes_what_it_trains_to_the_remote(tmp_path: Path) -> None:
     server, (path,) = shared_server(tmp_path, 1)
     topics = ("zebra", "yak")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from conftest import git
 from test_training_service_cli import first_line
 from training_service_support import JSON, merge, reflect, topic_rollout
@@ -28,6 +29,7 @@ def _slow(reply: Any, seconds: float) -> Any:
     return answer
 
 
+@pytest.mark.slow
 def test_sigterm_with_a_job_in_flight_finishes_it(serve: Any,
                                                    seeded_repo: ExperienceRepository) -> None:
     path = seeded_repo.git.work_tree

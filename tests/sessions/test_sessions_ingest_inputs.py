@@ -48,6 +48,7 @@ def sessions_tip(repo: Path) -> str:
     return git(repo, "for-each-ref", "--format=%(objectname)", "refs/heads/expgit/sessions")
 
 
+@pytest.mark.slow
 def test_a_named_pipe_named_or_found_is_skipped_unread(seeded_repo: ExperienceRepository,
                                                        tmp_path: Path) -> None:
     repo = tmp_path / "repo"
@@ -75,6 +76,7 @@ def test_a_named_pipe_named_or_found_is_skipped_unread(seeded_repo: ExperienceRe
     fsck(repo)
 
 
+@pytest.mark.slow
 def test_sigterm_ends_an_ingest_with_143_and_nothing_half_written(
         seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     """SIGTERM once the ingest has read its large input (/proc/PID/io: what importing

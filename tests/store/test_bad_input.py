@@ -400,6 +400,7 @@ def test_a_usage_error_is_one_line_saying_what_and_where_help_is(
     assert result.err.count("\n") == 1 and says in result.err, result.err
 
 
+@pytest.mark.slow
 def test_process_exit_codes_and_one_line_errors(seeded_repo: ExperienceRepository,
                                                 tmp_path: Path) -> None:
     repo = tmp_path / "repo"

@@ -75,6 +75,7 @@ def main_of(path: Path) -> str:
 
 
 @pytest.mark.parametrize("kind", ["worktree", "bare", "linked-worktrees"])
+@pytest.mark.slow
 def test_eight_writers_at_once_all_land_in_a_linear_history(tmp_path: Path,
                                                             kind: str) -> None:
     bare = kind == "bare"
@@ -124,6 +125,7 @@ def test_eight_writers_at_once_all_land_in_a_linear_history(tmp_path: Path,
             assert (path / "experiences" / f"{name}.md").read_text() == text
 
 
+@pytest.mark.slow
 def test_same_proposal_applied_by_many_at_once_lands_once(tmp_path: Path) -> None:
     path = tmp_path / "repo"
     init_repository(path, seed=EXAMPLE, layout="flat")
@@ -213,6 +215,7 @@ def test_apply_recovers_the_lock_of_a_killed_writer(repo: ExperienceRepository,
     fsck(path)
 
 
+@pytest.mark.slow
 def test_apply_gives_up_on_a_live_holder_after_lock_wait_seconds(
         repo: ExperienceRepository) -> None:
     path = repo.git.work_tree

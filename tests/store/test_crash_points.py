@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import EXAMPLE, fsck, git, run_expgit
 
 from expgit.init import init_repository
@@ -87,6 +88,7 @@ def _lock_files(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in (path / ".git").rglob("*.lock"))
 
 
+@pytest.mark.slow("minutes")
 def test_apply_killed_at_every_file_operation_is_recovered_by_the_next(tmp_path: Path) -> None:
     template, first, second = _template(tmp_path)
     counted = tmp_path / "count"

@@ -71,6 +71,7 @@ def _pr_body(repo: ExperienceRepository, pid: str) -> str:
 
 @pytest.mark.parametrize("style", ["fast-forward", "merge-commit", "squash",
                                    "squash-co-authored", "rebase"])
+@pytest.mark.slow
 def test_a_pull_request_merged_on_the_forge_is_applied(tmp_path: Path, style: str) -> None:
     forge, clone = _forge(tmp_path)
     pid = _proposal(clone, "\n- Gift cards: refunds arrive within 24 hours.\n")

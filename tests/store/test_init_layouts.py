@@ -161,6 +161,7 @@ ADDED = ["expgit.toml", ".claude/skills",
          *(f".agents/skills/{n}/SKILL.md" for n in NAMES)]
 
 
+@pytest.mark.slow
 def test_init_in_a_code_repository_adds_one_commit_and_touches_nothing_else(
         run_cli: Any, tmp_path: Path) -> None:
     path = code_repo(tmp_path)

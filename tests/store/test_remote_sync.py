@@ -38,6 +38,7 @@ def on_server(server: Path, branch: str = BRANCH) -> dict[str, str]:
     return {n: git(server, "show", f"refs/heads/{branch}:{n}") for n in names}
 
 
+@pytest.mark.slow
 def test_a_push_replays_the_local_entries_on_a_tip_another_clone_pushed(two) -> None:  # type: ignore[no-untyped-def]
     server, one, other = two
     first = write(one, {"trajectories/a.md": b"a\n"})
@@ -59,6 +60,7 @@ def test_a_push_replays_the_local_entries_on_a_tip_another_clone_pushed(two) -> 
     assert assert_only_fast_forwards(server) == 3
 
 
+@pytest.mark.slow
 def test_an_entry_both_clones_wrote_is_kept_once(two) -> None:  # type: ignore[no-untyped-def]
     server, one, other = two
     write(one, {"trajectories/same.md": b"same\n", "trajectories/a.md": b"a\n"})

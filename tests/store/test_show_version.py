@@ -15,6 +15,7 @@ NAME = "checked-baggage-allowance"
 PATH = f"experiences/{NAME}.md"
 
 
+@pytest.mark.slow
 def test_every_version_is_the_one_its_history_counts(seeded_repo: ExperienceRepository,
                                                      run_cli: RunCli) -> None:
     work = seeded_repo.git.work_tree
@@ -39,6 +40,7 @@ def test_every_version_is_the_one_its_history_counts(seeded_repo: ExperienceRepo
     assert missing.code == 5 and "versions 1 to 5, not 6" in missing.err
 
 
+@pytest.mark.slow
 def test_the_first_version_comes_from_the_versions_without_a_walk(
         seeded_repo: ExperienceRepository, run_cli: RunCli,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,6 +33,7 @@ def value(rng: random.Random, alphabet: str, long: int, depth: int = 0) -> Any:
 
 @pytest.mark.parametrize("alphabet, long", [(TRICKY, 150), (TRICKY, 1200), (HOSTILE, 150),
                                             (HOSTILE, 1200)])
+@pytest.mark.slow
 def test_same_text_as_yaml_safe_dump(alphabet: str, long: int) -> None:
     rng = random.Random(len(alphabet) * long)
     fast = 0
