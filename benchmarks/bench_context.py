@@ -6,7 +6,7 @@ Builds in-memory snapshots of 10, 100 and 1,000 synthetic experiences (about 1 K
 a vocabulary of a few hundred words, one always-on), and prints the mean estimated
 prompt tokens of a rollout (the rendered ``rollout`` system prompt plus the user turn) for
 ``--queries`` requests; then, at 10,000 experiences, the median and 95th percentile
-milliseconds of one :func:`expgit.train.retrieval.select_context` call once the
+milliseconds of one :func:`expgit.retrieval.context.select_context` call once the
 snapshot's index is built (what a long-lived process pays per request), and the one-off
 index build.
 """
@@ -19,10 +19,10 @@ import random
 import statistics
 import time
 
-from expgit.store.experience import estimate_tokens
-from expgit.store.snapshot import ExperienceEntry, Snapshot
-from expgit.store.templates import render_prompt
-from expgit.train.retrieval import select_context
+from expgit.retrieval.context import select_context
+from expgit.store.derived.snapshot import ExperienceEntry, Snapshot
+from expgit.store.format.experience import estimate_tokens
+from expgit.store.format.templates import render_prompt
 
 WORDS = [f"w{i}" for i in range(400)] + ["refund", "baggage", "cancel", "upgrade", "seat"]
 

@@ -14,11 +14,11 @@ beside the raw ``git`` commands, driven from Python ``subprocess`` with output r
    ``cat-file --batch --buffer`` of every blob + ``log --name-only -- experiences/``;
 2. snapshot reload after another process committed a 5-file change to ``main`` (warm
    loader) vs ``ls-tree`` + ``cat-file`` of the 5 new blobs + ``log OLD..NEW``;
-3. gradient commit (``expgit.store.gradients.propose``) vs ``hash-object -w`` + ``mktree``
+3. gradient commit (``expgit.store.workflow.gradients.propose``) vs ``hash-object -w`` + ``mktree``
    (the 10k-entry experiences subtree, then the root) + ``commit-tree`` + ``update-ref``;
-4. proposal commit (``expgit.store.proposals.merge`` of 5 gradients) vs the same plumbing
+4. proposal commit (``expgit.store.workflow.proposals.merge`` of 5 gradients) vs the same plumbing
    writing 5 blobs;
-5. apply (``expgit.store.apply.apply_proposal``, a fast-forward) vs one ``update-ref``.
+5. apply (``expgit.store.workflow.apply.apply_proposal``, a fast-forward) vs one ``update-ref``.
 
 Fairness: the raw side gets the tree listings it edits for free (read once, before
 timing), as a caller that keeps them around would; the expgit side starts each timed run
@@ -247,11 +247,11 @@ def main() -> None:
 
 def run_benchmarks(repo_dir: Path, names: list[str], repeat: int,
                    rng: random.Random) -> tuple[list[Row], dict[str, float]]:
-    from expgit.store.apply import apply_proposal
-    from expgit.store.gradients import GradientRequest, propose
-    from expgit.store.proposals import merge
+    from expgit.store.derived.snapshot import SnapshotLoader
     from expgit.store.repository import ExperienceRepository
-    from expgit.store.snapshot import SnapshotLoader
+    from expgit.store.workflow.apply import apply_proposal
+    from expgit.store.workflow.gradients import GradientRequest, propose
+    from expgit.store.workflow.proposals import merge
 
     rows: list[Row] = []
     revision = 10_000

@@ -2,14 +2,14 @@
 
     python benchmarks/bench_predictions.py [--proposals 100 1000 3000]
 
-:func:`expgit.store.predictions.prediction_record` reads the ``Expgit-Prediction``
+:func:`expgit.store.derived.predictions.prediction_record` reads the ``Expgit-Prediction``
 trailers of every kept proposal and the target of every gradient they name; ``merge``
 (every proposal's PR description), ``list --stats`` and ``evidence`` call it once per
 process. For each size this builds a repository from example_repo/ with that many
 proposals of two gradients each (commits written directly, as ``merge`` and the
 candidate stage would leave them: one hit or miss per gradient), then prints the
 milliseconds of the first call with nothing cached (cold), of the first call of a next
-process (the derived cache file of the commits' trailers, :mod:`expgit.store.derived`,
+process (the derived cache file of the commits' trailers, :mod:`expgit.store.derived.cache`,
 written by the cold one), of a repeated call with no new ref (cached: the refs are still
 listed), the cold cost per proposal, a cold ``list_proposals`` of every state (what
 ``expgit proposals --state all`` reads) for scale, and cold / next process.
@@ -25,12 +25,12 @@ from pathlib import Path
 
 from expgit.git.repo import RefUpdate
 from expgit.init import init_repository
-from expgit.store import predictions
-from expgit.store import trailers as tr
-from expgit.store.derived import cache_file
-from expgit.store.proposals import list_proposals
+from expgit.store.derived import predictions
+from expgit.store.derived.cache import cache_file
+from expgit.store.format import trailers as tr
 from expgit.store.refnames import GRADIENTS, ID_LEN, PROPOSALS
 from expgit.store.repository import ExperienceRepository
+from expgit.store.workflow.proposals import list_proposals
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "example_repo"
 

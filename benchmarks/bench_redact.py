@@ -2,7 +2,7 @@
 
     python benchmarks/bench_redact.py [--repeat 5]
 
-Times :func:`expgit.store.redact.redact_text` over three texts: prose and tool output
+Times :func:`expgit.core.redaction.text.redact_text` over three texts: prose and tool output
 (the calibration corpus tests/fixtures/secrets_entropy/ordinary.txt, repeated to 1 MB),
 a JSON tool output of ids, hashes and base64 blobs (1 MB), and a 1 MB text that is all
 candidates (random 40-character keys). Each is timed with every rule, then without the
@@ -20,7 +20,7 @@ import string
 import time
 from pathlib import Path
 
-from expgit.store import redact
+from expgit.core.redaction import text as redact
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "secrets_entropy"
 MB = 1 << 20

@@ -20,7 +20,7 @@ or two, not hours:
    ``list --json`` (cache warm), ``propose``, ``log NAME -n 10``, ``show NAME --version
    1``, ``show NAME --version`` (the last); git's own walk alone, for the share of
    the first ``list`` that is git's; and the first ``list`` of a fresh ``git clone``
-   that fetched a versions checkpoint (:mod:`expgit.store.version_checkpoint`) half
+   that fetched a versions checkpoint (:mod:`expgit.store.derived.version_checkpoint`) half
    its interval behind ``main``.
 2. **sessions**: a sessions branch holding SIZE sessions and a trajectories branch holding
    SIZE trajectories, both in the fanned-out layout: ``sessions ingest`` of 100 more,
@@ -61,10 +61,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from expgit.git import maintenance
-from expgit.store import trailers as tr
-from expgit.store import version_checkpoint
+from expgit.store.derived import version_checkpoint
+from expgit.store.format import trailers as tr
 from expgit.store.repository import ExperienceRepository
-from expgit.train.trajectory_store import TrajectoryStore
+from expgit.train.records.trajectory_store import TrajectoryStore
 
 ROOT = "experiences"
 EXPERIENCES = 1000
@@ -296,7 +296,7 @@ def session_figures(work: Path, size: int, repeat: int) -> Figures:
             f.unlink()
 
     # untimed: the first ingest of a repository written by fast-import counts its
-    # sessions once for the status checkpoint (expgit.sessions.status_checkpoint)
+    # sessions once for the status checkpoint (expgit.sessions.status.checkpoint)
     ingest()
     got["sessions ingest of 100 more"] = median_s(repeat, ingest)
     caches = repo / "expgit" / "cache"

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from expgit.init import init_repository
-from expgit.sessions.discovery import Tool
-from expgit.sessions.ingest_from import ingest_from
+from expgit.sessions.ingest.discovery import Tool
+from expgit.sessions.ingest.from_tools import ingest_from
 from expgit.store.repository import ExperienceRepository
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ cases, and the size of the example skills' listing (run by hand; asserts nothing
    name shares most words with the user's message), as a real agent that uses a skill
    would, then answers; in retrieval mode it answers at once. The scripted user says
    one message, then stops. Each rollout call's prompt is counted with expgit's own
-   estimate (:func:`expgit.store.experience.estimate_tokens`, about four UTF-8 bytes a
+   estimate (:func:`expgit.store.format.experience.estimate_tokens`, about four UTF-8 bytes a
    token) over its messages and its tool schemas.
 3. The listing of the example skills: its characters and estimated tokens, against
    Claude Code's and Codex's budgets (what ``expgit validate`` prints).
@@ -35,11 +35,11 @@ from expgit.init import init_repository
 from expgit.llm.port import ToolCall, ToolMessages, ToolTurn, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.store.experience import estimate_tokens, parse_experience
+from expgit.retrieval.skill_listing import budget_checks, build_listing
+from expgit.store.format.experience import estimate_tokens, parse_experience
 from expgit.store.repository import ExperienceRepository
 from expgit.train.cases import load_cases
 from expgit.train.context import ExecutionContext
-from expgit.train.skill_listing import budget_checks, build_listing
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "example_repo"
 CASES = EXAMPLE / "cases" / "airline_eval.yaml"

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from expgit.store.experience import estimate_tokens
+from expgit.store.format.experience import estimate_tokens
 from expgit.train.tau2 import data, reward
 from expgit.train.tau2.db import OverlayDB
 

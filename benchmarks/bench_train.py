@@ -62,14 +62,22 @@ sys.path.insert(0, str(ROOT))
 
 from bench_idle import file_creation_cost  # noqa: E402
 
+from expgit.core.domain import (  # noqa: E402
+    Case,
+    Message,
+    Rollout,
+    RolloutTrainingResult,
+    Rubric,
+    RubricCriterion,
+    RubricEvaluation,
+)
 from expgit.git.repo import GitRepo  # noqa: E402
 from expgit.init import init_repository  # noqa: E402
 from expgit.llm.factory import LLMRuntime  # noqa: E402
 from expgit.llm.port import ChatMessages, Completion, StageUsage, UsageMeter  # noqa: E402
 from expgit.runs.wiring import build_pipeline  # noqa: E402
-from expgit.store.proposals import list_proposals  # noqa: E402
 from expgit.store.repository import ExperienceRepository  # noqa: E402
-from expgit.train.candidate_stage import CandidateStage  # noqa: E402
+from expgit.store.workflow.proposals import list_proposals  # noqa: E402
 from expgit.train.cases import ListCaseLoader, load_cases  # noqa: E402
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator  # noqa: E402
 from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer  # noqa: E402
@@ -80,16 +88,8 @@ from expgit.train.components.trajectory_analyzer import (  # noqa: E402
     TrajectoryRolloutAnalyzer,
 )
 from expgit.train.context import PipelineContext  # noqa: E402
-from expgit.train.domain import (  # noqa: E402
-    Case,
-    Message,
-    Rollout,
-    RolloutTrainingResult,
-    Rubric,
-    RubricCriterion,
-    RubricEvaluation,
-)
 from expgit.train.engine import PolicyTrainingEngine  # noqa: E402
+from expgit.train.measurement.candidate_stage import CandidateStage  # noqa: E402
 
 EXAMPLE = ROOT / "example_repo"
 _GRADIENT = re.compile(r"^### Gradient (\S+): \w+ `([a-z0-9-]+)`", re.M)

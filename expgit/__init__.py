@@ -2,6 +2,8 @@
 
 ``from expgit import ExperienceRepository`` works as before, but importing ``expgit`` (or
 any of its modules) no longer loads the store: each name is imported when first used.
+
+May import: every package (it is the top; its names load lazily).
 """
 
 from __future__ import annotations

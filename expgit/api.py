@@ -94,6 +94,18 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from expgit.core.domain import (
+        Case,
+        Message,
+        Rollout,
+        Rubric,
+        RubricCriterion,
+        RubricEvaluation,
+        SemanticGradient,
+        TextPart,
+        ToolPart,
+        Trajectory,
+    )
     from expgit.errors import (
         ConflictError,
         ExpgitError,
@@ -113,29 +125,17 @@ if TYPE_CHECKING:
     from expgit.remote.protocol import CaseQuery, Health, RolloutRequest
     from expgit.remote.sdk import Environment, create_environment_app
     from expgit.remote.training_client import RemoteTrainingPolicyTrainer
-    from expgit.store.apply import ApplyResult, apply_proposal
-    from expgit.store.gradients import Gradient, GradientRequest, list_gradients, propose
+    from expgit.retrieval.context import ContextItem, ContextSelection, context_for, select_context
+    from expgit.store.format.settings import LLMSettings, McpSettings, Settings, parse_settings
+    from expgit.store.format.validate import require_valid, validate_commit
     from expgit.store.migrate import migrate_to_skills
-    from expgit.store.proposals import Proposal, list_proposals, merge
     from expgit.store.repository import ExperienceRepository
-    from expgit.store.revert import RevertResult, revert
-    from expgit.store.review import find_any, read_note, reject
-    from expgit.store.settings import LLMSettings, McpSettings, Settings, parse_settings
     from expgit.store.skill_export import ExportResult, export_skills
-    from expgit.store.validate import require_valid, validate_commit
-    from expgit.train.domain import (
-        Case,
-        Message,
-        Rollout,
-        Rubric,
-        RubricCriterion,
-        RubricEvaluation,
-        SemanticGradient,
-        TextPart,
-        ToolPart,
-        Trajectory,
-    )
-    from expgit.train.retrieval import ContextItem, ContextSelection, context_for, select_context
+    from expgit.store.workflow.apply import ApplyResult, apply_proposal
+    from expgit.store.workflow.gradients import Gradient, GradientRequest, list_gradients, propose
+    from expgit.store.workflow.proposals import Proposal, list_proposals, merge
+    from expgit.store.workflow.revert import RevertResult, revert
+    from expgit.store.workflow.review import find_any, read_note, reject
     from expgit.train.tools import registry
     from expgit.train.tools.environment import (
         EnvironmentFactory,
@@ -151,15 +151,15 @@ if TYPE_CHECKING:
 # Where each public name lives (the module it is imported from on first use).
 _HOMES: dict[str, tuple[str, ...]] = {
     "expgit.store.repository": ("ExperienceRepository",),
-    "expgit.store.gradients": ("GradientRequest", "propose", "Gradient", "list_gradients"),
-    "expgit.store.proposals": ("merge", "Proposal", "list_proposals"),
-    "expgit.store.apply": ("apply_proposal", "ApplyResult"),
-    "expgit.store.revert": ("revert", "RevertResult"),
-    "expgit.store.review": ("find_any", "read_note", "reject"),
-    "expgit.store.validate": ("validate_commit", "require_valid"),
+    "expgit.store.workflow.gradients": ("GradientRequest", "propose", "Gradient", "list_gradients"),
+    "expgit.store.workflow.proposals": ("merge", "Proposal", "list_proposals"),
+    "expgit.store.workflow.apply": ("apply_proposal", "ApplyResult"),
+    "expgit.store.workflow.revert": ("revert", "RevertResult"),
+    "expgit.store.workflow.review": ("find_any", "read_note", "reject"),
+    "expgit.store.format.validate": ("validate_commit", "require_valid"),
     "expgit.store.skill_export": ("export_skills", "ExportResult"),
     "expgit.store.migrate": ("migrate_to_skills",),
-    "expgit.train.retrieval": ("context_for", "select_context", "ContextSelection",
+    "expgit.retrieval.context": ("context_for", "select_context", "ContextSelection",
                                "ContextItem"),
     "expgit.train.tools": ("registry",),
     "expgit.train.tools.environment": ("Tool", "ToolError", "StateFactory", "read_json",
@@ -170,10 +170,10 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "expgit.remote.protocol": ("CaseQuery", "RolloutRequest", "Health"),
     "expgit.remote.training_client": ("RemoteTrainingPolicyTrainer",),
     "expgit.outcomes.feedback": ("FeedbackOutcomeEvaluator",),
-    "expgit.train.domain": ("Case", "Rubric", "RubricCriterion", "RubricEvaluation",
+    "expgit.core.domain": ("Case", "Rubric", "RubricCriterion", "RubricEvaluation",
                             "Message", "TextPart", "ToolPart", "Rollout", "Trajectory",
                             "SemanticGradient"),
-    "expgit.store.settings": ("Settings", "parse_settings", "LLMSettings", "McpSettings"),
+    "expgit.store.format.settings": ("Settings", "parse_settings", "LLMSettings", "McpSettings"),
     "expgit.errors": ("ExpgitError", "UsageError", "InvalidInputError", "ValidationError",
                       "NotFoundError", "NotRegularFileError", "ConflictError",
                       "LockHeldError", "GateError", "RunErrorsError", "ToolServerError",

@@ -28,24 +28,24 @@ from expgit.git.objects import SYMLINK_MODE
 from expgit.git.repo import GitRepo, RefUpdate
 from expgit.git.worktrees import sync_worktrees
 from expgit.hooks.install import install_hooks
-from expgit.store.always_on import experience_tree, with_always_on
-from expgit.store.experience import (
+from expgit.store.format.always_on import experience_tree, with_always_on
+from expgit.store.format.experience import (
     check_experience,
     decode_experience,
     in_layout,
     parse_experience,
 )
-from expgit.store.layout import SKILL_FILE, Layout, LayoutKind
-from expgit.store.repository import ExperienceRepository
-from expgit.store.settings import (
+from expgit.store.format.layout import SKILL_FILE, Layout, LayoutKind
+from expgit.store.format.settings import (
     SETTINGS_FILE,
     Settings,
     parse_settings,
     render_settings,
     with_top_keys,
 )
-from expgit.store.templates import OVERRIDE_DIR
-from expgit.store.validate import require_valid
+from expgit.store.format.templates import OVERRIDE_DIR
+from expgit.store.format.validate import require_valid
+from expgit.store.repository import ExperienceRepository
 
 SKILLS_ROOT = "skills"  # the skills root of a new repository of its own
 CODE_SKILLS_ROOT = ".agents/skills"  # ... inside a code repository: what the agents read

@@ -1,12 +1,12 @@
 """``expgit status``: the repository at a glance, read from git alone, changing nothing.
 
-* ``main``: its tip, and its last policy update (:func:`expgit.store.history.policy_log`);
+* ``main``: its tip, and its last policy update (:func:`expgit.store.workflow.history.policy_log`);
 * the open proposals, each with its measured effect when training measured it;
 * the open gradients that no open proposal holds (the ones waiting to be merged);
 * the lock: :func:`expgit.store.doctor.diagnose`, the same diagnosis as ``expgit doctor``;
-* the sessions waiting to be segmented (:func:`expgit.sessions.status.sessions_ledger`);
+* the sessions waiting to be segmented (:func:`expgit.sessions.status.counts.sessions_ledger`);
 * the skills: each one's loads in the ingested sessions, and the active ones no session
-  loaded in ``[skills] stale_days`` (:mod:`expgit.sessions.skill_usage`);
+  loaded in ``[skills] stale_days`` (:mod:`expgit.sessions.status.skill_usage`);
 * the last run: nothing keeps a run's ``--report`` (it is a file the user names), so the
   newest run figures the trainers record in git stand for it: the "Measured effect"
   section training writes into a proposal's description (any state). Read from the
@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
-from expgit.sessions.skill_usage import SkillsUsage, skills_usage
-from expgit.sessions.status import SessionLine, sessions_ledger
-from expgit.store.catalog import catalog
+from expgit.sessions.status.counts import SessionLine, sessions_ledger
+from expgit.sessions.status.skill_usage import SkillsUsage, skills_usage
+from expgit.store.derived.catalog import catalog
 from expgit.store.doctor import Diagnosis, diagnose
-from expgit.store.gradients import Gradient, list_gradients
-from expgit.store.history import policy_log
-from expgit.store.proposals import Proposal, list_proposals, open_proposal_gradients
 from expgit.store.repository import ExperienceRepository
+from expgit.store.workflow.gradients import Gradient, list_gradients
+from expgit.store.workflow.history import policy_log
+from expgit.store.workflow.proposals import Proposal, list_proposals, open_proposal_gradients
 
 EFFECT_HEADING = "## Measured effect"
 _SIDE = re.compile(r"^\| (baseline|candidate) \| (\d+/\d+) \| (\d+\.\d+)% \|", re.MULTILINE)

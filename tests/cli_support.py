@@ -10,7 +10,7 @@ import yaml
 from conftest import git
 from scripted_pipeline import GOLD_RULE
 
-from expgit.train.domain import Case, Message, Rollout, RubricEvaluation
+from expgit.core.domain import Case, Message, Rollout, RubricEvaluation
 
 
 def agent(messages: list[dict[str, str]]) -> str:

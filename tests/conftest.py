@@ -22,7 +22,7 @@ import pytest
 from expgit.cli import main as cli_main
 from expgit.git.repo import GitRepo
 from expgit.init import init_repository
-from expgit.store.experience import in_layout, parse_experience
+from expgit.store.format.experience import in_layout, parse_experience
 from expgit.store.repository import ExperienceRepository
 
 ROOT = Path(__file__).resolve().parents[1]

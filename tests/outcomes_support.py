@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from expgit.store.gradients import GradientRequest, propose
-from expgit.store.proposals import merge
+from expgit.core.domain import Case, Message, Rollout, Rubric
 from expgit.store.repository import ExperienceRepository
-from expgit.train.domain import Case, Message, Rollout, Rubric
-from expgit.train.trajectory_store import TrajectoryStore, rollout_id
+from expgit.store.workflow.gradients import GradientRequest, propose
+from expgit.store.workflow.proposals import merge
+from expgit.train.records.trajectory_store import TrajectoryStore, rollout_id
 
 EXPERIENCE = "checked-baggage-allowance"
 

@@ -8,10 +8,7 @@ import asyncio
 import threading
 from collections.abc import Sequence
 
-from expgit.errors import NotFoundError
-from expgit.remote.protocol import CaseQuery, Health, RolloutRequest
-from expgit.store.snapshot import Snapshot
-from expgit.train.domain import (
+from expgit.core.domain import (
     Case,
     CriterionResult,
     Message,
@@ -20,6 +17,9 @@ from expgit.train.domain import (
     RubricCriterion,
     RubricEvaluation,
 )
+from expgit.errors import NotFoundError
+from expgit.remote.protocol import CaseQuery, Health, RolloutRequest
+from expgit.store.derived.snapshot import Snapshot
 
 SNAPSHOT = Snapshot(commit="c" * 40, id="t" * 40, root="experiences", entries={}, strays=[])
 

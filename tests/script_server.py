@@ -17,8 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from expgit.llm.scripted import ScriptedChatModel, ScriptError
+from expgit.sessions.ingest.segment_output import SegmentOutput
 from expgit.sessions.score_output import ScoreOutput
-from expgit.sessions.segment_output import SegmentOutput
 from expgit.train.components.evaluator import JudgeVerdict
 from expgit.train.components.group_outputs import GroupReflectOutput
 from expgit.train.components.llm_outputs import (

@@ -8,12 +8,12 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from expgit.core.checks import ContainsCheck
+from expgit.core.domain import Case, Rubric, RubricCriterion
 from expgit.llm.port import EmbeddingModel
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
 from expgit.store.repository import ExperienceRepository
-from expgit.train.checks import ContainsCheck
-from expgit.train.domain import Case, Rubric, RubricCriterion
 
 
 @dataclass

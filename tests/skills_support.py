@@ -12,7 +12,7 @@ import tarfile
 import tomllib
 from pathlib import Path
 
-from expgit.store.experience import parse_experience
+from expgit.store.format.experience import parse_experience
 
 AGENTSKILLS = Path(sys.executable).parent / "agentskills"
 SKILLS_ROOT = "skills"

@@ -11,12 +11,7 @@ from typing import Any
 
 from json_value import number
 
-from expgit.errors import ExpgitError
-from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import Snapshot
-from expgit.train.components.streaming import StreamingPolicyTrainer
-from expgit.train.context import PipelineContext
-from expgit.train.domain import (
+from expgit.core.domain import (
     Case,
     ExperienceSetRef,
     PolicyApplyResult,
@@ -29,6 +24,11 @@ from expgit.train.domain import (
     RubricEvaluation,
     SemanticGradient,
 )
+from expgit.errors import ExpgitError
+from expgit.store.derived.snapshot import Snapshot
+from expgit.store.repository import ExperienceRepository
+from expgit.train.components.streaming import StreamingPolicyTrainer
+from expgit.train.context import PipelineContext
 
 POLICY = Snapshot(commit="0" * 40, id="1" * 40, root="experiences", entries={}, strays=[])
 

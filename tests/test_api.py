@@ -77,8 +77,8 @@ def test_the_docs_import_only_the_public_api(page: Path) -> None:
 
 def test_the_docs_check_finds_a_deep_import() -> None:
     page = ("Text.\n\n```python\nfrom expgit.api import Case, NoSuchName\n"
-            "from expgit.train.retrieval import context_for\nimport expgit.store\n```\n")
-    assert foreign_imports(page) == ["expgit.train.retrieval", "expgit.store"]
+            "from expgit.retrieval.context import context_for\nimport expgit.store\n```\n")
+    assert foreign_imports(page) == ["expgit.retrieval.context", "expgit.store"]
     assert api_names_imported(page) == ["Case", "NoSuchName"]
 
 

@@ -31,7 +31,7 @@ from expgit.cli.reference import (
     exit_codes_reference,
     inline,
 )
-from expgit.store.settings import Settings
+from expgit.store.format.settings import Settings
 
 
 class _Text(HTMLParser):

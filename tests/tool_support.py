@@ -13,9 +13,9 @@ import yaml
 from conftest import EXAMPLE
 from pydantic import BaseModel
 
+from expgit.core.domain import Case
 from expgit.llm.port import ToolCall, ToolMessages, ToolTurn
 from expgit.train.cases import load_cases
-from expgit.train.domain import Case
 from expgit.train.tools.environment import StateFactory, Tool, read_json
 
 DB = EXAMPLE / "airline" / "db.json"

@@ -16,12 +16,7 @@ import httpx
 from conftest import git
 
 from expgit.asgi.server import RunningServer, start_server
-from expgit.llm.port import ChatMessages, Completion, UsageMeter
-from expgit.llm.scripted import ScriptedChatModel, Step
-from expgit.llm.structured import StructuredLLM
-from expgit.service.training_app import ServiceLimits, create_training_app
-from expgit.service.training_wiring import streaming_trainer_factory
-from expgit.train.domain import (
+from expgit.core.domain import (
     Case,
     Message,
     Rollout,
@@ -31,6 +26,11 @@ from expgit.train.domain import (
     TextPart,
     ToolPart,
 )
+from expgit.llm.port import ChatMessages, Completion, UsageMeter
+from expgit.llm.scripted import ScriptedChatModel, Step
+from expgit.llm.structured import StructuredLLM
+from expgit.service.training_app import ServiceLimits, create_training_app
+from expgit.service.training_wiring import streaming_trainer_factory
 
 TOKEN = "s3cret-token"
 TOPICS = ("zebra", "yak", "quokka", "narwhal")

@@ -1,4 +1,10 @@
-"""The ``expgit`` command line: thin click commands over the library, one handler for errors."""
+"""The ``expgit`` command line: thin click commands over the library, one handler for errors.
+
+May import: expgit.errors, expgit.resources, expgit.core, expgit.git, expgit.store,
+expgit.hooks, expgit.llm, expgit.asgi, expgit.retrieval, expgit.train, expgit.outcomes,
+expgit.remote, expgit.runs, expgit.sessions, expgit.learn, expgit.init, expgit.status
+and expgit.service (the layers below it).
+"""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ import click
 
 from expgit.llm.budget import money
 from expgit.llm.port import StageUsage, add_cost
-from expgit.train.phase_metrics import PhaseMetrics
+from expgit.train.measurement.phase_metrics import PhaseMetrics
 
 
 @dataclass

@@ -12,9 +12,9 @@ from pydantic import ValidationError
 
 from expgit.cli._common import option_group
 from expgit.errors import UsageError
+from expgit.store.format.settings import McpSettings
 from expgit.store.repository import ExperienceRepository
-from expgit.store.settings import McpSettings
-from expgit.train.candidate import Gate
+from expgit.train.measurement.candidate import Gate
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from expgit.cli._common import epoch
-from expgit.store.gradients import Gradient
-from expgit.store.proposals import Proposal
+from expgit.store.workflow.gradients import Gradient
+from expgit.store.workflow.proposals import Proposal
 
 if TYPE_CHECKING:  # a plain listing never loads the sessions
-    from expgit.sessions.skill_usage import SkillUsage
+    from expgit.sessions.status.skill_usage import SkillUsage
 
 ID_LENGTH = 12
 

@@ -10,7 +10,7 @@ from expgit.cli._common import emit, json_option, open_repo, short, warn
 from expgit.cli._complete import open_ids
 from expgit.cli._run_options import gate_options, llm_options, make_gate, trials_option
 from expgit.errors import UsageError
-from expgit.store.apply import ApplyResult, apply_proposal
+from expgit.store.workflow.apply import ApplyResult, apply_proposal
 
 
 @click.command("apply")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from expgit.cli._common import emit, json_option, open_repo
-from expgit.train.retrieval import context_for
+from expgit.retrieval.context import context_for
 
 
 @click.command("context")

@@ -17,8 +17,8 @@ from expgit.cli.train_common import (
 from expgit.errors import UsageError
 from expgit.service.example_env import DEFAULT_DATASET, DEFAULT_DOMAIN, ExampleEnvironment
 from expgit.service.example_service import ExampleService, serve_example
+from expgit.store.format.settings import Settings
 from expgit.store.repository import ExperienceRepository
-from expgit.store.settings import Settings
 
 
 @click.group("env")

@@ -21,8 +21,8 @@ def evidence_cmd(ctx: click.Context, id_: str, as_json: bool) -> None:
       expgit evidence 3f9c2a
       expgit evidence expgit/trajectories:trajectories/0123456789abcdef.md --json
     """
-    from expgit.train.evidence import evidence  # loads the trajectory store's readers
-    from expgit.train.evidence_text import render_evidence
+    from expgit.train.reports.evidence import evidence  # loads the trajectory store's readers
+    from expgit.train.reports.evidence_text import render_evidence
 
     shown = evidence(open_repo(ctx), id_)
     emit(as_json, shown.model_dump(mode="json"),

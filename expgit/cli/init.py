@@ -6,7 +6,7 @@ import click
 
 from expgit.cli._common import emit, json_option, short, warn
 from expgit.init import init_repository
-from expgit.store.layout import LayoutKind
+from expgit.store.format.layout import LayoutKind
 
 
 @click.command("init")

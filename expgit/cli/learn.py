@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from expgit.cli._common import emit, json_option, open_repo, option_group, progress
 from expgit.errors import UsageError
 from expgit.learn.report import learn_report
-from expgit.store.settings import LearnSettings
+from expgit.store.format.settings import LearnSettings
 
 _SHARE = click.FloatRange(0, 1)
 # (flag, type, help): each overrides the [learn] setting of the same name, whose built-in

@@ -8,12 +8,12 @@ import click
 
 from expgit.cli._common import emit, epoch, json_option, minute, open_repo, short
 from expgit.cli._views import usage_view
-from expgit.store.catalog import ExperienceRow, catalog
-from expgit.store.predictions import PredictionRecords, TrackRecord, prediction_record
-from expgit.train.track_record import ExperienceStats
+from expgit.store.derived.catalog import ExperienceRow, catalog
+from expgit.store.derived.predictions import PredictionRecords, TrackRecord, prediction_record
+from expgit.train.measurement.track_record import ExperienceStats
 
 if TYPE_CHECKING:
-    from expgit.sessions.skill_usage import SkillUsage
+    from expgit.sessions.status.skill_usage import SkillUsage
 
 
 @click.command("list")
@@ -52,7 +52,7 @@ def list_cmd(ctx: click.Context, rev: str | None, with_stats: bool, with_usage: 
         records = prediction_record(repo)
     usage: dict[str, SkillUsage] = {}
     if with_usage:  # imported here too: a plain listing never reads the sessions
-        from expgit.sessions.skill_usage import skills_usage
+        from expgit.sessions.status.skill_usage import skills_usage
 
         usage = skills_usage(repo, rows).usage
 

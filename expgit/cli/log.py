@@ -8,7 +8,7 @@ import click
 
 from expgit.cli._common import emit, json_option, minute, open_repo, short
 from expgit.cli._views import gradient_view
-from expgit.store.history import PolicyUpdate, policy_log
+from expgit.store.workflow.history import PolicyUpdate, policy_log
 
 
 def _print_update(u: PolicyUpdate) -> None:

@@ -8,8 +8,8 @@ from expgit.cli._common import emit, json_option, open_repo, skipped_strays
 from expgit.cli._complete import open_ids
 from expgit.cli._views import proposal_view
 from expgit.errors import InvalidInputError
-from expgit.store.proposals import merge
 from expgit.store.refnames import Stray
+from expgit.store.workflow.proposals import merge
 
 
 @click.command("merge")

@@ -7,8 +7,8 @@ import click
 
 from expgit.cli._common import emit, json_option, open_repo
 from expgit.cli._complete import open_ids
-from expgit.store.forge import FORGES, shell_line
-from expgit.store.pull_request import ForgeCliMissing, PullRequest, push_proposal
+from expgit.store.workflow.forge import FORGES, shell_line
+from expgit.store.workflow.pull_request import ForgeCliMissing, PullRequest, push_proposal
 
 
 def _human(result: PullRequest, opened: bool) -> None:

@@ -9,8 +9,8 @@ from pydantic import ValidationError
 from expgit.cli._common import emit, json_option, open_repo
 from expgit.cli._views import gradient_view
 from expgit.errors import InvalidInputError
-from expgit.store.experience import decode_experience
-from expgit.store.gradients import GradientRequest, propose
+from expgit.store.format.experience import decode_experience
+from expgit.store.workflow.gradients import GradientRequest, propose
 
 
 def _not_nan(value: float) -> float:

@@ -25,7 +25,7 @@ from pydantic.fields import FieldInfo
 
 from expgit import errors
 from expgit.cli import Terminated, cli
-from expgit.store.settings import SETTINGS_FILE, Settings
+from expgit.store.format.settings import SETTINGS_FILE, Settings
 
 _CODE_SPAN = re.compile(r"(`[^`\n]+`)")
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]#!|])")

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from expgit.cli._common import open_repo
 from expgit.errors import ExpgitError, InvalidInputError
 from expgit.runs.html import write_html
-from expgit.train.report import RunReport
+from expgit.train.reports.run_report import RunReport
 
 
 @click.command("report-html")

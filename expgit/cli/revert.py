@@ -5,7 +5,7 @@ import dataclasses
 import click
 
 from expgit.cli._common import emit, json_option, open_repo, short, warn
-from expgit.store.revert import revert
+from expgit.store.workflow.revert import revert
 
 
 @click.command("revert")

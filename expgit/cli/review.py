@@ -9,11 +9,11 @@ import click
 from expgit.cli._common import emit, json_option, minute, open_repo, short, skipped_strays
 from expgit.cli._complete import open_ids
 from expgit.cli._views import gradient_view, proposal_view
-from expgit.store.changes import FileChange, colour_diff
-from expgit.store.gradients import list_gradients
-from expgit.store.proposals import Proposal, hunks, list_proposals, open_proposal_gradients
 from expgit.store.refnames import Stray
-from expgit.store.review import find_any, read_note, reject
+from expgit.store.workflow.changes import FileChange, colour_diff
+from expgit.store.workflow.gradients import list_gradients
+from expgit.store.workflow.proposals import Proposal, hunks, list_proposals, open_proposal_gradients
+from expgit.store.workflow.review import find_any, read_note, reject
 
 STATE_CHOICE = click.Choice(["open", "applied", "rejected", "all"])
 

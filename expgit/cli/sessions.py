@@ -13,12 +13,12 @@ import click
 from expgit.cli._common import emit, json_option, open_repo, warn
 from expgit.cli._run_options import llm_options
 from expgit.errors import UsageError
-from expgit.sessions.discovery import TOOLS, Tool
-from expgit.sessions.formats import FORMAT_NAMES, SessionFormat
-from expgit.sessions.ingest import ingest
-from expgit.sessions.ingest_from import ingest_from
-from expgit.sessions.ingest_report import IngestReport
-from expgit.sessions.status import SessionsStatus, sessions_status
+from expgit.sessions.formats.parse import FORMAT_NAMES, SessionFormat
+from expgit.sessions.ingest.command import ingest
+from expgit.sessions.ingest.discovery import TOOLS, Tool
+from expgit.sessions.ingest.from_tools import ingest_from
+from expgit.sessions.ingest.report import IngestReport
+from expgit.sessions.status.counts import SessionsStatus, sessions_status
 
 if TYPE_CHECKING:
     from expgit.sessions.report import SessionsRunReport

@@ -7,7 +7,7 @@ import dataclasses
 import click
 
 from expgit.cli._common import emit, json_option, open_repo
-from expgit.store.history import show_experience
+from expgit.store.workflow.history import show_experience
 
 
 @click.command("show")

@@ -9,7 +9,7 @@ import click
 from expgit.cli._common import emit, json_option, minute, open_repo, short, skipped_strays
 from expgit.cli._views import gradient_view, proposal_view, usage_view
 from expgit.cli.doctor import diagnosis_view
-from expgit.sessions.skill_usage import SkillsUsage
+from expgit.sessions.status.skill_usage import SkillsUsage
 from expgit.status import MeasuredEffect, RepositoryStatus, repository_status
 from expgit.store.doctor import describe_path
 from expgit.store.lock import describe

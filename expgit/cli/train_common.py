@@ -22,10 +22,10 @@ from expgit.llm.budget import RunEstimate
 from expgit.remote.environment import EnvironmentService
 from expgit.runs.build import NO_LLM, CaseSource, LLMOptions, RunOptions
 from expgit.store.repository import ExperienceRepository
-from expgit.train.candidate import gate_failures, gate_refusal
-from expgit.train.report import RunReport, render_text, write_report
-from expgit.train.skill_evals import SkillCases
-from expgit.train.verdict import verdict_lines
+from expgit.train.measurement.candidate import gate_failures, gate_refusal
+from expgit.train.measurement.skill_evals import SkillCases
+from expgit.train.reports.run_report import RunReport, render_text, write_report
+from expgit.train.reports.verdict import verdict_lines
 
 F = TypeVar("F", bound=Callable[..., Any])
 

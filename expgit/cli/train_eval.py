@@ -25,7 +25,7 @@ from expgit.runs.gate_comment import GATE_MARKER, write_comment
 from expgit.runs.skill_lift import run_skill_eval
 from expgit.runs.trigger_run import run_trigger_eval
 from expgit.store.repository import ExperienceRepository
-from expgit.train.report import cost_table
+from expgit.train.reports.run_report import cost_table
 
 
 @click.command("eval")

@@ -3,10 +3,10 @@ from __future__ import annotations
 import click
 
 from expgit.cli._common import emit, json_option, open_repo, short
-from expgit.store.always_on import stale_files
-from expgit.store.skill_check import warnings_at
-from expgit.store.validate import require_valid, validate_commit
-from expgit.train.skill_listing import BudgetCheck, budget_checks
+from expgit.retrieval.skill_listing import BudgetCheck, budget_checks
+from expgit.store.format.always_on import stale_files
+from expgit.store.format.skill_check import warnings_at
+from expgit.store.format.validate import require_valid, validate_commit
 
 
 @click.command("validate")

@@ -33,9 +33,9 @@ from collections.abc import Callable
 from expgit.errors import ExpgitError, InvalidInputError
 from expgit.git.repo import ZERO_SHA, GitRepo
 from expgit.hooks.install import LEGACY_SUFFIX, hooks_dir, is_stub
+from expgit.store.format.settings import SETTINGS_FILE, Settings, parse_settings
+from expgit.store.format.validate import validate_commit, validate_index, validate_staged_templates
 from expgit.store.repository import ExperienceRepository, load_settings
-from expgit.store.settings import SETTINGS_FILE, Settings, parse_settings
-from expgit.store.validate import validate_commit, validate_index, validate_staged_templates
 
 HOOKS = ("pre-commit", "pre-receive", "update")
 _PUSH = "expgit: push to main refused:"

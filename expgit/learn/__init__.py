@@ -7,4 +7,8 @@ experience seed pack, written as a report; with ``--propose``, a reviewable prop
 * :mod:`expgit.learn.seed_pack` — ``experience_seed_pack.json`` (deterministic, no LLM);
 * :mod:`expgit.learn.propose` — the seed pack and findings as gradients and a proposal;
 * :mod:`expgit.learn.report` — the whole run, files written atomically.
+
+May import: expgit.errors, expgit.resources, expgit.core, expgit.git, expgit.store,
+expgit.hooks, expgit.llm, expgit.asgi, expgit.retrieval, expgit.train, expgit.outcomes,
+expgit.remote and expgit.runs (the layers below it).
 """

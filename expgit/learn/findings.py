@@ -1,6 +1,6 @@
 """``findings.json``: what the recorded runs say needs attention, one finding per issue.
 
-Rules (thresholds in :class:`~expgit.store.settings.LearnSettings`):
+Rules (thresholds in :class:`~expgit.store.format.settings.LearnSettings`):
 
 * ``experience_correlated_with_failures``: an experience in the context of at least
   ``min_uses`` judged runs whose failure rate (failed evaluation or negative outcome) is
@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from expgit.learn.lexical import LexicalIndex
 from expgit.learn.metrics import run_coverage
 from expgit.learn.runs import Run, RunSet
-from expgit.store.settings import LearnSettings
+from expgit.store.format.settings import LearnSettings
 
 FindingType = Literal["experience_correlated_with_failures", "uncovered_task_signature",
                       "near_duplicate_experiences", "low_outcome_coverage"]

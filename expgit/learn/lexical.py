@@ -1,5 +1,5 @@
 """Lexical measures over a snapshot's experiences, with the tokens of
-:mod:`expgit.train.relevance` (lowercase, stop words dropped, crudely stemmed).
+:mod:`expgit.retrieval.relevance` (lowercase, stop words dropped, crudely stemmed).
 
 * relevance of an experience to a query: the share of the query's distinct tokens found
   in the experience's name, summary, tags and body (0..1; BM25 scores are not comparable
@@ -13,8 +13,8 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 
-from expgit.store.snapshot import Snapshot
-from expgit.train.relevance import document_text, eligible, tokenize
+from expgit.retrieval.relevance import document_text, eligible, tokenize
+from expgit.store.derived.snapshot import Snapshot
 
 
 class LexicalIndex:

@@ -13,8 +13,8 @@ from typing import Any
 from expgit.learn.lexical import LexicalIndex
 from expgit.learn.runs import Run, RunSet
 from expgit.outcomes.stats import roll_up
-from expgit.store.settings import LearnSettings
-from expgit.store.snapshot import Snapshot
+from expgit.store.derived.snapshot import Snapshot
+from expgit.store.format.settings import LearnSettings
 
 SCHEMA = "expgit.learn.metrics/1"
 

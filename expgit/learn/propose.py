@@ -1,8 +1,9 @@
 """``expgit learn --propose``: the seed pack and the findings as one proposal for review.
 
-Through the core API only: each edit is a gradient (:func:`expgit.store.gradients.propose`,
+Through the core API only: each edit is a gradient (:func:`expgit.store.workflow.gradients.propose`,
 evidence ``rollout:<id>`` / ``finding:<id>``), the gradients are merged into one proposal
-(:func:`expgit.store.proposals.merge`). ``main`` is never touched; applying the proposal is the
+(:func:`expgit.store.workflow.proposals.merge`). ``main`` is never touched; applying the
+proposal is the
 reviewer's call (``expgit review`` / ``expgit apply``), and reverting it is one command.
 
 Edits:
@@ -25,9 +26,9 @@ from expgit.errors import ExpgitError
 from expgit.git.repo import RefUpdate
 from expgit.learn.findings import Finding
 from expgit.learn.seed_pack import Seed
-from expgit.store.gradients import Gradient, GradientRequest, propose
-from expgit.store.proposals import merge
 from expgit.store.repository import ExperienceRepository
+from expgit.store.workflow.gradients import Gradient, GradientRequest, propose
+from expgit.store.workflow.proposals import merge
 
 MAX_EVIDENCE = 10
 

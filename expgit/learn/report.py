@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from expgit.core.jsonl import load_jsonl
+from expgit.core.redaction.messages import Redactor
 from expgit.errors import InvalidInputError
 from expgit.learn.findings import Finding, find_all
 from expgit.learn.lexical import LexicalIndex
@@ -28,10 +30,8 @@ from expgit.learn.seed_pack import SCHEMA as SEED_SCHEMA
 from expgit.learn.seed_pack import Seed, build_seeds
 from expgit.outcomes.records import OutcomeRecord
 from expgit.runs.run_files import load_rollouts
-from expgit.store.jsonl import load_jsonl
+from expgit.store.format.settings import LearnSettings
 from expgit.store.repository import ExperienceRepository
-from expgit.store.settings import LearnSettings
-from expgit.train.redaction import Redactor
 
 METRICS = "metrics.json"
 FINDINGS = "findings.json"

@@ -1,6 +1,6 @@
 """Recorded rollouts and outcome records, read into one view per run.
 
-A run's id is the rollout's content id (:func:`~expgit.train.trajectory_store.rollout_id`,
+A run's id is the rollout's content id (:func:`~expgit.train.records.trajectory_store.rollout_id`,
 the id outcome records use for rollouts and trajectories); ``metadata`` keys
 ``rollout_id``, ``execution_id`` and ``response_id`` are accepted as aliases, so outcomes
 recorded against an environment's or a session's id still find their run.
@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from expgit.core.domain import Rollout, ToolPart
 from expgit.outcomes.records import OutcomeRecord, polarity
 from expgit.outcomes.stats import UsageRow, outcome_run_id, parse_time
+from expgit.retrieval.usage import KEY as USAGE_KEY
+from expgit.retrieval.usage import read_usage
 from expgit.train.components.evaluator import user_turn
-from expgit.train.domain import Rollout, ToolPart
-from expgit.train.experience_usage import KEY as USAGE_KEY
-from expgit.train.experience_usage import read_usage
-from expgit.train.trajectory_store import rollout_id
+from expgit.train.records.trajectory_store import rollout_id
 
 ALIAS_KEYS = ("rollout_id", "execution_id", "response_id")
 

@@ -16,14 +16,14 @@ import re
 
 from pydantic import BaseModel, ConfigDict
 
+from expgit.core.redaction.text import redact_text
 from expgit.errors import InvalidInputError
 from expgit.learn.lexical import LexicalIndex
 from expgit.learn.runs import Run, RunSet
-from expgit.store.experience import check_experience, new_experience
-from expgit.store.redact import redact_text
+from expgit.store.derived.snapshot import Snapshot
+from expgit.store.format.experience import check_experience, new_experience
+from expgit.store.format.settings import LearnSettings
 from expgit.store.repository import ExperienceRepository
-from expgit.store.settings import LearnSettings
-from expgit.store.snapshot import Snapshot
 
 SCHEMA = "expgit.learn.seed_pack/1"
 _WORD = re.compile(r"[a-z0-9]+")

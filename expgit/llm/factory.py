@@ -37,8 +37,8 @@ from expgit.llm.provenance import (
     gguf_sha256,
 )
 from expgit.llm.structured import Mode, StructuredLLM
-from expgit.store.provenance import Provenance
-from expgit.store.settings import LLMSettings, Price
+from expgit.store.format.provenance import Provenance
+from expgit.store.format.settings import LLMSettings, Price
 
 Choice = Literal["local", "openai"]
 LOCAL_MIN_TIMEOUT_SECONDS = 300.0  # requests are queued client-side; generation is slow

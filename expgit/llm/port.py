@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from expgit.errors import ExpgitError
 from expgit.llm.budget import Budget
-from expgit.store.settings import Price as Price  # re-exported: what the meter prices by
+from expgit.store.format.settings import Price as Price  # re-exported: what the meter prices by
 
 
 class LLMError(ExpgitError):

@@ -1,9 +1,9 @@
-"""The provenance of an LLM runtime's calls (:class:`expgit.store.provenance.Provenance`):
+"""The provenance of an LLM runtime's calls (:class:`expgit.store.format.provenance.Provenance`):
 the endpoint as a scheme-less ``host[:port]`` and the embedded model's file hash.
 
 The hash of a GGUF file (hundreds of megabytes to gigabytes) is computed once: kept by
 the file's path, size and modification time in this process, and for the next process
-in a derived index (:mod:`expgit.store.derived`) in the user's cache folder,
+in a derived index (:mod:`expgit.store.derived.cache`) in the user's cache folder,
 ``$XDG_CACHE_HOME/expgit/index.sqlite3`` (``~/.cache`` by default; a model file is no
 git object). A file whose size or time changed is hashed again; an index that cannot be
 read or written costs only the hashing.
@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from expgit.store.derived import INDEX_NAME, DerivedIndex, derive_file
+from expgit.store.derived.cache import INDEX_NAME, DerivedIndex, derive_file
 
 DEFAULT_HOST = "api.openai.com"
 EMBEDDED = "embedded"

@@ -8,4 +8,8 @@
 * :mod:`expgit.outcomes.api` — ``POST/GET /v1/outcomes`` for ``expgit serve``.
 
 Outcomes never reach ``main`` and never appear in an agent-facing response.
+
+May import: expgit.errors, expgit.resources, expgit.core, expgit.git, expgit.store,
+expgit.hooks, expgit.llm, expgit.asgi, expgit.retrieval and expgit.train (the layers
+below it).
 """

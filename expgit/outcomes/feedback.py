@@ -45,11 +45,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from expgit.core.domain import CriterionResult, Message, Rollout, RubricEvaluation
 from expgit.errors import InvalidInputError
 from expgit.outcomes.signals import STAMPS_KEY, FeedbackEvent, SessionSignals, session_signals
 from expgit.store.repository import ExperienceRepository
 from expgit.train.context import PipelineContext
-from expgit.train.domain import CriterionResult, Message, Rollout, RubricEvaluation
 from expgit.train.interfaces import RolloutEvaluator
 
 OutcomeLabel = Literal["positive_feedback", "negative_feedback", "reasked", "resolved",

@@ -1,4 +1,4 @@
-"""How a session's feedback signals ride on a :class:`~expgit.train.domain.Rollout`.
+"""How a session's feedback signals ride on a :class:`~expgit.core.domain.Rollout`.
 
 ``Message`` has no metadata of its own, so both live in ``rollout.metadata``:
 
@@ -26,8 +26,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from expgit.core.domain import Rollout
 from expgit.errors import InvalidInputError
-from expgit.train.domain import Rollout
 
 STAMPS_KEY = "message_stamps"
 FEEDBACK_KEY = "feedback_events"

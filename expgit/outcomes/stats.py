@@ -14,7 +14,7 @@ Two sources, both read from git (no side database):
   ``helpful``, negative ones (harmful, fail) as ``harmful``; proposals are not counted.
 
 :func:`experience_stats` keeps one row per (trajectory file, experience it used) in the
-derived index (:mod:`expgit.store.derived`, docs/design.md "Derived caches"): the table
+derived index (:mod:`expgit.store.derived.cache`, docs/design.md "Derived caches"): the table
 ``trajectory_uses`` with the fold ``trajectory_uses:<ref>``, the trajectories tip its rows
 are of. A new tip folds the trajectory files changed since (one ``git diff-tree`` of the
 folder): only they are read and parsed, in this process or any later one, and the
@@ -40,12 +40,12 @@ import yaml
 from expgit.errors import GitError
 from expgit.outcomes.records import OutcomeRecord, polarity
 from expgit.outcomes.store import OutcomeStore
-from expgit.store.derived import DerivedIndex, derive
+from expgit.retrieval.usage import read_usage
+from expgit.store.derived.cache import DerivedIndex, derive
+from expgit.store.format.yamlload import BoundedSafeLoader
 from expgit.store.repository import ExperienceRepository
-from expgit.store.yamlload import BoundedSafeLoader
-from expgit.train.experience_usage import read_usage
-from expgit.train.track_record import ExperienceStats
-from expgit.train.trajectory_store import FOLDER, TrajectoryStore
+from expgit.train.measurement.track_record import ExperienceStats
+from expgit.train.records.trajectory_store import FOLDER, TrajectoryStore
 
 _RESULTS_CACHED = 16
 

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
+from expgit.core.redaction.text import redact_text
 from expgit.errors import ConflictError, InvalidInputError, UsageError
 from expgit.outcomes.records import (
     OutcomeRecord,
@@ -27,8 +28,7 @@ from expgit.outcomes.records import (
     key_digest,
 )
 from expgit.outcomes.targets import resolve_target
-from expgit.store import trailers as tr
-from expgit.store.redact import redact_text
+from expgit.store.format import trailers as tr
 from expgit.store.repository import ExperienceRepository
 from expgit.store.sidebranch import SideBranch
 

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 from expgit.errors import ConflictError, InvalidInputError, NotFoundError
 from expgit.outcomes.records import TARGET_KINDS, TargetKind
-from expgit.store.proposals import find_proposal
 from expgit.store.repository import ExperienceRepository
-from expgit.train.trajectory_store import FOLDER, ID_LEN, TrajectoryStore
+from expgit.store.workflow.proposals import find_proposal
+from expgit.train.records.trajectory_store import FOLDER, ID_LEN, TrajectoryStore
 
 _ROLLOUT_ID = re.compile(rf"[0-9a-f]{{{ID_LEN}}}")  # whole strings: fullmatch
 _HEX = re.compile(r"[0-9a-f]{4,40}")

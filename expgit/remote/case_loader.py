@@ -7,11 +7,11 @@ from typing import Any
 
 import httpx
 
+from expgit.core.domain import Case
 from expgit.errors import ExpgitError, UsageError
 from expgit.remote.http import DEFAULT_REQUEST_TIMEOUT, call_json, make_client
 from expgit.remote.protocol import CasePage, CaseQuery
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Case
 
 MAX_PAGES = 100_000
 

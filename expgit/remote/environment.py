@@ -14,13 +14,13 @@ from typing import Any
 
 import httpx
 
+from expgit.core.domain import Case, Rollout, RolloutAnalysis, RolloutTrainingResult
 from expgit.errors import UsageError
 from expgit.remote.client import RemoteCaseLoader, RemoteRolloutExecutor, preflight
 from expgit.remote.protocol import Health
+from expgit.store.derived.snapshot import Snapshot
 from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import Snapshot
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Case, Rollout, RolloutAnalysis, RolloutTrainingResult
 
 PAGE_SIZE = 100
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from expgit.core.domain import Rollout
 from expgit.errors import ExpgitError, NotFoundError
 from expgit.remote.protocol import ExecutionState, ExecutionStatus, RolloutRequest
-from expgit.train.domain import Rollout
 
 RunRollout = Callable[[RolloutRequest], Awaitable[Rollout]]
 _ERROR_CHARS = 2000

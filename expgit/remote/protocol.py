@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from expgit.train.domain import Case, FreeMetadata, Rollout
+from expgit.core.domain import Case, FreeMetadata, Rollout
 
 
 class _Request(BaseModel):

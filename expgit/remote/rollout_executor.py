@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
+from expgit.core.domain import Case, FreeMetadata, Rollout
 from expgit.errors import UsageError
 from expgit.llm.retry import RetryPolicy, Transient
 from expgit.remote.http import (
@@ -28,7 +29,6 @@ from expgit.remote.protocol import (
 )
 from expgit.train.components.evaluator import failed_evaluation
 from expgit.train.context import ExecutionContext
-from expgit.train.domain import Case, FreeMetadata, Rollout
 from expgit.train.interfaces import ExperienceSet
 
 _BUSY = (429, 503)  # queue full: wait and submit again

@@ -23,10 +23,10 @@ from fastapi import FastAPI, Query
 from fastapi.responses import JSONResponse
 
 from expgit.asgi.guards import error_response, install_guards
+from expgit.core.domain import Case, Rollout
 from expgit.errors import ExpgitError, InvalidInputError, UsageError
 from expgit.remote.executions import ExecutionRegistry, RegistryFull
 from expgit.remote.protocol import CasePage, CaseQuery, ExecutionStatus, Health, RolloutRequest
-from expgit.train.domain import Case, Rollout
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_EXECUTION_TTL_SECONDS = 3600.0

@@ -20,13 +20,7 @@ from collections.abc import Sequence
 
 import httpx
 
-from expgit.errors import UsageError
-from expgit.llm.retry import RetryPolicy, Transient
-from expgit.remote.http import HttpStats, RemoteServiceError, call_json, make_client
-from expgit.remote.protocol import Health
-from expgit.remote.training_protocol import FINISHED, TrainingJob
-from expgit.train.context import PipelineContext
-from expgit.train.domain import (
+from expgit.core.domain import (
     PlanNotes,
     PolicyApplyResult,
     PolicyPlanItem,
@@ -35,8 +29,14 @@ from expgit.train.domain import (
     RolloutAnalysis,
     RolloutTrainingResult,
 )
+from expgit.errors import UsageError
+from expgit.llm.retry import RetryPolicy, Transient
+from expgit.remote.http import HttpStats, RemoteServiceError, call_json, make_client
+from expgit.remote.protocol import Health
+from expgit.remote.training_protocol import FINISHED, TrainingJob
+from expgit.train.context import PipelineContext
 from expgit.train.interfaces import ExperienceSet
-from expgit.train.phase_metrics import combined_apply_result
+from expgit.train.measurement.phase_metrics import combined_apply_result
 
 RETRY_STATUSES = (429, 503)
 

@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from expgit.train.domain import (
+from expgit.core.domain import (
     AnalysisNotes,
     PolicyApplyResult,
     PolicyUpdatePlan,

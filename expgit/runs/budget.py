@@ -31,14 +31,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from expgit.core.checks import LLMJudgeCheck
+from expgit.core.domain import Case
 from expgit.errors import UsageError
 from expgit.llm.budget import Budget, RunEstimate, money
 from expgit.llm.port import CallGuard
-from expgit.store.experience import estimate_tokens, tokens_of_bytes
+from expgit.store.format.experience import estimate_tokens, tokens_of_bytes
+from expgit.store.format.settings import LLMSettings
 from expgit.store.repository import ExperienceRepository
-from expgit.store.settings import LLMSettings
-from expgit.train.checks import LLMJudgeCheck
-from expgit.train.domain import Case
 
 if TYPE_CHECKING:
     from expgit.llm.factory import LLMRuntime

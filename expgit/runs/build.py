@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from expgit.core.domain import Case, Rollout
 from expgit.errors import UsageError
 from expgit.llm.budget import RunEstimate
 from expgit.llm.port import UsageListener, UsageMeter
@@ -28,35 +29,34 @@ from expgit.runs import provenance as run_provenance
 from expgit.runs.relabel import by_feedback
 from expgit.runs.run_files import load_rollouts, write_pr_body
 from expgit.runs.wiring import build_pipeline, mcp_tools
-from expgit.store.provenance import Provenance
+from expgit.store.format.provenance import Provenance
+from expgit.store.format.settings import McpSettings
 from expgit.store.refnames import ID_LEN
 from expgit.store.repository import ExperienceRepository
-from expgit.store.settings import McpSettings
 from expgit.store.skill_evals_file import SkillEvals
-from expgit.train.candidate import Gate, SkillLift, gate_skill_lifts
-from expgit.train.candidate import compare as compare_runs
-from expgit.train.candidate_stage import CandidateStage
 from expgit.train.cases import ListCaseLoader, load_cases
 from expgit.train.components.snapshotter import ContentHashPolicySnapshotter
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Case, Rollout
 from expgit.train.groups import check_group_size
 from expgit.train.interfaces import RolloutExecutor
-from expgit.train.phase_metrics import (
+from expgit.train.measurement.candidate import Gate, SkillLift, gate_skill_lifts
+from expgit.train.measurement.candidate import compare as compare_runs
+from expgit.train.measurement.candidate_stage import CandidateStage
+from expgit.train.measurement.phase_metrics import (
     BatchRecord,
     PhaseMetrics,
     PipelineEvaluationResult,
     add_training,
 )
-from expgit.train.pipeline import OfflinePolicyOptimizationPipeline, PipelineObserver
-from expgit.train.remote_push import RemotePublisher
-from expgit.train.report import RunReport, UsageReport
-from expgit.train.skill_evals import (
+from expgit.train.measurement.skill_evals import (
     SkillCases,
     check_skill_evals,
     proposal_skill_lifts,
     skill_evals_between,
 )
+from expgit.train.pipeline import OfflinePolicyOptimizationPipeline, PipelineObserver
+from expgit.train.remote_push import RemotePublisher
+from expgit.train.reports.run_report import RunReport, UsageReport
 from expgit.train.tools.environment import EnvironmentFactory
 from expgit.train.tools.users import check_user_input
 

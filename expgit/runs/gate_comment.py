@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from expgit.store import templates
+from expgit.store.format import templates
 from expgit.store.repository import ExperienceRepository
-from expgit.train.report import RunReport
+from expgit.train.reports.run_report import RunReport
 
 GATE_MARKER = "<!-- expgit-gate -->"
 

@@ -15,24 +15,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from expgit.core.domain import Case, Rollout
 from expgit.errors import GateError
 from expgit.runs.build import LLMOptions, RunOptions, open_llm_for
 from expgit.runs.provenance import agent_warnings
 from expgit.runs.wiring import build_pipeline
-from expgit.store.apply import ApplyResult, apply_proposal, build_on, ensure_open
-from expgit.store.proposals import find_proposal
 from expgit.store.repository import ExperienceRepository
-from expgit.train.candidate import (
+from expgit.store.workflow.apply import ApplyResult, apply_proposal, build_on, ensure_open
+from expgit.store.workflow.proposals import find_proposal
+from expgit.train.cases import ListCaseLoader, load_cases
+from expgit.train.context import PipelineContext
+from expgit.train.measurement.candidate import (
     CandidateReport,
     Gate,
     compare,
     gate_skill_lifts,
     summary_line,
 )
-from expgit.train.cases import ListCaseLoader, load_cases
-from expgit.train.context import PipelineContext
-from expgit.train.domain import Case, Rollout
-from expgit.train.skill_evals import changed_skill_evals, proposal_skill_lifts
+from expgit.train.measurement.skill_evals import changed_skill_evals, proposal_skill_lifts
 
 
 @dataclass

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from expgit.errors import ExpgitError, InvalidInputError
-from expgit.store.proposals import find_proposal
+from expgit.store.format.templates import render
 from expgit.store.repository import ExperienceRepository
-from expgit.store.templates import render
-from expgit.train.report import TRAINING_PHASES, RunReport, held_out_comparison
+from expgit.store.workflow.proposals import find_proposal
+from expgit.train.reports.run_report import TRAINING_PHASES, RunReport, held_out_comparison
 
 PLOT_WIDTH, PLOT_HEIGHT = 720, 260
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 56, 24, 30, 40

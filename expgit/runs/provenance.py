@@ -1,4 +1,4 @@
-"""A run's provenance (:mod:`expgit.store.provenance`): which agent model it ran, which
+"""A run's provenance (:mod:`expgit.store.format.provenance`): which agent model it ran, which
 trainer model and endpoint it called; and the warning ``eval`` gives when it measures a
 proposal with another agent model than the one the proposal was made and measured with.
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from expgit.core.domain import Rollout
 from expgit.llm.provenance import endpoint_host
 from expgit.remote.protocol import Health
-from expgit.store import trailers as tr
-from expgit.store.provenance import UNKNOWN, Provenance, of_message
+from expgit.store.format import trailers as tr
+from expgit.store.format.provenance import UNKNOWN, Provenance, of_message
 from expgit.store.repository import ExperienceRepository
-from expgit.train.domain import Rollout
 
 if TYPE_CHECKING:
     from expgit.llm.factory import LLMRuntime

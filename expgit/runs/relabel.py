@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from expgit.core.domain import Rollout, RubricEvaluation
 from expgit.outcomes.feedback import FeedbackOutcomeEvaluator
 from expgit.store.repository import ExperienceRepository
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Rollout, RubricEvaluation
 
 EVALUATORS = ("recorded", "feedback")
 

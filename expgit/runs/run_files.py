@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from expgit.core.domain import Rollout
+from expgit.core.jsonl import load_jsonl
 from expgit.errors import InvalidInputError
-from expgit.store.jsonl import load_jsonl
-from expgit.store.proposals import find_proposal
 from expgit.store.repository import ExperienceRepository
-from expgit.train.domain import Rollout
+from expgit.store.workflow.proposals import find_proposal
 
 
 def load_rollouts(path: Path) -> list[Rollout]:

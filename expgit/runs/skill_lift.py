@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from expgit.core.domain import Case
 from expgit.errors import InvalidInputError
 from expgit.runs import budget as run_budget
 from expgit.runs import provenance as run_provenance
@@ -23,9 +24,8 @@ from expgit.store.repository import ExperienceRepository
 from expgit.store.skill_evals_file import SkillEvals, read_skill_evals, without_skill
 from expgit.train.cases import ListCaseLoader
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Case
-from expgit.train.report import RunReport
-from expgit.train.skill_evals import WITH, WITHOUT, benchmark, eval_cases, measure_lift
+from expgit.train.measurement.skill_evals import WITH, WITHOUT, benchmark, eval_cases, measure_lift
+from expgit.train.reports.run_report import RunReport
 
 if TYPE_CHECKING:
     from expgit.llm.factory import LLMRuntime

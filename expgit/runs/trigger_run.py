@@ -4,10 +4,10 @@ agent (:mod:`expgit.train.trigger_eval`), wired from the repository's settings."
 from __future__ import annotations
 
 from expgit.errors import InvalidInputError, UsageError
+from expgit.retrieval.skill_listing import ListingMode
 from expgit.runs.build import RunOptions, open_llm_for
 from expgit.store.repository import ExperienceRepository
-from expgit.train.report import UsageReport
-from expgit.train.skill_listing import ListingMode
+from expgit.train.reports.run_report import UsageReport
 from expgit.train.trigger_eval import TriggerReport, load_triggers, run_triggers
 
 

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from expgit.core.redaction.messages import Redactor
 from expgit.llm.port import EmbeddingModel
 from expgit.llm.structured import StructuredLLM
 from expgit.outcomes.stats import experience_stats
-from expgit.store.provenance import Provenance
+from expgit.retrieval.relevance import EmbeddingRanker, ExperienceRanker
+from expgit.retrieval.skill_listing import ListingMode
+from expgit.store.format.provenance import Provenance
+from expgit.store.format.settings import McpSettings
 from expgit.store.repository import ExperienceRepository
-from expgit.store.settings import McpSettings
-from expgit.train.candidate_stage import CandidateStage
 from expgit.train.components.evaluator import RubricRolloutEvaluator
 from expgit.train.components.executor import LOCAL_ROLLOUT_TOKENS, SingleTurnLLMRolloutExecutor
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
@@ -37,14 +39,12 @@ from expgit.train.components.tool_executor import (
 from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
 from expgit.train.engine import PolicyTrainingEngine
 from expgit.train.interfaces import PolicyTrainer, RolloutExecutor
+from expgit.train.measurement.candidate_stage import CandidateStage
 from expgit.train.pipeline import (
     OfflinePolicyOptimizationPipeline,
     PipelineObserver,
 )
-from expgit.train.redaction import Redactor
-from expgit.train.relevance import EmbeddingRanker, ExperienceRanker
 from expgit.train.remote_push import RemotePublisher
-from expgit.train.skill_listing import ListingMode
 from expgit.train.tools.environment import EnvironmentFactory
 
 
@@ -83,7 +83,7 @@ def rollout_executor(repo: ExperienceRepository, runtime: LLMHandles, *,
     (``environment:``, limits from ``[train] tool_max_steps`` / ``tool_max_user_turns``;
     in the skills layout a skill listing and the ``Skill`` tool, :class:`ListingMode`);
     rubric-evaluated. Each prompt's experiences by
-    :func:`expgit.train.retrieval.select_context` within the repository's ``[context]``
+    :func:`expgit.retrieval.context.select_context` within the repository's ``[context]``
     settings (for the embedded model at most ``embedded_token_budget``), ``top_k`` and
     ``token_budget`` overriding them. ``tools`` (the tools of an MCP server,
     :func:`mcp_tools`): every case not bound to an environment runs as a tool-calling

@@ -36,14 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from expgit import __version__
+from expgit.core.domain import Case, FreeMetadata, Rollout
 from expgit.errors import InvalidInputError, NotFoundError, UsageError
 from expgit.remote.protocol import CaseQuery, Health, RolloutRequest
 from expgit.runs.wiring import LLMHandles, rollout_executor
+from expgit.store.derived.snapshot import Snapshot
 from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import Snapshot
 from expgit.train.cases import load_cases
 from expgit.train.context import ExecutionContext
-from expgit.train.domain import Case, FreeMetadata, Rollout
 from expgit.train.tools.binding import binding
 
 SERVICE_NAME = "expgit-example-env"

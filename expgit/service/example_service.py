@@ -20,7 +20,7 @@ from expgit.service.example_env import (
     ExampleEnvironment,
     load_splits,
 )
-from expgit.store.settings import ServeSettings, Settings
+from expgit.store.format.settings import ServeSettings, Settings
 
 
 def example_app(env: ExampleEnvironment, *, token: str | None, serve: ServeSettings,

@@ -8,15 +8,15 @@ error line in the answer, never a failed request.
 
 from __future__ import annotations
 
+from expgit.core.domain import SemanticGradient, Trajectory
 from expgit.errors import ExpgitError
 from expgit.remote.training_protocol import TrainingJob, TrainingJobResult
 from expgit.service.jobs import Job, JobPointers
-from expgit.store.gradients import find_gradient
 from expgit.store.refnames import PROPOSAL_STATES, find_by_id
 from expgit.store.repository import ExperienceRepository
+from expgit.store.workflow.gradients import find_gradient
 from expgit.train.components.gradient_estimator import to_semantic
-from expgit.train.domain import SemanticGradient, Trajectory
-from expgit.train.trajectory_store import TrajectoryStore
+from expgit.train.records.trajectory_store import TrajectoryStore
 
 
 def job_status(job: Job) -> TrainingJob:

@@ -16,9 +16,7 @@ import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
-from expgit.errors import ExpgitError, UsageError
-from expgit.remote.training_protocol import FINISHED, JobState
-from expgit.train.domain import (
+from expgit.core.domain import (
     AnalysisNotes,
     PolicyApplyResult,
     PolicyUpdatePlan,
@@ -26,6 +24,8 @@ from expgit.train.domain import (
     RubricEvaluation,
     Trajectory,
 )
+from expgit.errors import ExpgitError, UsageError
+from expgit.remote.training_protocol import FINISHED, JobState
 
 
 class QueueFullError(ExpgitError):

@@ -3,7 +3,7 @@
 Built on the official ``mcp`` Python SDK (its ``MCPServer``, the former FastMCP). Tools:
 
 * ``search_experiences(query, top_k?, token_budget?)``: what an agent should read for a
-  request, :func:`expgit.train.retrieval.context_for` on ``main`` (the JSON of
+  request, :func:`expgit.retrieval.context.context_for` on ``main`` (the JSON of
   ``expgit context --json`` plus its ``markdown``);
 * ``get_experience(name)``: one experience's file on ``main`` (as ``expgit show --json``);
 * ``report_outcome(target_kind, target, verdict, reason, idempotency_key, score?)``: an
@@ -38,10 +38,10 @@ from expgit import __version__
 from expgit.errors import ExpgitError
 from expgit.outcomes.records import OutcomeRequest, TargetKind, Verdict
 from expgit.outcomes.store import OutcomeStore
-from expgit.store.catalog import catalog
-from expgit.store.history import show_experience
+from expgit.retrieval.context import context_for
+from expgit.store.derived.catalog import catalog
 from expgit.store.repository import ExperienceRepository
-from expgit.train.retrieval import context_for
+from expgit.store.workflow.history import show_experience
 
 T = TypeVar("T")
 SCHEME = "experience://"

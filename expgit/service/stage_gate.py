@@ -15,9 +15,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from expgit.core.domain import Rollout, RolloutAnalysis, SemanticGradient
 from expgit.errors import UsageError
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Rollout, RolloutAnalysis, SemanticGradient
 from expgit.train.interfaces import (
     ExperienceSet,
     GradientEstimator,

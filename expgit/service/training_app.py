@@ -35,6 +35,7 @@ from pydantic import ValidationError
 
 import expgit
 from expgit.asgi.guards import describe_validation_errors, error_response, install_guards
+from expgit.core.domain import FreeMetadata, Rollout
 from expgit.errors import InvalidInputError, NotFoundError, UsageError
 from expgit.remote.protocol import Health
 from expgit.remote.training_protocol import TrainingJob
@@ -45,7 +46,6 @@ from expgit.service.stage_gate import StageGate
 from expgit.service.training_runner import Mode, ShuttingDownError, TrainingRunner
 from expgit.service.training_wiring import TrainerFactory, streaming_trainer_factory
 from expgit.store.repository import ExperienceRepository
-from expgit.train.domain import FreeMetadata, Rollout
 from expgit.train.remote_push import RemotePublisher
 
 SERVICE_NAME = "expgit-training"

@@ -13,6 +13,8 @@ import asyncio
 import contextlib
 from typing import Literal
 
+from expgit.core.domain import Rollout
+from expgit.core.redaction.messages import Redactor
 from expgit.errors import UsageError
 from expgit.service.jobs import Job, JobPointers, JobRegistry
 from expgit.service.stage_gate import ON_SLOT, GatedAnalyzer
@@ -20,9 +22,7 @@ from expgit.store.repository import ExperienceRepository
 from expgit.train.components.policy_trainer import describe
 from expgit.train.components.streaming import StreamingPolicyTrainer
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Rollout
-from expgit.train.redaction import Redactor
-from expgit.train.trajectory_store import rollout_id
+from expgit.train.records.trajectory_store import rollout_id
 
 Mode = Literal["propose", "apply"]
 CLOSE_SECONDS = 1.0  # at least this long for the trainer to close after the grace

@@ -18,7 +18,7 @@ from expgit.service.stage_gate import (
     GatedReflector,
     StageGate,
 )
-from expgit.store.provenance import UNKNOWN
+from expgit.store.format.provenance import UNKNOWN
 from expgit.store.repository import ExperienceRepository
 from expgit.train.components.policy_trainer import BatchPolicyTrainer
 from expgit.train.components.streaming import StreamingPolicyTrainer

@@ -21,15 +21,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from expgit.core.redaction.messages import redact_messages
+from expgit.core.redaction.text import Redaction
 from expgit.errors import InvalidInputError, NotFoundError
 from expgit.sessions.manifest import SegmentRecord
 from expgit.sessions.metrics import normalise_task_type
 from expgit.sessions.sft import to_sft_example, write_sft_jsonl
 from expgit.sessions.store import SessionStore
-from expgit.store.experience import estimate_tokens
-from expgit.store.redact import Redaction
+from expgit.store.format.experience import estimate_tokens
 from expgit.store.repository import ExperienceRepository
-from expgit.train.redaction import redact_messages
 
 
 class ExportReport(BaseModel):

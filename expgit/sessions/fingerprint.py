@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from expgit.train.domain import Message
+from expgit.core.domain import Message
 
 HASH_CHARS = 16
 

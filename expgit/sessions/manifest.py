@@ -15,12 +15,12 @@ Session status:
   segment with feedback events) its feedback label.
 
 ``signals``: the session's feedback events and the response ids and times they need
-(:mod:`expgit.sessions.feedback`), by message index; None for a session file without
+(:mod:`expgit.sessions.formats.feedback`), by message index; None for a session file without
 feedback rows. They are part of ``content_hash`` and of the fingerprint of each segment
 with feedback, so feedback added later gives new segments, labelled again.
 
 ``skill_loads``: each load of an Agent Skill the session shows, ``{skill, at,
-message_index, via}`` (:mod:`expgit.sessions.skill_loads`), with ``started_at`` and
+message_index, via}`` (:mod:`expgit.sessions.formats.skill_loads`), with ``started_at`` and
 ``ended_at``: what ``list --usage`` and ``status`` count (kept per manifest blob in the
 sessions status ledger, so the counts cost what changed, not every session).
 """
@@ -33,9 +33,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from expgit.outcomes.signals import SessionSignals
-from expgit.sessions.feedback import FeedbackLabel
+from expgit.sessions.formats.feedback import FeedbackLabel
+from expgit.sessions.formats.skill_loads import SkillLoad
 from expgit.sessions.metrics import SegmentMetrics
-from expgit.sessions.skill_loads import SkillLoad
 
 SessionStatus = Literal["pending", "segmented", "labelled"]
 SegmentStatus = Literal["active", "superseded"]
@@ -131,7 +131,7 @@ class SessionManifest(_Model):
     # found again with both unchanged is not read (``sessions ingest --from``)
     source_size: int | None = None
     source_mtime_ns: int | None = None
-    # the skills the agent loaded (:mod:`expgit.sessions.skill_loads`), and the times
+    # the skills the agent loaded (:mod:`expgit.sessions.formats.skill_loads`), and the times
     # of its first and last message (None: its log has no times)
     skill_loads: list[SkillLoad] = Field(default_factory=list)
     started_at: datetime | None = None

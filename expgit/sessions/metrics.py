@@ -17,14 +17,14 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from expgit.core.domain import Message, ToolPart
+from expgit.core.redaction.messages import redact_messages
 from expgit.llm.structured import StructuredLLM
 from expgit.sessions.score_output import ScoreOutput, score_output
+from expgit.store.format.templates import render_prompt
 from expgit.store.repository import ExperienceRepository
-from expgit.store.templates import render_prompt
 from expgit.train.components.llm_fields import fits
 from expgit.train.components.trajectory_analyzer import transcript_view
-from expgit.train.domain import Message, ToolPart
-from expgit.train.redaction import redact_messages
 
 METRIC_NAMES = ("goal_completion", "tool_use_correctness", "efficiency", "user_satisfaction")
 WEIGHTS: Mapping[str, float] = {"goal_completion": 0.4, "tool_use_correctness": 0.2,

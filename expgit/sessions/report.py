@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from expgit.train.report import UsageReport
+from expgit.train.reports.run_report import UsageReport
 
 
 class SessionsRunReport(BaseModel):

@@ -8,14 +8,14 @@
   score = the overall score, one criterion result per metric (with its reason);
 * metadata: ``source: session``, the segment fingerprint, the session key, the agent.
 
-A segment labelled by its feedback (:mod:`expgit.sessions.feedback`) instead: task
+A segment labelled by its feedback (:mod:`expgit.sessions.formats.feedback`) instead: task
 signature ``session:feedback``, one rubric criterion per response, the evaluation of
 the feedback evaluator (:func:`~expgit.outcomes.feedback.outcome_evaluation`: a criterion
 result per response with the evidence of its label, the outcome records in
 ``metadata.response_outcomes``) and its signals in the metadata (``message_stamps``,
 ``feedback_events``), as ``train-rollouts --evaluator feedback`` reads them.
 
-The skills the session loaded within the segment (:mod:`expgit.sessions.skill_loads`)
+The skills the session loaded within the segment (:mod:`expgit.sessions.formats.skill_loads`)
 are its ``experiences_used`` (reason ``loaded in the session``; none: the key is left
 out), so its outcome counts in each such skill's track record (``list --stats``, what
 ``review`` shows), as a run's does for the experiences in its context.
@@ -29,12 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from expgit.outcomes.feedback import outcome_evaluation
-from expgit.sessions.feedback import FeedbackLabel, segment_signals
-from expgit.sessions.manifest import SegmentRecord, SessionManifest
-from expgit.sessions.metrics import WEIGHTS, SegmentMetrics
-from expgit.store.repository import ExperienceRepository
-from expgit.train.domain import (
+from expgit.core.domain import (
     Case,
     CriterionResult,
     FreeMetadata,
@@ -44,9 +39,14 @@ from expgit.train.domain import (
     RubricCriterion,
     RubricEvaluation,
 )
-from expgit.train.experience_usage import KEY as USED_KEY
-from expgit.train.experience_usage import UsedExperience, usage_records
-from expgit.train.trajectory_store import TrajectoryStore, rollout_id
+from expgit.outcomes.feedback import outcome_evaluation
+from expgit.retrieval.usage import KEY as USED_KEY
+from expgit.retrieval.usage import UsedExperience, usage_records
+from expgit.sessions.formats.feedback import FeedbackLabel, segment_signals
+from expgit.sessions.manifest import SegmentRecord, SessionManifest
+from expgit.sessions.metrics import WEIGHTS, SegmentMetrics
+from expgit.store.repository import ExperienceRepository
+from expgit.train.records.trajectory_store import TrajectoryStore, rollout_id
 
 REQUEST_CHARS = 2000
 

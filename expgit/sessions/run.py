@@ -6,7 +6,7 @@ the sessions branch.
 2. label the settled, unlabelled segments with the trajectory scorer (one call each);
    memory-eligible: overall >= ``[sessions] memory_threshold``, SFT-eligible: overall
    >= ``sft_threshold``. A segment with feedback events is labelled by them instead
-   (:mod:`expgit.sessions.feedback`; no call, even without an LLM): memory-eligible
+   (:mod:`expgit.sessions.formats.feedback`; no call, even without an LLM): memory-eligible
    whatever its label, not SFT-eligible (``export-sft`` takes scored segments);
 3. train the memory-eligible, untrained segments as rollouts through the pipeline's
    ``train_from_rollouts`` (propose mode by default: gradients and a proposal, ``main``
@@ -27,18 +27,18 @@ from expgit.llm.port import LLMError
 from expgit.outcomes.signals import SessionSignals
 from expgit.runs.build import LLMOptions
 from expgit.runs.wiring import LLMHandles
-from expgit.sessions.feedback import FeedbackLabel, label_segment, segment_signals
-from expgit.sessions.ingest import segment_session
+from expgit.sessions.formats.feedback import FeedbackLabel, label_segment, segment_signals
+from expgit.sessions.ingest.command import segment_session
+from expgit.sessions.ingest.segmenter import LLMTaskSegmenter, TaskSegmenter
 from expgit.sessions.manifest import SessionManifest
 from expgit.sessions.metrics import LLMTrajectoryScorer, SegmentMetrics, TrajectoryScorer
 from expgit.sessions.report import SessionsRunReport
-from expgit.sessions.segmenter import LLMTaskSegmenter, TaskSegmenter
-from expgit.sessions.status import refresh_checkpoint
+from expgit.sessions.status.counts import refresh_checkpoint
 from expgit.sessions.store import SessionChanges, SessionStore
 from expgit.sessions.training import chain, train_segments
 from expgit.store.repository import ExperienceRepository
 from expgit.train.components.llm_fields import CHARS_PER_TOKEN
-from expgit.train.report import UsageReport
+from expgit.train.reports.run_report import UsageReport
 
 Progress = Callable[[str], None]
 PROMPT_OVERHEAD_TOKENS = 500  # the segment template's instructions, estimated

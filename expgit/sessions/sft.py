@@ -5,7 +5,8 @@ One example is ``{"messages": [...]}``: ``system`` / ``user`` messages with a st
 ``type: "function"``, ``function: {name, arguments}`` with the arguments as a JSON
 string); after them one ``tool`` message per answered call (``tool_call_id``,
 ``content``). A ToolPart is a call and its result in one (see
-:mod:`expgit.sessions.formats`), so it becomes both. A call without a result is kept only at the
+:mod:`expgit.sessions.formats.parse`), so it becomes both. A call without a result is kept
+only at the
 very end of an example; elsewhere it is left out (the API requires every call to be
 answered before the next message). A ``tool_status`` of ``error`` is not representable in this
 format: the result's text is kept, the status is not. Texts are joined by newlines.
@@ -22,10 +23,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from expgit.core.domain import Message, ToolPart
 from expgit.errors import InvalidInputError
-from expgit.sessions.formats_openai import OpenAIFormat
-from expgit.sessions.transcript_builder import TranscriptBuilder
-from expgit.train.domain import Message, ToolPart
+from expgit.sessions.formats.openai import OpenAIFormat
+from expgit.sessions.formats.transcript_builder import TranscriptBuilder
 
 
 class _Strict(BaseModel):

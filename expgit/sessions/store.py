@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter, ValidationError
 
+from expgit.core.domain import Message
 from expgit.errors import ConflictError, InvalidInputError, NotFoundError
 from expgit.sessions.manifest import SessionManifest
 from expgit.store.repository import ExperienceRepository
 from expgit.store.sidebranch import SideBranch, fanned
-from expgit.train.domain import Message
 
 MANIFESTS = "sessions"
 TRANSCRIPTS = "transcripts"

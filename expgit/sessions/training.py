@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Literal
 
+from expgit.core.domain import Rollout, RolloutTrainingResult
 from expgit.runs.wiring import LLMHandles, build_pipeline
 from expgit.sessions.manifest import SegmentRecord, SessionManifest
 from expgit.sessions.report import SessionsRunReport
@@ -19,8 +20,7 @@ from expgit.sessions.rollouts import case_name, evidence_uri, segment_rollout
 from expgit.sessions.store import SessionStore
 from expgit.store.repository import ExperienceRepository
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Rollout, RolloutTrainingResult
-from expgit.train.phase_metrics import apply_results_of
+from expgit.train.measurement.phase_metrics import apply_results_of
 
 
 def candidates(manifests: list[SessionManifest]

@@ -14,7 +14,7 @@ It looks for:
   deleted (they are someone's work: ``git branch -D`` removes one after a look);
 * refs kept in a namespace that disagrees with history: the branch of a proposal a
   forge merged, or refs a crash moved half-way. State is read from history anyway
-  (:mod:`expgit.store.applied`); settling only tidies where the commits are kept.
+  (:mod:`expgit.store.derived.applied`); settling only tidies where the commits are kept.
 
 ``fix`` takes the lock (which recovers a stale one, as every writer does) and settles
 the refs in one transaction; then, outside the lock, it runs git's maintenance if due.
@@ -28,13 +28,13 @@ from pathlib import Path
 
 from expgit.git import maintenance
 from expgit.git.repo import RefUpdate
-from expgit.store.apply import settling_updates
 from expgit.store.crash import Recovery, behind, pending_of
-from expgit.store.gradients import list_gradients
-from expgit.store.proposals import list_proposals
+from expgit.store.derived.versions_refresh import refresh_checkpoint
 from expgit.store.refnames import GRADIENT_STATES, PROPOSAL_STATES, Stray
 from expgit.store.repository import ExperienceRepository
-from expgit.store.versions_refresh import refresh_checkpoint
+from expgit.store.workflow.apply import settling_updates
+from expgit.store.workflow.gradients import list_gradients
+from expgit.store.workflow.proposals import list_proposals
 
 ALL_STATES = ("open", "applied", "rejected")
 

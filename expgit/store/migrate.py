@@ -7,7 +7,7 @@ In one commit on its own ``expgit/proposals/<id>`` branch, planned on ``main``:
   given); ``summary`` becomes ``description``; ``status``, ``tags`` and ``always`` go into
   ``metadata`` as ``expgit-status``, ``expgit-tags`` (comma-separated) and
   ``expgit-always``, and the other ``metadata`` keys are kept, each value a string (the
-  codec is :mod:`expgit.store.skill_md`); the body keeps its bytes;
+  codec is :mod:`expgit.store.format.skill_md`); the body keeps its bytes;
 * an experience with an empty ``summary`` gets the first line of its body that holds
   text (a heading's ``#`` marks removed) as its description, and the description says
   so, so the reviewer sees every description the migration made up; a body with no text
@@ -15,7 +15,7 @@ In one commit on its own ``expgit/proposals/<id>`` branch, planned on ``main``:
 * ``expgit.toml`` gets ``layout = "skills"`` and the new ``experiences_root``, its other
   lines kept;
 * the message carries ``Expgit-Migrated-From`` and ``Expgit-Migrated-To``: versions and
-  ``log NAME`` follow each name across the move (:mod:`expgit.store.moves`).
+  ``log NAME`` follow each name across the move (:mod:`expgit.store.format.moves`).
 
 An experience that cannot become a valid skill (a name with "claude" or "anthropic" or
 longer than 64 characters, a description past 1,024 characters, a tag with a comma, a
@@ -33,17 +33,17 @@ from typing import Any
 
 from expgit.errors import InvalidInputError, ValidationError
 from expgit.git.repo import RefUpdate
-from expgit.store import skill_check
-from expgit.store import trailers as tr
-from expgit.store.always_on import experience_tree
-from expgit.store.applied import NOTHING_APPLIED
-from expgit.store.experience import Experience, FrontMatter, check_experience
-from expgit.store.layout import Layout
-from expgit.store.proposals import Proposal, load_proposal
+from expgit.store.derived.applied import NOTHING_APPLIED
+from expgit.store.format import skill_check
+from expgit.store.format import trailers as tr
+from expgit.store.format.always_on import experience_tree
+from expgit.store.format.experience import Experience, FrontMatter, check_experience
+from expgit.store.format.layout import Layout
+from expgit.store.format.settings import SETTINGS_FILE, Settings, parse_settings
+from expgit.store.format.skill_md import ALWAYS, STATUS, TAGS, check_skill_name
 from expgit.store.refnames import ID_LEN, PROPOSALS
 from expgit.store.repository import ExperienceRepository
-from expgit.store.settings import SETTINGS_FILE, Settings, parse_settings
-from expgit.store.skill_md import ALWAYS, STATUS, TAGS, check_skill_name
+from expgit.store.workflow.proposals import Proposal, load_proposal
 
 DEFAULT_ROOT = "skills"
 ALREADY = "already in the skills layout; nothing to migrate"

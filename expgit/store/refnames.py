@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from expgit.errors import InvalidInputError, NotFoundError
-from expgit.store.settings import GRADIENT_BRANCHES, PROPOSAL_BRANCHES
+from expgit.store.format.settings import GRADIENT_BRANCHES, PROPOSAL_BRANCHES
 
 if TYPE_CHECKING:
     from expgit.store.repository import ExperienceRepository

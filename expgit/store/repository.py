@@ -7,10 +7,10 @@ from functools import cached_property
 
 from expgit.errors import InvalidInputError, NotFoundError, UsageError
 from expgit.git.repo import GitRepo
-from expgit.store.layout import Layout
+from expgit.store.derived.snapshot import Snapshot, SnapshotLoader
+from expgit.store.format.layout import Layout
+from expgit.store.format.settings import SETTINGS_FILE, Settings, parse_settings
 from expgit.store.lock import RepoLock
-from expgit.store.settings import SETTINGS_FILE, Settings, parse_settings
-from expgit.store.snapshot import Snapshot, SnapshotLoader
 
 
 class ExperienceRepository:

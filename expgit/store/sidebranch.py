@@ -28,8 +28,8 @@ from typing import ClassVar, TypeGuard
 from expgit.errors import ConflictError, UsageError
 from expgit.git.repo import RefUpdate, TreeEntry
 from expgit.git.zlist import raw_diff
-from expgit.store import trailers as tr
 from expgit.store.cas import compare_and_swap
+from expgit.store.format import trailers as tr
 from expgit.store.repository import ExperienceRepository
 
 ATTEMPTS = 10

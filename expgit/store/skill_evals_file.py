@@ -6,7 +6,7 @@ skill-creator names ``assertions`` ``expectations``: both are read).
 * ``skill_name``, ``evals``, and each eval's ``id``, ``prompt`` and ``expected_output``
   are required; ``files`` and ``assertions`` default to none. Other keys (a viewer's
   ``eval_name``) are kept out of the way, not refused.
-* An assertion is a string (a statement, see :mod:`expgit.train.skill_evals` for what
+* An assertion is a string (a statement, see :mod:`expgit.train.measurement.skill_evals` for what
   becomes a check) or an object ``{type: ..., ...}``, one of expgit's rubric checks.
 * ``files`` are paths relative to the skill folder (``evals/files/x.csv``). A path that
   is absolute, holds ``..`` or ``.``, names a symlink, a folder or a submodule, is not
@@ -22,11 +22,11 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
+from expgit.core.jsonl import loads_untrusted
 from expgit.errors import InvalidInputError, NotFoundError
 from expgit.git.objects import SYMLINK_MODE, serialise_tree
-from expgit.store.jsonl import loads_untrusted
+from expgit.store.derived.snapshot import Snapshot
 from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import Snapshot
 
 EVALS_FILE = "evals/evals.json"
 MAX_EVALS_BYTES = 1024 * 1024  # an evals.json past this is refused unread

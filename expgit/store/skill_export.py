@@ -9,7 +9,7 @@ agents read them.
   where the file system refuses symlinks; nothing when ``.claude/skills`` already is
   ``.agents/skills`` (a symlink to it);
 * the always-on block of ``DIR/AGENTS.md`` (each file of ``[skills] always_on_files``),
-  written by :mod:`expgit.store.always_on`, the text around it kept. Not at the user
+  written by :mod:`expgit.store.format.always_on`, the text around it kept. Not at the user
   level (``DIR`` is the home folder): no agent reads ``~/AGENTS.md``.
 
 The manifest ``DIR/.agents/skills/.expgit-export.json`` records what expgit wrote: the
@@ -37,10 +37,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from expgit.core.jsonl import loads_untrusted
 from expgit.errors import ConflictError, InvalidInputError, UsageError
 from expgit.git.objects import GITLINK_MODE
 from expgit.git.zlist import ls_tree
-from expgit.store import always_on
 from expgit.store.folder_files import (
     ExportedFile,
     Files,
@@ -49,11 +49,11 @@ from expgit.store.folder_files import (
     remove_file,
     write_file,
 )
-from expgit.store.jsonl import loads_untrusted
+from expgit.store.format import always_on
+from expgit.store.format.skill_check import validate_commit
+from expgit.store.format.skill_md import check_skill_name
+from expgit.store.format.validate import require_valid
 from expgit.store.repository import ExperienceRepository
-from expgit.store.skill_check import validate_commit
-from expgit.store.skill_md import check_skill_name
-from expgit.store.validate import require_valid
 
 AGENTS_SKILLS = ".agents/skills"
 CLAUDE_SKILLS = ".claude/skills"

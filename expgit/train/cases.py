@@ -8,8 +8,8 @@ Formats, by file extension:
 * ``.jsonl``: one case object per line (blank lines are skipped);
 * not a file: ``tau2:DOMAIN:SPLIT[#IDS]``, tau2-bench's tasks (:mod:`expgit.train.tau2.cases`).
 
-A case is :class:`expgit.train.domain.Case`; each criterion's ``check`` is one of the
-checks of :mod:`expgit.train.checks` (``{type: contains, value: ...}`` etc.). Conveniences,
+A case is :class:`expgit.core.domain.Case`; each criterion's ``check`` is one of the
+checks of :mod:`expgit.core.checks` (``{type: contains, value: ...}`` etc.). Conveniences,
 applied before validation:
 
 * ``task_signature`` may be omitted: it defaults to the case ``name``;
@@ -31,12 +31,12 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from expgit.core.domain import Case
+from expgit.core.jsonl import loads_untrusted
 from expgit.errors import InvalidInputError, NotFoundError, UsageError
-from expgit.store.files import read_regular_file
-from expgit.store.jsonl import loads_untrusted
-from expgit.store.yamlload import UniqueKeyLoader
+from expgit.store.format.files import read_regular_file
+from expgit.store.format.yamlload import UniqueKeyLoader
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Case
 from expgit.train.tau2.cases import is_tau2_source, load_tau2_cases
 from expgit.train.tools.binding import bind_cases
 

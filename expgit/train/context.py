@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from expgit.train.domain import FreeMetadata
+from expgit.core.domain import FreeMetadata
 
 
 @dataclass

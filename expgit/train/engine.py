@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from expgit.core.domain import PolicyApplyResult, PolicyUpdatePlan, SemanticGradient
 from expgit.store.lock import RepoLock
 from expgit.store.repository import ExperienceRepository
 from expgit.train.components.policy_updater import set_ref
 from expgit.train.context import PipelineContext
-from expgit.train.domain import PolicyApplyResult, PolicyUpdatePlan, SemanticGradient
 from expgit.train.interfaces import PolicyOptimizer, PolicyUpdater
 from expgit.train.remote_push import RemotePublisher
 

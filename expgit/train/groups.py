@@ -19,10 +19,10 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ValidationError
 
+from expgit.core.domain import Case, Rollout, RubricEvaluation
 from expgit.errors import UsageError
 from expgit.llm.port import Sampling
-from expgit.store.settings import MAX_GROUP_SIZE
-from expgit.train.domain import Case, Rollout, RubricEvaluation
+from expgit.store.format.settings import MAX_GROUP_SIZE
 
 GROUP_KEY = "group_run"  # in a case's (and its rollout's) metadata
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
-from expgit.store.snapshot import Snapshot
-from expgit.train.context import ExecutionContext, PipelineContext
-from expgit.train.domain import (
+from expgit.core.domain import (
     Case,
     PolicyApplyResult,
     PolicyUpdatePlan,
@@ -23,6 +21,8 @@ from expgit.train.domain import (
     RubricEvaluation,
     SemanticGradient,
 )
+from expgit.store.derived.snapshot import Snapshot
+from expgit.train.context import ExecutionContext, PipelineContext
 
 ExperienceSet = Snapshot
 

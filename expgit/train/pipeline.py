@@ -18,18 +18,17 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
 
-from expgit.errors import ExpgitError, InvalidInputError
-from expgit.store.repository import ExperienceRepository
-from expgit.train.candidate import summarize
-from expgit.train.candidate_stage import CandidateStage, Evaluate
-from expgit.train.cases import ListCaseLoader
-from expgit.train.context import ExecutionContext, PipelineContext
-from expgit.train.domain import (
+from expgit.core.domain import (
     Case,
     FreeMetadata,
     Rollout,
     RolloutTrainingResult,
 )
+from expgit.core.redaction.messages import Redactor
+from expgit.errors import ExpgitError, InvalidInputError
+from expgit.store.repository import ExperienceRepository
+from expgit.train.cases import ListCaseLoader
+from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.groups import group_cases
 from expgit.train.interfaces import (
     CaseLoader,
@@ -38,7 +37,9 @@ from expgit.train.interfaces import (
     PolicyTrainer,
     RolloutExecutor,
 )
-from expgit.train.phase_metrics import (
+from expgit.train.measurement.candidate import summarize
+from expgit.train.measurement.candidate_stage import CandidateStage, Evaluate
+from expgit.train.measurement.phase_metrics import (
     BatchRecord,
     PhaseMetrics,
     PipelineEvaluationResult,
@@ -48,7 +49,6 @@ from expgit.train.phase_metrics import (
     rollout_summary,
     score_eval,
 )
-from expgit.train.redaction import Redactor
 
 
 class PipelineObserver(Protocol):

@@ -4,7 +4,7 @@ Several trainers (CI jobs, ``expgit serve`` instances) on different machines sha
 bare repository. After each update the training engine hands the publisher the batch's
 gradient ids and its proposal id; the publisher pushes the trajectories branch and those
 refs, each in the state it is in now (open gradients and proposals as branches, applied
-or rejected ones under ``refs/expgit/``), through :mod:`expgit.store.remote_sync`: never
+or rejected ones under ``refs/expgit/``), through :mod:`expgit.store.workflow.remote_sync`: never
 a forced push. :meth:`RemotePublisher.finish` (end of a run, shutdown of a service)
 pushes every side branch (trajectories, outcomes, sessions), the versions checkpoint (a
 fast-forward, or left as it is when the remote's went another way: it is a cache) and
@@ -25,14 +25,14 @@ from pydantic import BaseModel, Field
 
 from expgit.errors import ExpgitError
 from expgit.store.refnames import GRADIENT_STATES, PROPOSAL_STATES
-from expgit.store.remote_sync import (
+from expgit.store.repository import ExperienceRepository
+from expgit.store.workflow.remote_sync import (
     check_remote,
     existing_refs,
     push_checkpoint,
     push_refs,
     push_side_branch,
 )
-from expgit.store.repository import ExperienceRepository
 
 KINDS = ("gradients", "proposals", "trajectories", "outcomes", "sessions")
 

@@ -24,16 +24,16 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
+from expgit.core.jsonl import loads_untrusted
 from expgit.errors import InvalidInputError
 from expgit.llm.port import ToolMessages
 from expgit.llm.structured import StructuredLLM
-from expgit.store.jsonl import loads_untrusted
+from expgit.retrieval.skill_listing import ListingMode
+from expgit.store.derived.snapshot import Snapshot
+from expgit.store.format.templates import render_prompt
 from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import Snapshot
-from expgit.store.templates import render_prompt
 from expgit.train.components.tool_executor import run_tool_call
-from expgit.train.report import UsageReport
-from expgit.train.skill_listing import ListingMode
+from expgit.train.reports.run_report import UsageReport
 from expgit.train.tools.environment import StateEnvironment
 from expgit.train.tools.skill_tool import SKILL_TOOL, SkillToolEnvironment
 

@@ -306,8 +306,8 @@ def test_trials_report_pass_k(run_cli: Any, serve: Any, seeded_repo: ExperienceR
 
 
 def test_trials_figures_by_hand() -> None:
-    from expgit.train.candidate import summarize, wilson
-    from expgit.train.domain import Rollout, RubricEvaluation
+    from expgit.core.domain import Rollout, RubricEvaluation
+    from expgit.train.measurement.candidate import summarize, wilson
 
     def run(case: Any, passed: bool) -> Rollout:
         return Rollout(case=case, policy_snapshot_id="s",

@@ -19,12 +19,12 @@ from scripted_pipeline import analyze, combined
 from test_cli_train_tools import MARKER, estimate, merge
 from tool_support import call, last_role, turn, write_cases
 
+from expgit.core.domain import Case, Message, Rollout, Rubric
 from expgit.errors import EXIT_INVALID
 from expgit.llm.port import ToolMessages, ToolTurn
 from expgit.llm.scripted import Step
 from expgit.store.repository import ExperienceRepository
-from expgit.train.domain import Case, Message, Rollout, Rubric
-from expgit.train.trajectory_store import TrajectoryStore, rollout_id
+from expgit.train.records.trajectory_store import TrajectoryStore, rollout_id
 
 ASK = re.compile(r"I am (\w+)\. Please set the checked bags of (\w+) to (\d+) total, "
                  r"(\d+) paid, with (\w+)")

@@ -16,12 +16,12 @@ from cli_support import cases_file
 from conftest import Driver, git, repo_state
 from scripted_pipeline import merge_of
 
+from expgit.core.checks import RegexCheck
+from expgit.core.domain import Case, Rubric, RubricCriterion
 from expgit.errors import EXIT_INVALID, EXIT_USAGE
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.runs.budget import train_plan
 from expgit.store.repository import ExperienceRepository
-from expgit.train.checks import RegexCheck
-from expgit.train.domain import Case, Rubric, RubricCriterion
 
 CASE = Case(name="refund-destination", task_signature="refund-destination",
             input={"user_query": "My flight was cancelled. Where does my refund go?"},

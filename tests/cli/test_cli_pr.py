@@ -13,11 +13,11 @@ from conftest import Driver, edited, git
 from forge_stub import URLS, install_stubs, records, stub_env
 from json_shapes import assert_shape
 
-from expgit.store import trailers as tr
-from expgit.store.forge import forge_for, remote_host
-from expgit.store.proposals import find_proposal
-from expgit.store.pull_request import pr_text
+from expgit.store.format import trailers as tr
 from expgit.store.repository import ExperienceRepository
+from expgit.store.workflow.forge import forge_for, remote_host
+from expgit.store.workflow.proposals import find_proposal
+from expgit.store.workflow.pull_request import pr_text
 
 BAGS = "checked-baggage-allowance"
 

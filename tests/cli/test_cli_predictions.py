@@ -15,8 +15,8 @@ from conftest import git
 from scripted_pipeline import BAGGAGE_CASE, GOLD_RULE, PETS_CASE
 from test_cli_candidate import steps_with
 
-from expgit.store.derived import index_file
-from expgit.store.predictions import TrackRecord, _Cache, prediction_record
+from expgit.store.derived.cache import index_file
+from expgit.store.derived.predictions import TrackRecord, _Cache, prediction_record
 from expgit.store.repository import ExperienceRepository
 
 MISS = {"hits": 0, "misses": 1, "hit_rate": 0.0}

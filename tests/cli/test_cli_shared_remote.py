@@ -17,10 +17,10 @@ import pytest
 from conftest import assert_only_fast_forwards, fsck, git, repo_state, run_expgit, shared_server
 from scripted_pipeline import GOLD_RULE, combined, edit_reply
 
+from expgit.core.checks import ContainsCheck
+from expgit.core.domain import Case, Message, Rollout, Rubric, RubricCriterion, RubricEvaluation
 from expgit.llm.scripted import Step
 from expgit.store.repository import ExperienceRepository
-from expgit.train.checks import ContainsCheck
-from expgit.train.domain import Case, Message, Rollout, Rubric, RubricCriterion, RubricEvaluation
 
 ROLLOUTS = 20
 BAGGAGE = "checked-baggage-allowance"

@@ -26,12 +26,12 @@ from scripted_pipeline import (
     reflect_with,
 )
 
+from expgit.core.domain import Message, Rollout, RubricEvaluation
 from expgit.llm.scripted import Step
 from expgit.runs.run_files import load_rollouts
 from expgit.store.repository import ExperienceRepository
 from expgit.train.cases import load_cases
-from expgit.train.domain import Message, Rollout, RubricEvaluation
-from expgit.train.report import RunReport, render_text
+from expgit.train.reports.run_report import RunReport, render_text
 
 
 def training_steps(repo: ExperienceRepository) -> list[Step]:

@@ -26,10 +26,10 @@ from training_service_support import (
     wait_finished,
 )
 
+from expgit.core.domain import Message, Rollout, RubricEvaluation, ToolPart
 from expgit.llm.factory import LLMRuntime
 from expgit.llm.scripted import Step
 from expgit.store.repository import ExperienceRepository
-from expgit.train.domain import Message, Rollout, RubricEvaluation, ToolPart
 
 AWS = "AKIAZ7QXJ3NP5KW2R8TE"  # a made-up access key id of the real shape
 GITHUB = "ghp_" + "Rk8sQ2vNx5LmT9wZc3Hy7Jd4Fb6Gp1Ae0XuV"

@@ -265,7 +265,7 @@ def test_report_html_refuses_what_is_not_a_report(run_cli: Any,
 
 def test_a_case_flips_on_the_page_as_the_candidate_eval_counts_it() -> None:
     """With trials a case passes when at least half its rollouts pass, on the page as in
-    the candidate eval (expgit.train.candidate.flipped), so the two cannot disagree."""
+    the candidate eval (expgit.train.measurement.candidate.flipped), so the two cannot disagree."""
     def phase(name: str, runs: list[bool]) -> dict[str, Any]:
         return {"phase": name, "rollouts": [{"case": "refund", "passed": p} for p in runs]}
 

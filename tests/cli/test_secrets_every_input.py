@@ -17,9 +17,9 @@ from cli_support import cases_file
 from conftest import fsck, git
 from scripted_pipeline import BAGGAGE_CASE, GOLD_RULE
 
+from expgit.core.domain import Message, Rollout, RubricEvaluation, ToolPart
 from expgit.llm.scripted import Step
 from expgit.store.repository import ExperienceRepository
-from expgit.train.domain import Message, Rollout, RubricEvaluation, ToolPart
 
 AWS_ID = "AKIAQ4RZ8XBT1MVN6LW0"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"  # bare: no label in front

@@ -29,7 +29,7 @@ from skills_support import REFUND
 
 from expgit.init import init_repository
 from expgit.llm.scripted import Step
-from expgit.store.experience import estimate_tokens
+from expgit.store.format.experience import estimate_tokens
 
 
 def run_eval(run_cli: Any, repo: Path, cases: Path, server: Any, *extra: str | Path) -> Any:

@@ -34,7 +34,7 @@ from skills_support import (
 
 from expgit.init import init_repository
 from expgit.llm.scripted import Step
-from expgit.store.experience import parse_experience
+from expgit.store.format.experience import parse_experience
 from expgit.store.repository import ExperienceRepository
 
 PETS_DESCRIPTION = ("Answers whether a pet may travel in the cabin. Use when a user asks "

@@ -22,8 +22,8 @@ from expgit.git.objects import tree_sort_key
 from expgit.git.refs import FilesRefs
 from expgit.git.repo import EMPTY_TREE, GitRepo, RefUpdate, TreeEntry
 from expgit.init import init_repository
+from expgit.store.derived.snapshot import Snapshot, SnapshotLoader
 from expgit.store.refnames import GRADIENT_STATES
-from expgit.store.snapshot import Snapshot, SnapshotLoader
 
 
 def entry_of(pair: tuple[TreeEntry | None, TreeEntry | None]) -> TreeEntry:

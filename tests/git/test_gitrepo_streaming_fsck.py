@@ -14,20 +14,20 @@ from pathlib import Path
 import pytest
 from conftest import fsck, git
 
+from expgit.core.domain import Case, Message, Rollout, Rubric, RubricCriterion, RubricEvaluation
 from expgit.llm.port import ChatMessages, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.store.proposals import list_proposals
 from expgit.store.repository import ExperienceRepository
+from expgit.store.workflow.proposals import list_proposals
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
 from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer
 from expgit.train.components.policy_updater import GitPolicyUpdater
 from expgit.train.components.streaming import StreamingPolicyTrainer
 from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Case, Message, Rollout, Rubric, RubricCriterion, RubricEvaluation
 from expgit.train.engine import PolicyTrainingEngine
-from expgit.train.trajectory_store import TrajectoryStore
+from expgit.train.records.trajectory_store import TrajectoryStore
 
 ROLLOUTS = 12
 _GRADIENT = re.compile(r"^### Gradient (\S+): \w+ `([a-z0-9-]+)`", re.M)

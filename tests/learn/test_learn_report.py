@@ -11,8 +11,8 @@ import pytest
 from conftest import ROOT, Driver, fsck, repo_state
 from json_shapes import assert_shape
 
-from expgit.store.proposals import find_proposal
 from expgit.store.repository import ExperienceRepository
+from expgit.store.workflow.proposals import find_proposal
 
 FIXTURES = ROOT / "tests" / "fixtures" / "learn"
 ROLLOUTS = FIXTURES / "rollouts.jsonl"

@@ -24,7 +24,7 @@ from expgit.llm.factory import open_llm, resolve_llm
 from expgit.llm.openai_chat import OpenAIChatModel, _retry_after
 from expgit.llm.port import LLMError, LLMOutputError, Price, UsageMeter
 from expgit.llm.structured import StructuredLLM
-from expgit.store.settings import LLMSettings
+from expgit.store.format.settings import LLMSettings
 
 T = TypeVar("T")
 

@@ -16,6 +16,7 @@ import pytest
 from conftest import EXAMPLE
 from pydantic import BaseModel
 
+from expgit.core.domain import Message, Rollout, RolloutAnalysis, SemanticGradient
 from expgit.errors import UsageError
 from expgit.llm.factory import (
     LOCAL_MAX_TOKENS,
@@ -41,10 +42,10 @@ from expgit.llm.local_grammar import (
 )
 from expgit.llm.port import LLMError, Price
 from expgit.llm.scripted import ScriptedChatModel
-from expgit.store.experience import check_experience, parse_experience
-from expgit.store.gradients import list_gradients
+from expgit.store.format.experience import check_experience, parse_experience
+from expgit.store.format.settings import LLMSettings
 from expgit.store.repository import ExperienceRepository
-from expgit.store.settings import LLMSettings
+from expgit.store.workflow.gradients import list_gradients
 from expgit.train.cases import load_cases
 from expgit.train.components.evaluator import RubricRolloutEvaluator
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
@@ -63,9 +64,8 @@ from expgit.train.components.llm_outputs import (
 )
 from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Message, Rollout, RolloutAnalysis, SemanticGradient
-from expgit.train.lesson_guard import check_written
-from expgit.train.trajectory_store import TrajectoryStore
+from expgit.train.guards.lesson import check_written
+from expgit.train.records.trajectory_store import TrajectoryStore
 
 HAS_LLAMA = importlib.util.find_spec("llama_cpp") is not None
 needs_llama = pytest.mark.skipif(not HAS_LLAMA, reason="the [local] extra "

@@ -25,8 +25,8 @@ from pydantic import BaseModel
 from expgit.llm.local import find_gguf
 from expgit.llm.port import Completion, LLMOutputError, UsageMeter
 from expgit.llm.structured import StructuredLLM, output_schema, wire_schema
+from expgit.sessions.ingest.segment_output import SegmentOutput
 from expgit.sessions.score_output import ScoreOutput
-from expgit.sessions.segment_output import SegmentOutput
 from expgit.train.components.evaluator import JudgeVerdict
 from expgit.train.components.llm_fields import AnalysisLimits, EditLimits
 from expgit.train.components.llm_outputs import (

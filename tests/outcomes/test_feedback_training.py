@@ -11,8 +11,8 @@ from typing import Any
 from conftest import Driver
 from scripted_pipeline import BAGGAGE_CASE, edit_reply, reflect_with
 
+from expgit.core.domain import Message, Rollout, RubricEvaluation
 from expgit.llm.scripted import Step
-from expgit.train.domain import Message, Rollout, RubricEvaluation
 
 
 def _session(tmp_path: Path) -> Path:

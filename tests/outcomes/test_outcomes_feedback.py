@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from json_value import dig, items, obj
 
+from expgit.core.domain import Case, Message, Rollout, Rubric, RubricEvaluation
 from expgit.errors import InvalidInputError
 from expgit.llm.port import UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
@@ -20,8 +21,7 @@ from expgit.outcomes.store import OutcomeStore
 from expgit.store.repository import ExperienceRepository
 from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Case, Message, Rollout, Rubric, RubricEvaluation
-from expgit.train.trajectory_store import rollout_id
+from expgit.train.records.trajectory_store import rollout_id
 
 T0 = datetime(2026, 5, 1, 10, 0, tzinfo=UTC)
 NOW = datetime(2026, 5, 2, tzinfo=UTC)

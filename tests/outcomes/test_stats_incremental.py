@@ -18,9 +18,9 @@ from expgit.outcomes.stats import (
     trajectory_row,
 )
 from expgit.outcomes.store import OutcomeStore
-from expgit.store.derived import index_file
+from expgit.store.derived.cache import index_file
 from expgit.store.repository import ExperienceRepository
-from expgit.train.trajectory_store import TrajectoryStore
+from expgit.train.records.trajectory_store import TrajectoryStore
 
 
 def document(tid: str, used: list[str], passed: bool, score: float) -> str:

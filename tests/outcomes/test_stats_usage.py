@@ -13,28 +13,28 @@ from conftest import git
 from json_shapes import assert_shape
 from scripted_pipeline import BAGGAGE_CASE, PETS_CASE, Handles, script
 
-from expgit.llm.port import UsageMeter
-from expgit.llm.scripted import ScriptedChatModel, Step
-from expgit.llm.structured import StructuredLLM
-from expgit.outcomes.records import OutcomeRequest
-from expgit.outcomes.stats import experience_stats, trajectory_row
-from expgit.outcomes.store import OutcomeStore
-from expgit.runs.wiring import build_pipeline
-from expgit.store.repository import ExperienceRepository
-from expgit.train.cases import ListCaseLoader
-from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
-from expgit.train.components.trajectory_analyzer import read_front_matter
-from expgit.train.context import PipelineContext
-from expgit.train.domain import (
+from expgit.core.domain import (
     Message,
     Rollout,
     RolloutAnalysis,
     RubricEvaluation,
     Trajectory,
 )
-from expgit.train.experience_usage import UsedExperience, read_usage
-from expgit.train.track_record import track_record
-from expgit.train.trajectory_store import TrajectoryStore
+from expgit.llm.port import UsageMeter
+from expgit.llm.scripted import ScriptedChatModel, Step
+from expgit.llm.structured import StructuredLLM
+from expgit.outcomes.records import OutcomeRequest
+from expgit.outcomes.stats import experience_stats, trajectory_row
+from expgit.outcomes.store import OutcomeStore
+from expgit.retrieval.usage import UsedExperience, read_usage
+from expgit.runs.wiring import build_pipeline
+from expgit.store.repository import ExperienceRepository
+from expgit.train.cases import ListCaseLoader
+from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
+from expgit.train.components.trajectory_analyzer import read_front_matter
+from expgit.train.context import PipelineContext
+from expgit.train.measurement.track_record import track_record
+from expgit.train.records.trajectory_store import TrajectoryStore
 
 ACTIVE = ["cancellation-eligibility-rules", "checked-baggage-allowance",
           "confirm-before-write-actions", "flight-change-rules", "refund-method-rules",

@@ -20,11 +20,11 @@ from conftest import ROOT, edited, fsck, git, run_expgit
 
 from expgit.errors import EXIT_CONFLICT
 from expgit.hooks.install import hooks_dir
-from expgit.store import trailers as tr
-from expgit.store.gradients import GradientRequest, propose
-from expgit.store.proposals import merge
+from expgit.store.format import trailers as tr
 from expgit.store.refnames import PROPOSAL_STATES, PROPOSALS
 from expgit.store.repository import ExperienceRepository
+from expgit.store.workflow.gradients import GradientRequest, propose
+from expgit.store.workflow.proposals import merge
 
 
 @pytest.fixture(autouse=True)
@@ -244,17 +244,17 @@ def test_diverged_local_main_is_left_alone_with_a_warning(server: Path) -> None:
 
 def test_local_main_moving_after_the_push_still_closes_the_proposal(
         server: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import expgit.store.apply as apply_module
+    import expgit.store.workflow.apply as apply_module
 
     a = clone(server, "a")
     pid, text = make_proposal(a, "refund-method-rules", "Quote refunds per method.")
-    from expgit.store.publish import publish as real_publish
+    from expgit.store.workflow.publish import publish as real_publish
 
     def racing_publish(*args, **kwargs):  # type: ignore[no-untyped-def]
         git(a, "commit", "-q", "--allow-empty", "--no-verify", "-m", "by hand")
         return real_publish(*args, **kwargs)
 
-    monkeypatch.setattr("expgit.store.apply.publish", racing_publish)
+    monkeypatch.setattr("expgit.store.workflow.apply.publish", racing_publish)
     result = apply_module.apply_proposal(ExperienceRepository.open(a), pid, remote="origin")
     local = main_of(a)
     assert main_of(server) == result.commit != local

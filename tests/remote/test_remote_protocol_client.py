@@ -14,6 +14,7 @@ import pytest
 from remote_toy_env import SNAPSHOT, ToyEnvironment, toy_case, toy_rollout
 
 from expgit.asgi.server import RunningServer, start_server
+from expgit.core.domain import Case, Rollout
 from expgit.errors import ExpgitError
 from expgit.remote.client import (
     RemoteCaseLoader,
@@ -25,7 +26,6 @@ from expgit.remote.protocol import RolloutRequest
 from expgit.remote.rollout_executor import RemoteRunNotes
 from expgit.remote.sdk import create_environment_app
 from expgit.train.context import ExecutionContext, PipelineContext
-from expgit.train.domain import Case, Rollout
 from expgit.train.groups import GroupSeat, group_cases
 
 TOKEN = "tok-123"

@@ -17,19 +17,19 @@ from json_value import number
 from scripted_pipeline import BAGGAGE_CASE, PETS_CASE
 
 from expgit.asgi.server import RunningServer, start_server
+from expgit.core.checks import RegexCheck
+from expgit.core.domain import Rubric, RubricCriterion
 from expgit.llm.factory import LLMRuntime
 from expgit.llm.port import LLMError
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.remote.client import RemoteCaseLoader, RemoteRolloutExecutor, RemoteServiceError
+from expgit.retrieval.usage import read_usage
 from expgit.service.example_env import ExampleEnvironment, load_splits
 from expgit.service.example_service import example_app
+from expgit.store.format.settings import ServeSettings
 from expgit.store.repository import ExperienceRepository
-from expgit.store.settings import ServeSettings
 from expgit.train.cases import load_cases
-from expgit.train.checks import RegexCheck
 from expgit.train.context import ExecutionContext
-from expgit.train.domain import Rubric, RubricCriterion
-from expgit.train.experience_usage import read_usage
 
 TRAIN = EXAMPLE / "cases" / "train.yaml"
 EVAL = EXAMPLE / "cases" / "eval.yaml"

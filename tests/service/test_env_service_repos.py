@@ -20,8 +20,8 @@ from expgit.llm.scripted import ScriptedChatModel
 from expgit.remote.client import RemoteRolloutExecutor
 from expgit.service.example_env import ExampleEnvironment
 from expgit.service.example_service import example_app
+from expgit.store.format.settings import ServeSettings
 from expgit.store.repository import ExperienceRepository
-from expgit.store.settings import ServeSettings
 from expgit.train.context import ExecutionContext
 
 

@@ -15,15 +15,15 @@ from json_value import dig, obj
 from tool_support import acting, call
 
 from expgit.asgi.server import RunningServer, start_server
+from expgit.core.domain import ToolPart
 from expgit.llm.factory import LLMRuntime
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.remote.client import RemoteCaseLoader, RemoteRolloutExecutor
 from expgit.service.example_env import ExampleEnvironment, load_splits
 from expgit.service.example_service import example_app
+from expgit.store.format.settings import ServeSettings
 from expgit.store.repository import ExperienceRepository
-from expgit.store.settings import ServeSettings
 from expgit.train.context import ExecutionContext
-from expgit.train.domain import ToolPart
 
 AIRLINE_EVAL = EXAMPLE / "cases" / "airline_eval.yaml"
 

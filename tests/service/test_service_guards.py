@@ -27,8 +27,8 @@ from expgit.llm.factory import LLMRuntime
 from expgit.llm.scripted import ScriptedChatModel
 from expgit.service.example_env import ExampleEnvironment, load_splits
 from expgit.service.example_service import example_app
+from expgit.store.format.settings import ServeSettings
 from expgit.store.repository import ExperienceRepository
-from expgit.store.settings import ServeSettings
 
 CROSS_SITE = [{"Content-Type": "text/plain;charset=UTF-8"},
               {"Content-Type": "application/x-www-form-urlencoded"},

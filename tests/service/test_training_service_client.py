@@ -25,7 +25,7 @@ from expgit.llm.scripted import ScriptedChatModel
 from expgit.remote.training_client import RemoteTrainingPolicyTrainer
 from expgit.store.repository import ExperienceRepository
 from expgit.train.context import PipelineContext
-from expgit.train.phase_metrics import apply_results_of
+from expgit.train.measurement.phase_metrics import apply_results_of
 
 
 def test_remote_trainer_end_to_end(seeded_repo: ExperienceRepository) -> None:

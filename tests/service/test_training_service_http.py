@@ -25,11 +25,11 @@ from training_service_support import (
     wait_finished,
 )
 
+from expgit.core.checks import RegexCheck
+from expgit.core.domain import Message, Rubric, RubricCriterion
 from expgit.llm.scripted import ScriptedChatModel
 from expgit.service.jobs import JobRegistry, QueueFullError
 from expgit.store.repository import ExperienceRepository
-from expgit.train.checks import RegexCheck
-from expgit.train.domain import Message, Rubric, RubricCriterion
 
 
 def post_all(url: str, bodies: list[str]) -> list[httpx.Response]:

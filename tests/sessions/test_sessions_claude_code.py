@@ -13,13 +13,13 @@ from pathlib import Path
 from conftest import ROOT
 from test_sessions_ingest import llm, reply, window_numbers
 
+from expgit.core.domain import ToolPart
 from expgit.llm.scripted import Step
-from expgit.sessions.formats import parse_session_file
-from expgit.sessions.ingest import ingest
+from expgit.sessions.formats.parse import parse_session_file
+from expgit.sessions.ingest.command import ingest
 from expgit.sessions.manifest import SessionManifest
 from expgit.sessions.store import SessionStore
 from expgit.store.repository import ExperienceRepository
-from expgit.train.domain import ToolPart
 
 FIXTURES = ROOT / "tests" / "fixtures" / "sessions"
 TASKS = FIXTURES / "claude_code_tasks.jsonl"

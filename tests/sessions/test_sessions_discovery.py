@@ -15,9 +15,9 @@ import pytest
 from conftest import ROOT, repo_state
 from json_shapes import assert_shape
 
-import expgit.sessions.ingest_report as ingest_report
-from expgit.sessions.discovery import default_folder, find_session_files
-from expgit.sessions.formats import ParsedSession, SessionFormat, parse_session_file
+import expgit.sessions.ingest.report as ingest_report
+from expgit.sessions.formats.parse import ParsedSession, SessionFormat, parse_session_file
+from expgit.sessions.ingest.discovery import default_folder, find_session_files
 from expgit.sessions.store import SessionStore
 from expgit.store.repository import ExperienceRepository
 

@@ -10,16 +10,16 @@ import pytest
 from conftest import ROOT, git
 from json_shapes import assert_shape
 
+from expgit.core.domain import Message
+from expgit.core.redaction.messages import redact_messages
 from expgit.sessions.export import export_sft
 from expgit.sessions.fingerprint import fingerprint, hash_id
-from expgit.sessions.formats import parse_session_file
+from expgit.sessions.formats.parse import parse_session_file
 from expgit.sessions.manifest import SegmentRecord, SessionManifest
 from expgit.sessions.metrics import METRIC_NAMES, MetricScore, SegmentMetrics
 from expgit.sessions.sft import from_sft_example
 from expgit.sessions.store import SessionChanges, SessionStore
 from expgit.store.repository import ExperienceRepository
-from expgit.train.domain import Message
-from expgit.train.redaction import redact_messages
 
 FIXTURES = ROOT / "tests" / "fixtures" / "sessions"
 

@@ -19,8 +19,8 @@ from expgit.llm.factory import LLMRuntime
 from expgit.llm.port import ChatMessages
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.sessions.fingerprint import fingerprint, hash_id
-from expgit.sessions.formats import parse_session_file
-from expgit.sessions.ingest import ingest
+from expgit.sessions.formats.parse import parse_session_file
+from expgit.sessions.ingest.command import ingest
 from expgit.sessions.manifest import SegmentRecord
 from expgit.sessions.run import run
 from expgit.sessions.store import SessionStore

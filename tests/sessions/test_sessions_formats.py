@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+from expgit.core.domain import Message, TextPart, ToolPart
 from expgit.errors import InvalidInputError, NotFoundError
 from expgit.sessions.fingerprint import canonical_json, fingerprint, hash_id
-from expgit.sessions.formats import detect_format, parse_session_file, parse_session_lines
-from expgit.train.domain import Message, TextPart, ToolPart
+from expgit.sessions.formats.parse import detect_format, parse_session_file, parse_session_lines
 
 FIXTURES = ROOT / "tests" / "fixtures" / "sessions"
 

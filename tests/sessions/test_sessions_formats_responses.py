@@ -12,12 +12,12 @@ import pytest
 from conftest import ROOT, git
 from test_sessions_ingest import llm, reply
 
+from expgit.core.domain import Message, TextPart, ToolPart
 from expgit.llm.scripted import Step
-from expgit.sessions.formats import detect_format, parse_session_file, parse_session_lines
-from expgit.sessions.ingest import ingest
+from expgit.sessions.formats.parse import detect_format, parse_session_file, parse_session_lines
+from expgit.sessions.ingest.command import ingest
 from expgit.sessions.store import SessionStore
 from expgit.store.repository import ExperienceRepository
-from expgit.train.domain import Message, TextPart, ToolPart
 
 FIXTURES = ROOT / "tests" / "fixtures" / "sessions"
 CODEX = FIXTURES / "codex_rollout.jsonl"

@@ -17,16 +17,16 @@ from expgit.llm.port import ChatMessages, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
 from expgit.sessions.fingerprint import fingerprint
-from expgit.sessions.ingest import NO_LLM, ingest
-from expgit.sessions.ingest_report import IngestReport
+from expgit.sessions.ingest.command import NO_LLM, ingest
+from expgit.sessions.ingest.report import IngestReport
 from expgit.sessions.manifest import SessionManifest
 from expgit.sessions.metrics import METRIC_NAMES
 from expgit.sessions.run import run
 from expgit.sessions.store import SessionStore
-from expgit.store.apply import apply_proposal
-from expgit.store.gradients import GradientRequest, propose
-from expgit.store.proposals import find_proposal, merge
 from expgit.store.repository import ExperienceRepository
+from expgit.store.workflow.apply import apply_proposal
+from expgit.store.workflow.gradients import GradientRequest, propose
+from expgit.store.workflow.proposals import find_proposal, merge
 
 FIXTURES = ROOT / "tests" / "fixtures" / "sessions"
 

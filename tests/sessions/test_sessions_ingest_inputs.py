@@ -89,7 +89,7 @@ def test_sigterm_ends_an_ingest_with_143_and_nothing_half_written(
     small.write_text("".join(json.dumps(row) + "\n" for row in HELLO))
     imports = subprocess.run(  # what the ingest reads before its input: its code
         [sys.executable, "-c", "import expgit.cli, expgit.cli.sessions, "
-         "expgit.sessions.ingest\nprint(open('/proc/self/io').read())"],
+         "expgit.sessions.ingest.command\nprint(open('/proc/self/io').read())"],
         capture_output=True, text=True, timeout=120, check=True)
     assert expgit_process("-C", repo, "sessions", "ingest", small).returncode == 0
     before = sessions_tip(repo)

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
+from expgit.core.domain import Message, ToolPart
 from expgit.llm.port import ChatMessages, LLMOutputError, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.sessions.formats import parse_session_file
+from expgit.sessions.formats.parse import parse_session_file
 from expgit.sessions.metrics import (
     NO_TOOLS_REASON,
     LLMTrajectoryScorer,
@@ -24,7 +25,6 @@ from expgit.sessions.metrics import (
 from expgit.sessions.score_output import score_output
 from expgit.store.repository import ExperienceRepository
 from expgit.train.components.llm_fields import worst_case_chars
-from expgit.train.domain import Message, ToolPart
 
 FIXTURES = ROOT / "tests" / "fixtures" / "sessions"
 

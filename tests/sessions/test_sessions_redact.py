@@ -8,10 +8,10 @@ from collections import Counter
 import pytest
 from conftest import ROOT
 
-from expgit.sessions.formats import parse_session_file
-from expgit.store.redact import Redaction, cap_text, redact_text
-from expgit.train.domain import Message, TextPart, ToolPart
-from expgit.train.redaction import redact_messages
+from expgit.core.domain import Message, TextPart, ToolPart
+from expgit.core.redaction.messages import redact_messages
+from expgit.core.redaction.text import Redaction, cap_text, redact_text
+from expgit.sessions.formats.parse import parse_session_file
 
 CORPUS = ROOT / "tests" / "fixtures" / "sessions" / "secrets"
 SECRETS = [json.loads(line) for line in (CORPUS / "secrets.jsonl").read_text().splitlines()]

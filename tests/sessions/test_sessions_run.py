@@ -13,16 +13,16 @@ from conftest import fsck, git, repo_state
 from json_shapes import assert_shape
 from scripted_pipeline import lesson_bodies, merge_of, reflect_for
 
+from expgit.core.domain import Message
 from expgit.llm.factory import LLMRuntime
 from expgit.llm.port import ChatMessages
 from expgit.llm.scripted import ScriptedChatModel, Step
-from expgit.sessions.ingest import ingest
+from expgit.sessions.ingest.command import ingest
 from expgit.sessions.metrics import METRIC_NAMES, MetricScore, SegmentMetrics
 from expgit.sessions.run import run
 from expgit.sessions.store import SessionStore
 from expgit.store.repository import ExperienceRepository
-from expgit.train.domain import Message
-from expgit.train.trajectory_store import TrajectoryStore
+from expgit.train.records.trajectory_store import TrajectoryStore
 
 GOLD = [{"role": "user", "content": "I am a gold member flying economy. How many checked "
                                     "bags are free?"},

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 
+from expgit.core.domain import Message
 from expgit.llm.port import ChatMessages, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.sessions.segmenter import LLMTaskSegmenter, Segmentation, Span, render_message
-from expgit.store.experience import estimate_tokens
-from expgit.train.domain import Message
+from expgit.sessions.ingest.segmenter import LLMTaskSegmenter, Segmentation, Span, render_message
+from expgit.store.format.experience import estimate_tokens
 
 # Every message below renders to 40 characters: 10 estimated tokens, plus 4 of framing.
 PER_MESSAGE = 14
@@ -179,7 +179,7 @@ def test_resume_from_the_middle_numbers_the_window_from_one() -> None:
 
 
 def test_tool_calls_are_shown_to_the_segmenter() -> None:
-    from expgit.train.domain import ToolPart
+    from expgit.core.domain import ToolPart
 
     message = Message(role="assistant", parts=[ToolPart(
         tool_id="t1", tool_name="read_file", tool_input={"path": "a.py"},

@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
+from expgit.core.domain import Message, TextPart, ToolPart
 from expgit.errors import InvalidInputError
-from expgit.sessions.formats import parse_session_file
+from expgit.sessions.formats.parse import parse_session_file
 from expgit.sessions.sft import (
     from_sft_example,
     to_sft_example,
     validate_sft_example,
     write_sft_jsonl,
 )
-from expgit.train.domain import Message, TextPart, ToolPart
 
 FIXTURES = ROOT / "tests" / "fixtures" / "sessions"
 

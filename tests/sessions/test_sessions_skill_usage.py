@@ -18,9 +18,9 @@ from scripted_pipeline import lesson_bodies, merge_of, reflect_for
 
 from expgit.llm.factory import LLMRuntime
 from expgit.llm.scripted import ScriptedChatModel, Step
-from expgit.sessions.ingest import ingest
+from expgit.sessions.ingest.command import ingest
 from expgit.sessions.run import run
-from expgit.sessions.status_ledger import Usage
+from expgit.sessions.status.ledger import Usage
 from expgit.sessions.store import SessionStore
 from expgit.store.repository import ExperienceRepository
 
@@ -219,8 +219,8 @@ def test_a_load_in_a_thumbs_down_segment_counts_in_the_track_record(
 def test_usage_is_folded_per_changed_manifest_as_a_whole_count_gives_it(
         seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     """The kept status moved forward by one grown session equals a whole count."""
-    from expgit.sessions import status
-    from expgit.store.derived import index_file
+    from expgit.sessions.status import counts as status
+    from expgit.store.derived.cache import index_file
 
     path = tmp_path / "grows.jsonl"
     write(path, claude_code("4444dddd", NOW - timedelta(days=3), [{"skill": BAGS}]))

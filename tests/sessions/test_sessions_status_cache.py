@@ -16,7 +16,7 @@ import pytest
 from conftest import EXAMPLE, RunCli
 
 from expgit.sessions.store import MANIFESTS, SessionStore
-from expgit.store.derived import index_file
+from expgit.store.derived.cache import index_file
 from expgit.store.repository import ExperienceRepository
 
 SESSIONS = EXAMPLE / "sessions"
@@ -66,7 +66,7 @@ def test_status_reads_manifests_once_and_follows_changes(seeded_repo: Experience
 def test_status_bounds_details_and_sums_the_rows_of_the_tip(
         seeded_repo: ExperienceRepository, run_cli: RunCli, monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path) -> None:
-    from expgit.sessions import status as status_module
+    from expgit.sessions.status import counts as status_module
 
     path = seeded_repo.git.work_tree
     assert path is not None

@@ -13,10 +13,10 @@ import pytest
 from conftest import EXAMPLE, RunCli
 from test_sessions_status_ledger import blobs_read, manifest, without_details, write
 
-from expgit.sessions import status_checkpoint
-from expgit.sessions.status import refresh_checkpoint, sessions_status
+from expgit.sessions.status import checkpoint as status_checkpoint
+from expgit.sessions.status.counts import refresh_checkpoint, sessions_status
 from expgit.sessions.store import MANIFESTS, SessionStore
-from expgit.store.derived import CACHE_DIR, INDEX_NAME
+from expgit.store.derived.cache import CACHE_DIR, INDEX_NAME
 from expgit.store.repository import ExperienceRepository
 
 

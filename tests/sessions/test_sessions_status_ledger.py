@@ -11,12 +11,12 @@ import random
 
 import pytest
 
-from expgit.sessions import status as status_module
-from expgit.sessions import status_checkpoint
-from expgit.sessions.status import SessionsStatus, refresh_checkpoint, sessions_status
-from expgit.sessions.status_ledger import Ledger
+from expgit.sessions.status import checkpoint as status_checkpoint
+from expgit.sessions.status import counts as status_module
+from expgit.sessions.status.counts import SessionsStatus, refresh_checkpoint, sessions_status
+from expgit.sessions.status.ledger import Ledger
 from expgit.sessions.store import MANIFESTS, SessionStore
-from expgit.store.derived import CACHE_DIR, INDEX_NAME
+from expgit.store.derived.cache import CACHE_DIR, INDEX_NAME
 from expgit.store.repository import ExperienceRepository
 from expgit.store.sidebranch import fanned
 

@@ -13,7 +13,7 @@ from skills_support import REFUND, REFUND_MD
 from test_skills_layout import seed
 
 from expgit.init import init_repository
-from expgit.store.always_on import END, MAX_BYTES, START
+from expgit.store.format.always_on import END, MAX_BYTES, START
 
 HEAD = b"# Project rules\n\nUse tabs in the Makefile.\r\n\n"
 TAIL = b"\n## Written by hand\n\nNo trailing newline here"

@@ -13,12 +13,12 @@ import pytest
 from conftest import git
 
 from expgit.errors import InvalidInputError
-from expgit.store import catalog as catalog_module
-from expgit.store.catalog import ExperienceRow, catalog
-from expgit.store.derived import DerivedIndex, index_file
+from expgit.store.derived import catalog as catalog_module
+from expgit.store.derived.cache import DerivedIndex, index_file
+from expgit.store.derived.catalog import ExperienceRow, catalog
+from expgit.store.derived.snapshot import Snapshot, SnapshotLoader
+from expgit.store.derived.version_cache import load_versions, save_versions
 from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import Snapshot, SnapshotLoader
-from expgit.store.version_cache import load_versions, save_versions
 
 
 def reference_rows(snapshot: Snapshot) -> list[ExperienceRow]:

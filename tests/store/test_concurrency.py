@@ -24,12 +24,12 @@ from conftest import ROOT, edited, fsck, git, run_expgit
 
 from expgit.errors import EXIT_LOCKED, LockHeldError
 from expgit.init import init_repository
-from expgit.store.apply import apply_proposal
-from expgit.store.gradients import GradientRequest, propose
 from expgit.store.lock import LOCK_NAME
-from expgit.store.proposals import merge
 from expgit.store.refnames import GRADIENTS, PROPOSAL_STATES, PROPOSALS
 from expgit.store.repository import ExperienceRepository
+from expgit.store.workflow.apply import apply_proposal
+from expgit.store.workflow.gradients import GradientRequest, propose
+from expgit.store.workflow.proposals import merge
 
 EXAMPLE = ROOT / "example_repo"
 WRITERS = 8
@@ -288,7 +288,7 @@ def commit_on_main(path: Path, name: str, note: str) -> str:
 def test_main_moved_by_plain_git_during_apply_is_guarded_again(
         repo: ExperienceRepository, monkeypatch: pytest.MonkeyPatch,
         same_experience: bool) -> None:
-    import expgit.store.apply as apply_module
+    import expgit.store.workflow.apply as apply_module
     from expgit.errors import ConflictError
 
     path = repo.git.work_tree
@@ -328,7 +328,7 @@ def test_apply_gives_up_when_plain_git_keeps_moving_main(
         repo: ExperienceRepository, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every attempt loses the race: after ATTEMPTS, the RefMovedError (exit 3) and
     nothing of expgit's written: main holds the last hand commit, the proposal is open."""
-    import expgit.store.apply as apply_module
+    import expgit.store.workflow.apply as apply_module
     from expgit.errors import EXIT_CONFLICT, ConflictError
 
     path = repo.git.work_tree

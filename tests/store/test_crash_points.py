@@ -22,9 +22,9 @@ import pytest
 from conftest import EXAMPLE, fsck, git, run_expgit
 
 from expgit.init import init_repository
-from expgit.store.gradients import GradientRequest, propose
-from expgit.store.proposals import list_proposals, merge
 from expgit.store.repository import ExperienceRepository
+from expgit.store.workflow.gradients import GradientRequest, propose
+from expgit.store.workflow.proposals import list_proposals, merge
 
 CRASHING_APPLY = r"""
 import os, sys

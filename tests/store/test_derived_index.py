@@ -1,4 +1,4 @@
-"""The derived index's contract (expgit/store/derived.py, docs/design.md "Derived caches"):
+"""The derived index's contract (expgit/store/derived/cache.py, docs/design.md "Derived caches"):
 delete it, corrupt it, make it unwritable, write it from two processes at once, or bump a
 table's schema, and every answer stays the one the git objects give."""
 
@@ -11,7 +11,7 @@ import textwrap
 
 from conftest import git
 
-from expgit.store.derived import DerivedIndex, derive, index_file
+from expgit.store.derived.cache import DerivedIndex, derive, index_file
 from expgit.store.repository import ExperienceRepository
 
 TABLE = "commit_subjects"
@@ -131,7 +131,7 @@ def test_a_read_only_index_file_works_in_memory(bare_repo: ExperienceRepository)
 WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from expgit.store.derived import DerivedIndex
+    from expgit.store.derived.cache import DerivedIndex
     common, who = Path(sys.argv[1]), sys.argv[2]
     for i in range(150):
         with DerivedIndex.open(common) as ix:

@@ -14,9 +14,9 @@ from conftest import EXAMPLE, git, repo_state, run_expgit
 from json_shapes import assert_shape
 
 from expgit.init import init_repository
-from expgit.store.gradients import GradientRequest, propose
-from expgit.store.proposals import list_proposals, merge
 from expgit.store.repository import ExperienceRepository
+from expgit.store.workflow.gradients import GradientRequest, propose
+from expgit.store.workflow.proposals import list_proposals, merge
 
 
 def _repo(tmp_path: Path) -> tuple[Path, str]:

@@ -8,8 +8,8 @@ import pytest
 from conftest import EXAMPLE, git
 
 from expgit.errors import InvalidInputError
-from expgit.store import trailers as tr
-from expgit.store.experience import (
+from expgit.store.format import trailers as tr
+from expgit.store.format.experience import (
     NAME_MAX,
     Experience,
     check_experience,

@@ -10,11 +10,11 @@ import pytest
 from conftest import EXAMPLE, fsck, git, run_expgit
 
 from expgit.init import init_repository
-from expgit.store import trailers as tr
-from expgit.store.gradients import GradientRequest, list_gradients, propose
-from expgit.store.history import policy_log
-from expgit.store.proposals import find_proposal, list_proposals, merge
+from expgit.store.format import trailers as tr
 from expgit.store.repository import ExperienceRepository
+from expgit.store.workflow.gradients import GradientRequest, list_gradients, propose
+from expgit.store.workflow.history import policy_log
+from expgit.store.workflow.proposals import find_proposal, list_proposals, merge
 
 NAME = "refund-method-rules"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLE
 
-from expgit.store.experience import parse_experience
-from expgit.store.front_matter import replace_fields
+from expgit.store.format.experience import parse_experience
+from expgit.store.format.front_matter import replace_fields
 
 EXAMPLE_FILES = sorted((EXAMPLE / "skills").glob("*/SKILL.md"))
 PATH = "experiences/sample-rule.md"

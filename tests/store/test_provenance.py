@@ -13,17 +13,17 @@ import pytest
 from pydantic import JsonValue
 from scripted_pipeline import PETS_CASE
 
+from expgit.core.domain import Rollout
 from expgit.llm import provenance as llm_provenance
 from expgit.llm.factory import LLMRuntime, ResolvedLLM
 from expgit.llm.port import UsageMeter
 from expgit.llm.provenance import endpoint_host, gguf_sha256
 from expgit.remote.protocol import Health
 from expgit.runs.provenance import recorded_agent, service_agent
-from expgit.store import trailers as tr
-from expgit.store.derived import DerivedIndex
-from expgit.store.provenance import Provenance, of_message
-from expgit.store.settings import LLMSettings
-from expgit.train.domain import Rollout
+from expgit.store.derived.cache import DerivedIndex
+from expgit.store.format import trailers as tr
+from expgit.store.format.provenance import Provenance, of_message
+from expgit.store.format.settings import LLMSettings
 
 
 @pytest.mark.parametrize(("url", "host"), [

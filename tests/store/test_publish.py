@@ -10,11 +10,11 @@ from conftest import edited, git
 
 from expgit.errors import InvalidInputError, NotFoundError
 from expgit.git.repo import GitRepo
-from expgit.store.apply import apply_proposal
-from expgit.store.gradients import GradientRequest, propose
-from expgit.store.proposals import find_proposal, merge
 from expgit.store.refnames import PROPOSAL_STATES, find_by_id
 from expgit.store.repository import ExperienceRepository
+from expgit.store.workflow.apply import apply_proposal
+from expgit.store.workflow.gradients import GradientRequest, propose
+from expgit.store.workflow.proposals import find_proposal, merge
 
 NAME = "refund-method-rules"
 

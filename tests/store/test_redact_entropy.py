@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from expgit.store.redact import redact_text, secrets_in
-from expgit.store.redact_entropy import decoded_text, looks_random, shannon_entropy
-from expgit.train.lesson_guard import LessonRefused, check_lesson
+from expgit.core.redaction.entropy import decoded_text, looks_random, shannon_entropy
+from expgit.core.redaction.text import redact_text, secrets_in
+from expgit.train.guards.lesson import LessonRefused, check_lesson
 
 CORPUS = Path(__file__).parent.parent / "fixtures" / "secrets_entropy"
 ORDINARY = (CORPUS / "ordinary.txt").read_text().splitlines()

@@ -10,10 +10,16 @@ import pytest
 from conftest import assert_only_fast_forwards, fsck, git, shared_server
 
 from expgit.errors import ConflictError, ExpgitError, InvalidInputError, UsageError
-from expgit.store import remote_sync, version_checkpoint
-from expgit.store.remote_sync import check_remote, push_checkpoint, push_refs, push_side_branch
+from expgit.store.derived import version_checkpoint
 from expgit.store.repository import ExperienceRepository
 from expgit.store.sidebranch import SideBranch
+from expgit.store.workflow import remote_sync
+from expgit.store.workflow.remote_sync import (
+    check_remote,
+    push_checkpoint,
+    push_refs,
+    push_side_branch,
+)
 
 BRANCH = "expgit/trajectories"
 REF = f"refs/heads/{BRANCH}"

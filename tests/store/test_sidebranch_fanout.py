@@ -16,7 +16,7 @@ from expgit.outcomes.targets import resolve_target
 from expgit.sessions.store import MANIFESTS, SessionStore
 from expgit.store.repository import ExperienceRepository
 from expgit.store.sidebranch import fanned
-from expgit.train.trajectory_store import FOLDER, TrajectoryStore
+from expgit.train.records.trajectory_store import FOLDER, TrajectoryStore
 
 BRANCH = "refs/heads/expgit/trajectories"
 

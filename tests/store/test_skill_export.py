@@ -19,7 +19,7 @@ from test_skills_layout import FLAKY, FLAKY_MD, GUIDE, SCRIPT, seed
 
 from expgit.init import init_repository
 from expgit.store import folder_files, skill_export
-from expgit.store.always_on import START
+from expgit.store.format.always_on import START
 from expgit.store.repository import ExperienceRepository
 
 OWN = b"---\nname: our-own\ndescription: Use when deploying this project.\n---\nDeploy.\n"

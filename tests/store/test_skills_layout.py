@@ -16,7 +16,7 @@ from skills_support import REFUND, REFUND_MD, agentskills_validate
 
 from expgit.errors import InvalidInputError
 from expgit.init import init_repository
-from expgit.store.experience import new_experience, parse_experience
+from expgit.store.format.experience import new_experience, parse_experience
 from expgit.store.repository import ExperienceRepository
 
 FLAKY = "fix-flaky-tests"

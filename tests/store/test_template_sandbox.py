@@ -11,8 +11,8 @@ from conftest import RunCli
 from test_templates import commit_on_main
 
 from expgit.errors import EXIT_INVALID, InvalidInputError
+from expgit.store.format.templates import check_overrides, render, render_prompt
 from expgit.store.repository import ExperienceRepository
-from expgit.store.templates import check_overrides, render, render_prompt
 
 SYSTEM_CALL = "{{ cycler.__init__.__globals__.os.system('touch PWNED') }}"
 ENVIRON = "{{ cycler.__init__.__globals__.os.environ }}"

@@ -7,16 +7,16 @@ from __future__ import annotations
 import asyncio
 import json
 
+from expgit.core.domain import Case, Message, Rollout, Rubric, RubricCriterion
 from expgit.git.repo import RefUpdate
 from expgit.llm.port import UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
+from expgit.store.format.templates import environment, render_prompt
 from expgit.store.repository import ExperienceRepository
-from expgit.store.templates import environment, render_prompt
 from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Case, Message, Rollout, Rubric, RubricCriterion
-from expgit.train.trajectory_store import TrajectoryStore
+from expgit.train.records.trajectory_store import TrajectoryStore
 
 JUDGE = ("{% block system %}house rules for {{ who }}{% endblock %}"
          "{% block user %}judge it{% endblock %}")

@@ -14,12 +14,12 @@ import pytest
 from conftest import RunCli, git
 
 from expgit.git.repo import RefUpdate
-from expgit.store import snapshot as snapshot_module
-from expgit.store import version_checkpoint
-from expgit.store.derived import CACHE_DIR
+from expgit.store.derived import snapshot as snapshot_module
+from expgit.store.derived import version_checkpoint
+from expgit.store.derived.cache import CACHE_DIR
+from expgit.store.derived.snapshot import SnapshotLoader, VersionInfo
+from expgit.store.derived.versions_refresh import refresh_checkpoint
 from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import SnapshotLoader, VersionInfo
-from expgit.store.versions_refresh import refresh_checkpoint
 
 NAME = "checked-baggage-allowance"
 

@@ -1,4 +1,4 @@
-"""expgit.store.yamldump.safe_dump writes exactly what yaml.safe_dump writes."""
+"""expgit.store.format.yamldump.safe_dump writes exactly what yaml.safe_dump writes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from expgit.store.yamldump import libyaml_safe, safe_dump
+from expgit.store.format.yamldump import libyaml_safe, safe_dump
 
 TRICKY = "abcdefgh xyz \n\t:#-'\"{}[]&*!|>%@`,.?~\\/=éü中文—…\ufeff\u00a0"
 HOSTILE = TRICKY + "\u2028\u2029\x85\x00\x1b\x7f\U0001f600\r"

@@ -9,6 +9,17 @@ from typing import Any
 import pytest
 from conftest import fsck, git
 
+from expgit.core.domain import (
+    Case,
+    CriterionResult,
+    Message,
+    Rollout,
+    Rubric,
+    RubricCriterion,
+    RubricEvaluation,
+    TextPart,
+    ToolPart,
+)
 from expgit.errors import InvalidInputError
 from expgit.llm.port import LLMOutputError, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
@@ -29,19 +40,8 @@ from expgit.train.components.trajectory_analyzer import (
     truncate,
 )
 from expgit.train.context import PipelineContext
-from expgit.train.domain import (
-    Case,
-    CriterionResult,
-    Message,
-    Rollout,
-    Rubric,
-    RubricCriterion,
-    RubricEvaluation,
-    TextPart,
-    ToolPart,
-)
-from expgit.train.trajectory_store import TrajectoryStore, rollout_id
-from expgit.train.transcript import read_transcript
+from expgit.train.records.trajectory_store import TrajectoryStore, rollout_id
+from expgit.train.records.transcript import read_transcript
 
 BRANCH = "refs/heads/expgit/trajectories"
 REPLY = {

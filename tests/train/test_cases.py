@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from conftest import EXAMPLE
 
+from expgit.core.checks import LLMJudgeCheck, RegexCheck, run_check
+from expgit.core.domain import Case
 from expgit.errors import InvalidInputError, NotFoundError, UsageError
 from expgit.train.cases import ListCaseLoader, load_cases, parse_case
-from expgit.train.checks import LLMJudgeCheck, RegexCheck, run_check
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Case
 from expgit.train.interfaces import CaseLoader
 
 YAML_LIST = """\

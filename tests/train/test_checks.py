@@ -1,4 +1,4 @@
-"""Rubric criterion checks (expgit.train.checks): every check type and its edge cases."""
+"""Rubric criterion checks (expgit.core.checks): every check type and its edge cases."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from expgit.train.checks import (
+from expgit.core.checks import (
     ContainsCheck,
     CriterionCheck,
     EqualsCheck,
@@ -71,7 +71,7 @@ def _run_in_child(code: str) -> tuple[bool, str]:
     """``run_check`` in a child process, waited for generously: a regression (an engine
     that backtracks for ever, holding the GIL) fails the test instead of hanging it."""
     done = subprocess.run([sys.executable, "-c", "import json, sys\n"
-                           "from expgit.train.checks import RegexCheck, run_check\n" + code],
+                           "from expgit.core.checks import RegexCheck, run_check\n" + code],
                           capture_output=True, text=True, timeout=120, check=True)
     ok, feedback = json.loads(done.stdout)
     return ok, feedback

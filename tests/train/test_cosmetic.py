@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from conftest import example_flat
 
-from expgit.train.cosmetic import only_cosmetic
+from expgit.train.guards.cosmetic import only_cosmetic
 
 # the example as a flat file, its tags in the flow list people write by hand
 CURRENT = example_flat("checked-baggage-allowance").replace(

@@ -15,7 +15,7 @@ import yaml
 from conftest import EXAMPLE, ROOT, example_flat
 from scripted_pipeline import analyze, edit_reply
 
-from expgit.store.experience import parse_experience
+from expgit.store.format.experience import parse_experience
 from expgit.train.components.llm_fields import (
     LOCAL_ANALYSIS_LIMITS,
     LOCAL_EDIT_LIMITS,
@@ -24,8 +24,8 @@ from expgit.train.components.llm_fields import (
 )
 from expgit.train.components.llm_outputs import analyze_output, estimate_output
 from expgit.train.components.trajectory_analyzer import without_junk
-from expgit.train.degeneracy import headings_of, problem, run_account, summary_problem
-from expgit.train.lesson_guard import (
+from expgit.train.guards.degeneracy import headings_of, problem, run_account, summary_problem
+from expgit.train.guards.lesson import (
     LessonRefused,
     check_written,
     headings_shown,

@@ -1,4 +1,4 @@
-"""The one guard chain for a model's edit (:mod:`expgit.train.edit_guard`): each kind of
+"""The one guard chain for a model's edit (:mod:`expgit.train.guards.edit`): each kind of
 rejection, the order the checks run in, what a delete is checked for, and the record
 both callers keep."""
 
@@ -8,10 +8,10 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
+from expgit.core.redaction.messages import Redactor
 from expgit.errors import InvalidInputError
-from expgit.store.layout import Layout
-from expgit.train.edit_guard import Accepted, Rejected, Rejections, guard_edit
-from expgit.train.redaction import Redactor
+from expgit.store.format.layout import Layout
+from expgit.train.guards.edit import Accepted, Rejected, Rejections, guard_edit
 
 BODY = ("When a refund is asked for, check the fare rules first.\n\n"
         "1. Read the fare class.\n2. Tell the customer the refund method.\n"

@@ -17,9 +17,9 @@ from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
 from expgit.runs.budget import COMPLETION_TOKENS, PROMPT_OVERHEAD_TOKENS, estimate, train_plan
 from expgit.runs.wiring import rollout_executor
-from expgit.store.experience import estimate_tokens, tokens_of_bytes
+from expgit.store.format.experience import estimate_tokens, tokens_of_bytes
+from expgit.store.format.settings import ContextSettings, LLMSettings, parse_settings
 from expgit.store.repository import ExperienceRepository
-from expgit.store.settings import ContextSettings, LLMSettings, parse_settings
 from expgit.train.cases import load_cases
 from expgit.train.components.executor import LOCAL_ROLLOUT_TOKENS
 from expgit.train.context import ExecutionContext

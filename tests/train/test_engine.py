@@ -12,18 +12,18 @@ from typing import Any, Literal
 import pytest
 from conftest import fsck, git, repo_state
 
+from expgit.core.domain import PolicyPlanItem, PolicyUpdatePlan, SemanticGradient
 from expgit.errors import ConflictError, LockHeldError
 from expgit.llm.port import UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.store.gradients import GradientRequest, list_gradients, propose
-from expgit.store.proposals import list_proposals
 from expgit.store.repository import ExperienceRepository
+from expgit.store.workflow.gradients import GradientRequest, list_gradients, propose
+from expgit.store.workflow.proposals import list_proposals
 from expgit.train.components.gradient_estimator import to_semantic
 from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer
 from expgit.train.components.policy_updater import GitPolicyUpdater
 from expgit.train.context import PipelineContext
-from expgit.train.domain import PolicyPlanItem, PolicyUpdatePlan, SemanticGradient
 from expgit.train.engine import PolicyTrainingEngine
 from expgit.train.interfaces import PolicyUpdater
 

@@ -9,14 +9,23 @@ from typing import Any
 
 from conftest import fsck, git
 
+from expgit.core.domain import (
+    Case,
+    Message,
+    Rollout,
+    RolloutAnalysis,
+    Rubric,
+    RubricEvaluation,
+    Trajectory,
+)
 from expgit.llm.factory import LOCAL_MAX_TOKENS
 from expgit.llm.port import UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM, wire_schema
-from expgit.store.experience import NAME_MAX, parse_experience
-from expgit.store.gradients import find_gradient, list_gradients
+from expgit.store.derived.snapshot import ExperienceEntry, Snapshot
+from expgit.store.format.experience import NAME_MAX, parse_experience
 from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import ExperienceEntry, Snapshot
+from expgit.store.workflow.gradients import find_gradient, list_gradients
 from expgit.train.components.gradient_estimator import (
     EstimateOutput,
     ExperienceGradientEstimator,
@@ -34,16 +43,7 @@ from expgit.train.components.llm_fields import (
 )
 from expgit.train.components.llm_outputs import analyze_output, compress_output, merge_output
 from expgit.train.context import PipelineContext
-from expgit.train.domain import (
-    Case,
-    Message,
-    Rollout,
-    RolloutAnalysis,
-    Rubric,
-    RubricEvaluation,
-    Trajectory,
-)
-from expgit.train.trajectory_store import TrajectoryStore
+from expgit.train.records.trajectory_store import TrajectoryStore
 
 TRAJECTORY = """---
 name: 0123456789abcdef

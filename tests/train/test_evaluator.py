@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from expgit.core.domain import Case, Message, Rollout, RubricEvaluation, TextPart, ToolPart
 from expgit.llm.port import LLMOutputError, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, ScriptError, Step
 from expgit.llm.structured import StructuredLLM
@@ -20,7 +21,6 @@ from expgit.train.components.evaluator import (
     render_transcript,
 )
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Case, Message, Rollout, RubricEvaluation, TextPart, ToolPart
 from expgit.train.interfaces import RolloutEvaluator
 
 CTX = PipelineContext()

@@ -11,18 +11,18 @@ import pytest
 from conftest import EXAMPLE, repo_state
 from json_value import number
 
+from expgit.core.domain import Case, Rollout
 from expgit.errors import UsageError
 from expgit.llm.port import ChatMessages, Completion, LLMError, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
+from expgit.retrieval.usage import read_usage
+from expgit.store.derived.snapshot import Snapshot
 from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import Snapshot
 from expgit.train.cases import load_cases, parse_case
 from expgit.train.components.evaluator import RubricRolloutEvaluator
 from expgit.train.components.executor import SingleTurnLLMRolloutExecutor
 from expgit.train.context import ExecutionContext
-from expgit.train.domain import Case, Rollout
-from expgit.train.experience_usage import read_usage
 from expgit.train.interfaces import RolloutExecutor
 
 ACTIVE = ["cancellation-eligibility-rules", "checked-baggage-allowance",

@@ -20,17 +20,8 @@ import pytest
 from conftest import fsck, git
 from scripted_pipeline import Handles, merge_of
 
-from expgit.errors import UsageError
-from expgit.llm.port import LLMError, UsageMeter
-from expgit.llm.scripted import ScriptedChatModel, Step
-from expgit.llm.structured import StructuredLLM
-from expgit.runs.wiring import build_pipeline
-from expgit.store.repository import ExperienceRepository
-from expgit.train.cases import ListCaseLoader
-from expgit.train.checks import RegexCheck
-from expgit.train.components.trajectory_analyzer import read_front_matter
-from expgit.train.context import PipelineContext
-from expgit.train.domain import (
+from expgit.core.checks import RegexCheck
+from expgit.core.domain import (
     Case,
     CriterionResult,
     Rollout,
@@ -38,9 +29,18 @@ from expgit.train.domain import (
     RubricCriterion,
     RubricEvaluation,
 )
+from expgit.errors import UsageError
+from expgit.llm.port import LLMError, UsageMeter
+from expgit.llm.scripted import ScriptedChatModel, Step
+from expgit.llm.structured import StructuredLLM
+from expgit.runs.wiring import build_pipeline
+from expgit.store.repository import ExperienceRepository
+from expgit.train.cases import ListCaseLoader
+from expgit.train.components.trajectory_analyzer import read_front_matter
+from expgit.train.context import PipelineContext
 from expgit.train.groups import group_cases, sampling_of, split_groups, verdict
-from expgit.train.phase_metrics import PhaseMetrics
-from expgit.train.report import phase_line
+from expgit.train.measurement.phase_metrics import PhaseMetrics
+from expgit.train.reports.run_report import phase_line
 
 PHRASE = "to the original payment method"
 REFUND_CASE = Case(

@@ -22,20 +22,20 @@ from scripted_pipeline import (
     reflect_with,
 )
 
+from expgit.core.domain import Message, Rollout, RubricEvaluation
 from expgit.llm.port import Failure, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
 from expgit.runs.wiring import build_pipeline
-from expgit.store.gradients import list_gradients
 from expgit.store.repository import ExperienceRepository
+from expgit.store.workflow.gradients import list_gradients
 from expgit.train.cases import ListCaseLoader
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
 from expgit.train.components.policy_trainer import BatchPolicyTrainer
 from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Message, Rollout, RubricEvaluation
-from expgit.train.lesson_guard import DEGENERATE_REPLY
-from expgit.train.phase_metrics import PipelineResult
+from expgit.train.guards.lesson import DEGENERATE_REPLY
+from expgit.train.measurement.phase_metrics import PipelineResult
 from expgit.train.pipeline import OfflinePolicyOptimizationPipeline
 
 Reply = Callable[[list[dict[str, str]]], str]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from expgit.errors import InvalidInputError
-from expgit.train.lesson_guard import (
+from expgit.train.guards.lesson import (
     COLLAPSE,
     INJECTION,
     LessonRefused,

@@ -10,9 +10,9 @@ from skill_listing_support import BAGGAGE, OTHER, skills_repo
 from skills_ref import to_prompt
 from skills_support import REFUND
 
-from expgit.store.experience import estimate_tokens
+from expgit.retrieval.skill_listing import build_listing
+from expgit.store.format.experience import estimate_tokens
 from expgit.store.repository import ExperienceRepository
-from expgit.train.skill_listing import build_listing
 
 
 def snapshot(tmp_path: Path):  # type: ignore[no-untyped-def]

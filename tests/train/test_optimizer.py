@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 from conftest import example_flat, repo_state
 
+from expgit.core.domain import ExperienceFile, PolicyUpdatePlan, SemanticGradient
 from expgit.errors import ExpgitError
 from expgit.llm.port import ChatMessages, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.store.experience import estimate_tokens, new_experience, parse_experience
+from expgit.store.derived.snapshot import Snapshot
+from expgit.store.format.experience import estimate_tokens, new_experience, parse_experience
 from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import Snapshot
 from expgit.train.components.llm_fields import (
     CHARS_PER_TOKEN,
     LOCAL_EDIT_LIMITS,
@@ -25,7 +26,6 @@ from expgit.train.components.llm_fields import (
 from expgit.train.components.llm_outputs import compress_output, merge_output
 from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer
 from expgit.train.context import PipelineContext
-from expgit.train.domain import ExperienceFile, PolicyUpdatePlan, SemanticGradient
 
 URI = "expgit/trajectories:trajectories/00000000000000{:02d}.md"
 

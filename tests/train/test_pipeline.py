@@ -20,24 +20,7 @@ from scripted_pipeline import (
     script,
 )
 
-from expgit.errors import ExpgitError, InvalidInputError
-from expgit.llm.port import UsageMeter
-from expgit.llm.scripted import ScriptedChatModel, Step
-from expgit.llm.structured import StructuredLLM
-from expgit.runs.wiring import build_pipeline
-from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import Snapshot
-from expgit.train.cases import ListCaseLoader
-from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
-from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer
-from expgit.train.components.policy_trainer import BatchPolicyTrainer
-from expgit.train.components.policy_updater import GitPolicyUpdater
-from expgit.train.components.rollout_reflector import OneCallRolloutReflector
-from expgit.train.components.snapshotter import ContentHashPolicySnapshotter
-from expgit.train.components.streaming import StreamingPolicyTrainer
-from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
-from expgit.train.context import ExecutionContext, PipelineContext
-from expgit.train.domain import (
+from expgit.core.domain import (
     Case,
     ExperienceSetRef,
     Message,
@@ -52,6 +35,23 @@ from expgit.train.domain import (
     RubricEvaluation,
     SemanticGradient,
 )
+from expgit.errors import ExpgitError, InvalidInputError
+from expgit.llm.port import UsageMeter
+from expgit.llm.scripted import ScriptedChatModel, Step
+from expgit.llm.structured import StructuredLLM
+from expgit.runs.wiring import build_pipeline
+from expgit.store.derived.snapshot import Snapshot
+from expgit.store.repository import ExperienceRepository
+from expgit.train.cases import ListCaseLoader
+from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
+from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer
+from expgit.train.components.policy_trainer import BatchPolicyTrainer
+from expgit.train.components.policy_updater import GitPolicyUpdater
+from expgit.train.components.rollout_reflector import OneCallRolloutReflector
+from expgit.train.components.snapshotter import ContentHashPolicySnapshotter
+from expgit.train.components.streaming import StreamingPolicyTrainer
+from expgit.train.components.trajectory_analyzer import TrajectoryRolloutAnalyzer
+from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.engine import PolicyTrainingEngine
 from expgit.train.pipeline import OfflinePolicyOptimizationPipeline
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from expgit.store.predictions import (
+from expgit.core.domain import Case, Rollout, Rubric, RubricEvaluation
+from expgit.store.derived.predictions import (
     GradientPrediction,
     PredictionRecords,
     TrackRecord,
@@ -12,8 +13,7 @@ from expgit.store.predictions import (
     shown_confidence,
     verdict_trailers,
 )
-from expgit.train.domain import Case, Rollout, Rubric, RubricEvaluation
-from expgit.train.predictions import check_predictions
+from expgit.train.measurement.predictions import check_predictions
 
 
 def run(case: str, task: str, passed: bool) -> Rollout:

@@ -12,14 +12,15 @@ import pytest
 from conftest import EXAMPLE, fsck, git
 from test_analyzer import FAILED, REPLY, make_rollout
 
+from expgit.core.domain import Rollout, RolloutAnalysis, SemanticGradient
 from expgit.errors import InvalidInputError
 from expgit.init import init_repository
 from expgit.llm.port import UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
+from expgit.store.derived.snapshot import Snapshot
+from expgit.store.format.settings import parse_settings
 from expgit.store.repository import ExperienceRepository
-from expgit.store.settings import parse_settings
-from expgit.store.snapshot import Snapshot
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
 from expgit.train.components.rollout_reflector import OneCallRolloutReflector, input_text
 from expgit.train.components.trajectory_analyzer import (
@@ -27,7 +28,6 @@ from expgit.train.components.trajectory_analyzer import (
     read_front_matter,
 )
 from expgit.train.context import PipelineContext
-from expgit.train.domain import Rollout, RolloutAnalysis, SemanticGradient
 
 RULE = "- Check the 24-hour rule and the insurance before cancelling.\n"
 AWS_KEY = "AKIA" + "IOSFODNN7EXAMPLE"

@@ -8,15 +8,15 @@ import hashlib
 import pytest
 
 from expgit.llm.port import LLMError
-from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import ExperienceEntry, Snapshot
-from expgit.train.relevance import (
+from expgit.retrieval.relevance import (
     EmbeddingRanker,
     ExperienceRanker,
     LexicalRanker,
     eligible,
     tokenize,
 )
+from expgit.store.derived.snapshot import ExperienceEntry, Snapshot
+from expgit.store.repository import ExperienceRepository
 
 
 def names(entries: list[ExperienceEntry]) -> list[str]:

@@ -8,10 +8,10 @@ import math
 import random
 from collections import Counter
 
+from expgit.retrieval.lexical_index import LexicalIndex
+from expgit.retrieval.relevance import LexicalRanker, _document_tokens, eligible, tokenize
+from expgit.store.derived.snapshot import ExperienceEntry, Snapshot
 from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import ExperienceEntry, Snapshot
-from expgit.train.lexical_index import LexicalIndex
-from expgit.train.relevance import LexicalRanker, _document_tokens, eligible, tokenize
 
 
 def reference_scores(query: str, snapshot: Snapshot) -> list[tuple[float, str]]:

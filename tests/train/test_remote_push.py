@@ -9,7 +9,7 @@ import pytest
 from conftest import assert_only_fast_forwards, git, shared_server
 
 from expgit.errors import UsageError
-from expgit.store import version_checkpoint
+from expgit.store.derived import version_checkpoint
 from expgit.store.repository import ExperienceRepository
 from expgit.store.sidebranch import SideBranch
 from expgit.train.remote_push import RemotePublisher

@@ -7,10 +7,10 @@ import hashlib
 import pytest
 
 from expgit.errors import UsageError
+from expgit.retrieval.context import ALWAYS_ON, select_context
+from expgit.retrieval.usage import read_usage
+from expgit.store.derived.snapshot import ExperienceEntry, Snapshot
 from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import ExperienceEntry, Snapshot
-from expgit.train.experience_usage import read_usage
-from expgit.train.retrieval import ALWAYS_ON, select_context
 
 
 def entry(name: str, body: str, *, status: str = "active", always: bool = False,

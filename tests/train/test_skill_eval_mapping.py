@@ -12,7 +12,7 @@ from expgit.errors import InvalidInputError, NotFoundError
 from expgit.init import init_repository
 from expgit.store.repository import ExperienceRepository
 from expgit.store.skill_evals_file import inside_folder, without_skill
-from expgit.train.skill_evals import assertion_check, case_name
+from expgit.train.measurement.skill_evals import assertion_check, case_name
 
 
 @pytest.mark.parametrize(("assertion", "expected"), [

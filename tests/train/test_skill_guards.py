@@ -21,13 +21,13 @@ from expgit.init import init_repository
 from expgit.llm.port import UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
-from expgit.store.experience import parse_experience
+from expgit.store.format.experience import parse_experience
 from expgit.store.repository import ExperienceRepository
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
 from expgit.train.components.llm_fields import EditLimits
 from expgit.train.components.policy_optimizer import PatchMergePolicyOptimizer
 from expgit.train.context import PipelineContext
-from expgit.train.lesson_guard import LessonRefused, check_change, check_written
+from expgit.train.guards.lesson import LessonRefused, check_change, check_written
 
 BAGGAGE = "checked-baggage-allowance"
 PATH = f"skills/{BAGGAGE}/SKILL.md"

@@ -12,6 +12,7 @@ import pytest
 from json_value import dig
 from tool_support import call, turn
 
+from expgit.core.domain import Rollout
 from expgit.llm.port import ToolMessages, ToolTurn, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
 from expgit.llm.structured import StructuredLLM
@@ -20,7 +21,6 @@ from expgit.train.components.evaluator import RubricRolloutEvaluator
 from expgit.train.components.executor import SingleTurnLLMRolloutExecutor
 from expgit.train.components.tool_executor import ToolCallingRolloutExecutor
 from expgit.train.context import ExecutionContext
-from expgit.train.domain import Rollout
 from expgit.train.tau2 import data
 from expgit.train.tau2.cases import load_tau2_cases
 from expgit.train.tools.users import TAU2_STOPS

@@ -13,6 +13,7 @@ from json_value import dig
 from pydantic import BaseModel
 from tool_support import acting, call, tool_case, turn, write_cases
 
+from expgit.core.domain import Case, Rollout, ToolPart
 from expgit.errors import InvalidInputError
 from expgit.llm.port import ToolCall, ToolMessages, ToolTurn, UsageMeter
 from expgit.llm.scripted import ScriptedChatModel, Step
@@ -27,7 +28,6 @@ from expgit.train.components.tool_executor import (
     run_tool_call,
 )
 from expgit.train.context import ExecutionContext
-from expgit.train.domain import Case, Rollout, ToolPart
 from expgit.train.groups import group_cases
 from expgit.train.tools import registry
 from expgit.train.tools.environment import StateEnvironment, StateFactory, Tool

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import fsck, git
 
+from expgit.core.domain import Case, Message, Rollout, Rubric
 from expgit.errors import ConflictError, InvalidInputError, NotFoundError, UsageError
 from expgit.git.repo import RefMovedError, RefUpdate
 from expgit.store.repository import ExperienceRepository
-from expgit.train.domain import Case, Message, Rollout, Rubric
-from expgit.train.trajectory_store import ATTEMPTS, TrajectoryStore, rollout_id
+from expgit.train.records.trajectory_store import ATTEMPTS, TrajectoryStore, rollout_id
 
 BRANCH = "refs/heads/expgit/trajectories"
 
@@ -112,7 +112,7 @@ def test_concurrent_writers_in_threads_all_land(seeded_repo: ExperienceRepositor
 WRITER = """
 import sys
 from expgit.store.repository import ExperienceRepository
-from expgit.train.trajectory_store import TrajectoryStore
+from expgit.train.records.trajectory_store import TrajectoryStore
 store = TrajectoryStore(ExperienceRepository.open(sys.argv[1]))
 for i in range(int(sys.argv[3])):
     tid = f"{int(sys.argv[2]):08x}{i:08x}"

@@ -1,4 +1,4 @@
-"""What a training run learned, said plainly (expgit.train.verdict), and the same lines
+"""What a training run learned, said plainly (expgit.train.reports.verdict), and the same lines
 at the end of ``expgit train``'s output."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from scripted_pipeline import BAGGAGE_CASE, edit_reply, reflect_with
 
 from expgit.llm.scripted import Step
 from expgit.store.repository import ExperienceRepository
-from expgit.train.candidate import CandidateReport, EvalSummary
-from expgit.train.report import RunReport
-from expgit.train.verdict import (
+from expgit.train.measurement.candidate import CandidateReport, EvalSummary
+from expgit.train.reports.run_report import RunReport
+from expgit.train.reports.verdict import (
     ENDPOINT_PLACEHOLDER,
     endpoint_command,
     learned,
@@ -122,7 +122,7 @@ def test_train_prints_the_verdict_before_the_cost_table(run_cli: Any, serve: Any
 def test_a_gate_refusal_says_lowered_only_when_the_eval_went_down() -> None:
     # the main job's proposals usually change nothing: a 0 delta under --min-delta 1 did
     # not lower the eval, it failed the gate; -1 case did lower it
-    from expgit.train.candidate import GateResult, gate_refusal
+    from expgit.train.measurement.candidate import GateResult, gate_refusal
 
     flat, worse = run(LOCAL, ("aaaa", "bbbb"), (0, 0, 0.0), (1, 0, -0.5)).candidates
     for report, delta in ((flat, "+0.00"), (worse, "-25.00")):

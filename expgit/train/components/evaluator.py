@@ -16,10 +16,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from expgit.llm.structured import StructuredLLM
-from expgit.store.repository import ExperienceRepository
-from expgit.store.templates import render_prompt
-from expgit.train.checks import (
+from expgit.core.checks import (
     DbStateCheck,
     LLMJudgeCheck,
     Tau2RewardCheck,
@@ -28,8 +25,7 @@ from expgit.train.checks import (
     run_action_check,
     run_check,
 )
-from expgit.train.context import PipelineContext
-from expgit.train.domain import (
+from expgit.core.domain import (
     Case,
     CriterionResult,
     Message,
@@ -39,6 +35,10 @@ from expgit.train.domain import (
     TextPart,
     ToolPart,
 )
+from expgit.llm.structured import StructuredLLM
+from expgit.store.format.templates import render_prompt
+from expgit.store.repository import ExperienceRepository
+from expgit.train.context import PipelineContext
 from expgit.train.tau2.reward import tau2_result
 
 NO_CHECK = "no check; the environment must evaluate"

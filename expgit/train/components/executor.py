@@ -5,20 +5,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from expgit.core.domain import Case, FreeMetadata, Message, Rollout
 from expgit.errors import ExpgitError, UsageError
 from expgit.llm.port import ChatMessages
 from expgit.llm.structured import StructuredLLM
+from expgit.retrieval.context import ContextItem, ContextSelection, check_limits, select_context
+from expgit.retrieval.usage import KEY as USAGE_KEY
+from expgit.retrieval.usage import usage_records
+from expgit.store.derived.snapshot import Snapshot
+from expgit.store.format.templates import render_prompt
 from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import Snapshot
-from expgit.store.templates import render_prompt
 from expgit.train.components.evaluator import failed_evaluation, user_turn
 from expgit.train.context import ExecutionContext, PipelineContext
-from expgit.train.domain import Case, FreeMetadata, Message, Rollout
-from expgit.train.experience_usage import KEY as USAGE_KEY
-from expgit.train.experience_usage import usage_records
 from expgit.train.groups import sampling_of
 from expgit.train.interfaces import RolloutEvaluator
-from expgit.train.retrieval import ContextItem, ContextSelection, check_limits, select_context
 
 # The embedded model's rollout replies stop here and are graded as written: its answers
 # take about 150 tokens, and when it rambles on past them (measured on the demo cases:
@@ -30,7 +30,7 @@ class SingleTurnLLMRolloutExecutor:
     """Runs each case as one ``rollout`` LLM call and evaluates it with ``evaluator``.
 
     System prompt (``prompts/rollout.md.j2``): the experiences
-    :func:`expgit.train.retrieval.select_context` picks for the user turn within
+    :func:`expgit.retrieval.context.select_context` picks for the user turn within
     ``token_budget`` and ``top_k`` (default: the repository's ``[context]`` settings):
     the always-on ones, then the most relevant by BM25 that fit; drafts, deprecated and
     invalid files are never shown. User turn: the case's ``user_query``, else its input as

@@ -7,12 +7,13 @@ experiences in full (``[train] relevant_experiences`` of them, or the constructo
 reply is a list of bounded edits (:func:`estimate_output`): name, action, rationale,
 summary, tags, markdown body, confidence; expgit builds each file
 (:func:`~expgit.train.components.llm_fields.compose_experience`) and commits it through
-:func:`expgit.store.gradients.propose` (evidence = the trajectory's URI). An edit that fails
+:func:`expgit.store.workflow.gradients.propose` (evidence = the trajectory's URI). An edit
+that fails
 validation is dropped and its reason recorded, never committed; so is an edit holding a
 secret, copying ``[train] max_copied_words`` words of its case or trajectory, whose
 rationale, summary or body is junk (``degenerate``), holding a prompt-injection payload
 (``injection``), whose change is only cosmetic, or that removes half an experience's body
-or more (``collapse``) (:mod:`expgit.train.lesson_guard`); a shorter copy is noted in
+or more (``collapse``) (:mod:`expgit.train.guards.lesson`); a shorter copy is noted in
 the gradient's rationale (and so in the PR body). Rationales are redacted. In the skills
 layout the reply's summary is named ``description`` (the SKILL.md key it becomes), the
 guards hold it to the spec too, a skill name the spec refuses is dropped (``skill_name``),
@@ -25,14 +26,24 @@ import asyncio
 import json
 from collections.abc import Mapping, Sequence
 
+from expgit.core.domain import (
+    AnalysisNotes,
+    ExperienceFile,
+    GradientNotes,
+    RolloutAnalysis,
+    SemanticGradient,
+)
+from expgit.core.redaction.messages import Redactor
 from expgit.errors import ExpgitError, InvalidInputError
 from expgit.llm.structured import StructuredLLM
-from expgit.store.gradients import Gradient, GradientRequest, propose
-from expgit.store.predictions import VALUE_CHARS, prediction
-from expgit.store.provenance import TRAINER_MODEL, Provenance
+from expgit.retrieval.relevance import ExperienceRanker, LexicalRanker, ScoringRanker
+from expgit.retrieval.skill_listing import reflect_view
+from expgit.store.derived.predictions import VALUE_CHARS, prediction
+from expgit.store.derived.snapshot import ExperienceEntry, Snapshot
+from expgit.store.format.provenance import TRAINER_MODEL, Provenance
+from expgit.store.format.templates import render_prompt
 from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import ExperienceEntry, Snapshot
-from expgit.store.templates import render_prompt
+from expgit.store.workflow.gradients import Gradient, GradientRequest, propose
 from expgit.train.components.llm_fields import (
     EditLimits,
     compose_experience,
@@ -42,19 +53,9 @@ from expgit.train.components.llm_fields import (
 )
 from expgit.train.components.llm_outputs import EstimatedEdit, EstimateOutput, estimate_output
 from expgit.train.context import PipelineContext
-from expgit.train.domain import (
-    AnalysisNotes,
-    ExperienceFile,
-    GradientNotes,
-    RolloutAnalysis,
-    SemanticGradient,
-)
-from expgit.train.edit_guard import Rejected, Rejections, guard_edit
-from expgit.train.lesson_guard import headings_shown
-from expgit.train.redaction import Redactor
-from expgit.train.relevance import ExperienceRanker, LexicalRanker, ScoringRanker
-from expgit.train.skill_listing import reflect_view
-from expgit.train.track_record import ExperienceStats, UsageStatsSource, track_record
+from expgit.train.guards.edit import Rejected, Rejections, guard_edit
+from expgit.train.guards.lesson import headings_shown
+from expgit.train.measurement.track_record import ExperienceStats, UsageStatsSource, track_record
 
 __all__ = ["EstimateOutput", "ExperienceGradientEstimator", "estimate_output", "shown",
            "to_semantic"]
@@ -84,7 +85,7 @@ def provenance_trailers(analysis: RolloutAnalysis, llm: StructuredLLM,
                         models: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
     """The trailers expgit derives for an edit of ``analysis`` (never from the model's
     reply): its prediction, the case and task of a failed rollout it should turn to
-    pass (:mod:`expgit.store.predictions`), and the models that made it: ``models``
+    pass (:mod:`expgit.store.derived.predictions`), and the models that made it: ``models``
     (the run's provenance), or else the trainer model the port names."""
     case = analysis.rollout.case
     predicts = (prediction([case.name], [case.task_signature])
@@ -126,7 +127,7 @@ class ExperienceGradientEstimator:
 
     With ``usage_stats`` (a source such as :func:`expgit.outcomes.stats.experience_stats`,
     which :func:`expgit.runs.wiring.build_pipeline` passes), each shown experience carries
-    its track record (:func:`expgit.train.track_record.track_record`, one bounded line:
+    its track record (:func:`expgit.train.measurement.track_record.track_record`, one bounded line:
     runs that used it, passed/failed, mean score, helpful/harmful outcome reports), read
     from git with no LLM call; unreadable statistics are left out and noted in
     ``analysis.metadata.stats_error``. Without one, every experience shows "no

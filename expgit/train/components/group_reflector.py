@@ -26,9 +26,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from expgit.core.domain import (
+    AnalysisNotes,
+    EvaluationSource,
+    GroupNote,
+    Rollout,
+    RolloutAnalysis,
+    RubricEvaluation,
+    SemanticGradient,
+)
 from expgit.llm.structured import StructuredLLM
-from expgit.store.snapshot import Snapshot
-from expgit.store.templates import render_prompt
+from expgit.retrieval.skill_listing import reflect_view
+from expgit.store.derived.snapshot import Snapshot
+from expgit.store.format.templates import render_prompt
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
 from expgit.train.components.group_outputs import group_reflect_output
 from expgit.train.components.llm_fields import fits
@@ -46,15 +56,6 @@ from expgit.train.components.trajectory_analyzer import (
     truncate,
 )
 from expgit.train.context import PipelineContext
-from expgit.train.domain import (
-    AnalysisNotes,
-    EvaluationSource,
-    GroupNote,
-    Rollout,
-    RolloutAnalysis,
-    RubricEvaluation,
-    SemanticGradient,
-)
 from expgit.train.groups import (
     GroupDocument,
     GroupRun,
@@ -62,8 +63,7 @@ from expgit.train.groups import (
     rank_key,
     verdict,
 )
-from expgit.train.skill_listing import reflect_view
-from expgit.train.trajectory_store import ID_LEN, rollout_id
+from expgit.train.records.trajectory_store import ID_LEN, rollout_id
 
 SHORT_CHARS = 300  # of an "other" run's final answer
 MIN_PART_CHARS = 200  # the halving of the full transcripts stops there

@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from expgit.core.domain import GroupStats, Rollout, RolloutAnalysis, RolloutTrainingResult
 from expgit.errors import UsageError
 from expgit.train.components.group_reflector import GroupReflection, GroupReflector
 from expgit.train.components.policy_trainer import TrainingEngine, describe, plan_and_apply
 from expgit.train.context import PipelineContext
-from expgit.train.domain import GroupStats, Rollout, RolloutAnalysis, RolloutTrainingResult
 from expgit.train.groups import split_groups
 from expgit.train.interfaces import ExperienceSet
 

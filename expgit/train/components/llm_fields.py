@@ -30,9 +30,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, Field
 
 from expgit.errors import InvalidInputError
-from expgit.store.experience import NAME_MAX, new_experience, parse_experience
-from expgit.store.skill_md import NAME_MAX as SKILL_NAME_MAX
-from expgit.store.skill_md import is_skill_path
+from expgit.store.format.experience import NAME_MAX, new_experience, parse_experience
+from expgit.store.format.skill_md import NAME_MAX as SKILL_NAME_MAX
+from expgit.store.format.skill_md import is_skill_path
 
 BODY_CHARS_MAX = 1800  # below llama.cpp's limit of 2000 repetitions, with a margin
 FRONT_MATTER_CHARS = 600  # room kept for the front matter within the token budget

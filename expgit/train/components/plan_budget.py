@@ -4,7 +4,7 @@ Per experience (``token_budget``) and for the whole set after the plan (``[train
 total_token_budget``; a plan may keep or shrink a set that is already over): an
 over-budget chunk of merged files gets ONE ``compress`` call, whose reply gives a shorter
 body (and summary) per file, the rest of each file kept; still over, or a compressed file
-invalid or junk (:func:`expgit.train.lesson_guard.check_written`): ExpgitError naming it,
+invalid or junk (:func:`expgit.train.guards.lesson.check_written`): ExpgitError naming it,
 nothing committed.
 """
 
@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 
 from expgit.errors import ExpgitError, InvalidInputError
 from expgit.llm.structured import StructuredLLM
-from expgit.store.experience import check_experience, estimate_tokens
+from expgit.store.format.experience import check_experience, estimate_tokens
+from expgit.store.format.templates import render_prompt
 from expgit.store.repository import ExperienceRepository
-from expgit.store.templates import render_prompt
 from expgit.train.components.llm_fields import EditLimits, compose_experience, fence
 from expgit.train.components.llm_outputs import compress_output
-from expgit.train.lesson_guard import check_written
+from expgit.train.guards.lesson import check_written
 
 
 @dataclass

@@ -21,13 +21,23 @@ import re
 import sys
 from collections.abc import Sequence
 
+from expgit.core.domain import (
+    PlanItemNotes,
+    PlanNotes,
+    PolicyPlanItem,
+    PolicyUpdatePlan,
+    SemanticGradient,
+)
+from expgit.core.redaction.messages import Redactor
 from expgit.errors import InvalidInputError
 from expgit.llm.structured import StructuredLLM
-from expgit.store.changes import unified_diff
-from expgit.store.experience import check_experience
+from expgit.retrieval.relevance import ExperienceRanker, LexicalRanker
+from expgit.retrieval.skill_listing import listing_budget
+from expgit.store.derived.snapshot import Snapshot
+from expgit.store.format.experience import check_experience
+from expgit.store.format.templates import render_prompt
 from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import Snapshot
-from expgit.store.templates import render_prompt
+from expgit.store.workflow.changes import unified_diff
 from expgit.train.components.llm_fields import (
     EditLimits,
     compose_experience,
@@ -43,18 +53,8 @@ from expgit.train.components.llm_outputs import (
 )
 from expgit.train.components.plan_budget import Planned, nl, total_tokens, within_budget
 from expgit.train.context import PipelineContext
-from expgit.train.domain import (
-    PlanItemNotes,
-    PlanNotes,
-    PolicyPlanItem,
-    PolicyUpdatePlan,
-    SemanticGradient,
-)
-from expgit.train.edit_guard import Rejected, Rejections, guard_edit
-from expgit.train.lesson_guard import headings_shown
-from expgit.train.redaction import Redactor
-from expgit.train.relevance import ExperienceRanker, LexicalRanker
-from expgit.train.skill_listing import listing_budget
+from expgit.train.guards.edit import Rejected, Rejections, guard_edit
+from expgit.train.guards.lesson import headings_shown
 
 __all__ = ["CompressOutput", "MergeOutput", "PatchMergePolicyOptimizer"]
 
@@ -68,7 +68,7 @@ class PatchMergePolicyOptimizer:
     ``limits`` bound the replies (the body is further capped to fit the token budget);
     ``similar_experiences``: similar files shown besides the targets (at least);
     ``prompt_tokens``: drop the least similar files until a prompt fits. An item holding
-    a secret is refused (:mod:`expgit.train.lesson_guard`); rationales are redacted, and
+    a secret is refused (:mod:`expgit.train.guards.lesson`); rationales are redacted, and
     keep the copy flags of the gradients they cite. An item whose rationale, summary or
     body is junk is dropped as ``degenerate``, one holding a prompt-injection payload as
     ``injection``, one that changes only the form of its file as ``cosmetic``, one that

@@ -12,10 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from expgit.errors import ExpgitError, UsageError
-from expgit.store.repository import ExperienceRepository
-from expgit.train.context import PipelineContext
-from expgit.train.domain import (
+from expgit.core.domain import (
     PolicyApplyResult,
     PolicyUpdatePlan,
     Rollout,
@@ -23,6 +20,9 @@ from expgit.train.domain import (
     RolloutTrainingResult,
     SemanticGradient,
 )
+from expgit.errors import ExpgitError, UsageError
+from expgit.store.repository import ExperienceRepository
+from expgit.train.context import PipelineContext
 from expgit.train.interfaces import (
     ExperienceSet,
     GradientEstimator,

@@ -13,15 +13,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from expgit.core.domain import ApplyNotes, ExperienceSetRef, PolicyApplyResult, PolicyUpdatePlan
 from expgit.errors import ConflictError, ExpgitError, InvalidInputError
-from expgit.store import apply as core_apply
-from expgit.store.gradients import Gradient, find_gradient
-from expgit.store.proposals import MergePlan, PlanItem, Proposal, commit_plan
-from expgit.store.provenance import Provenance
+from expgit.store.derived.snapshot import Snapshot
+from expgit.store.format.provenance import Provenance
 from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import Snapshot
+from expgit.store.workflow import apply as core_apply
+from expgit.store.workflow.gradients import Gradient, find_gradient
+from expgit.store.workflow.proposals import MergePlan, PlanItem, Proposal, commit_plan
 from expgit.train.context import PipelineContext
-from expgit.train.domain import ApplyNotes, ExperienceSetRef, PolicyApplyResult, PolicyUpdatePlan
 
 MERGER_NAME = "llm patch-merge"
 

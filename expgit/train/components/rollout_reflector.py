@@ -19,9 +19,18 @@ import asyncio
 import json
 from collections.abc import Sequence
 
+from expgit.core.domain import (
+    AnalysisNotes,
+    Rollout,
+    RolloutAnalysis,
+    RubricEvaluation,
+    SemanticGradient,
+)
+from expgit.core.redaction.messages import Redactor
 from expgit.llm.structured import StructuredLLM
-from expgit.store.snapshot import Snapshot
-from expgit.store.templates import render_prompt
+from expgit.retrieval.skill_listing import reflect_view
+from expgit.store.derived.snapshot import Snapshot
+from expgit.store.format.templates import render_prompt
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
 from expgit.train.components.llm_fields import fits
 from expgit.train.components.llm_outputs import EstimatedEdit, reflect_output
@@ -31,16 +40,7 @@ from expgit.train.components.trajectory_analyzer import (
     transcript_view,
 )
 from expgit.train.context import PipelineContext
-from expgit.train.domain import (
-    AnalysisNotes,
-    Rollout,
-    RolloutAnalysis,
-    RubricEvaluation,
-    SemanticGradient,
-)
-from expgit.train.redaction import Redactor
-from expgit.train.skill_listing import reflect_view
-from expgit.train.trajectory_store import rollout_id
+from expgit.train.records.trajectory_store import rollout_id
 
 QUERY_CHARS = 4000  # of the transcript, for ranking the experiences to show
 

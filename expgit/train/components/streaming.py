@@ -18,6 +18,14 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from expgit.core.domain import (
+    PlanNotes,
+    PolicyApplyResult,
+    PolicyUpdatePlan,
+    Rollout,
+    RolloutAnalysis,
+    RolloutTrainingResult,
+)
 from expgit.errors import UsageError
 from expgit.train.components.policy_trainer import (
     Prepared,
@@ -28,21 +36,13 @@ from expgit.train.components.policy_trainer import (
     update_errors,
 )
 from expgit.train.context import PipelineContext
-from expgit.train.domain import (
-    PlanNotes,
-    PolicyApplyResult,
-    PolicyUpdatePlan,
-    Rollout,
-    RolloutAnalysis,
-    RolloutTrainingResult,
-)
 from expgit.train.interfaces import (
     ExperienceSet,
     GradientEstimator,
     RolloutAnalyzer,
     RolloutReflector,
 )
-from expgit.train.phase_metrics import combined_apply_result
+from expgit.train.measurement.phase_metrics import combined_apply_result
 
 
 @dataclass

@@ -27,7 +27,7 @@ one, when the rollout ends.
 
 With ``listing`` (``[agent] skills = "listing"``, docs/skill-listing.md) the system
 prompt holds the always-on skills and the ``<available_skills>`` listing of the others
-(:mod:`expgit.train.skill_listing`) instead of a retrieval, and the environment gets the
+(:mod:`expgit.retrieval.skill_listing`) instead of a retrieval, and the environment gets the
 built-in ``Skill`` tool (:mod:`expgit.train.tools.skill_tool`): the agent reads a skill's
 body only by calling it. The rollout records ``skills_listed`` and ``skills_loaded``,
 and its ``experiences_used`` are the always-on skills and the loaded ones.
@@ -39,22 +39,22 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from expgit.core.domain import Case, FreeMetadata, Message, Part, Rollout, TextPart, ToolPart
+from expgit.core.jsonl import loads_untrusted
 from expgit.errors import ExpgitError, ToolServerError, UsageError
 from expgit.llm.port import ToolCall, ToolMessages
 from expgit.llm.structured import StructuredLLM
-from expgit.store.jsonl import loads_untrusted
+from expgit.retrieval.context import ContextItem
+from expgit.retrieval.skill_listing import ListingMode, SkillListing
+from expgit.retrieval.usage import KEY as USAGE_KEY
+from expgit.retrieval.usage import UsedExperience, usage_records
+from expgit.store.derived.snapshot import Snapshot
+from expgit.store.format.templates import render_prompt
 from expgit.store.repository import ExperienceRepository
-from expgit.store.snapshot import Snapshot
-from expgit.store.templates import render_prompt
 from expgit.train.components.evaluator import failed_evaluation
 from expgit.train.context import ExecutionContext, PipelineContext
-from expgit.train.domain import Case, FreeMetadata, Message, Part, Rollout, TextPart, ToolPart
-from expgit.train.experience_usage import KEY as USAGE_KEY
-from expgit.train.experience_usage import UsedExperience, usage_records
 from expgit.train.groups import sampling_of
 from expgit.train.interfaces import RolloutEvaluator, RolloutExecutor
-from expgit.train.retrieval import ContextItem
-from expgit.train.skill_listing import ListingMode, SkillListing
 from expgit.train.tools.binding import binding
 from expgit.train.tools.environment import (
     Conversation,

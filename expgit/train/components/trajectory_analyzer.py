@@ -7,7 +7,7 @@ was written with, so a second analysis of the same rollout reuses it without any
 ``experiences_used`` (``[{name, blob}]``, from the rollout's metadata) and
 ``analyzed_at`` (UTC, ISO 8601) feed the per-experience statistics
 (:mod:`expgit.outcomes.stats`). The rollout's transcript is stored beside it, in the same
-commit (:mod:`expgit.train.transcript`).
+commit (:mod:`expgit.train.records.transcript`).
 """
 
 from __future__ import annotations
@@ -22,16 +22,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import ValidationError
 
-from expgit.errors import InvalidInputError
-from expgit.llm.structured import StructuredLLM
-from expgit.store.repository import ExperienceRepository
-from expgit.store.templates import render, render_prompt
-from expgit.store.yamldump import safe_dump
-from expgit.store.yamlload import BoundedSafeLoader
-from expgit.train.components.llm_fields import AnalysisLimits, fits
-from expgit.train.components.llm_outputs import AnalyzeOutput, analyze_output
-from expgit.train.context import PipelineContext
-from expgit.train.domain import (
+from expgit.core.domain import (
     AnalysisNotes,
     EvaluationSource,
     Message,
@@ -42,13 +33,22 @@ from expgit.train.domain import (
     Trajectory,
     TrajectoryNotes,
 )
-from expgit.train.experience_usage import read_usage, usage_records
+from expgit.core.redaction.messages import Redactor
+from expgit.errors import InvalidInputError
+from expgit.llm.structured import StructuredLLM
+from expgit.retrieval.usage import read_usage, usage_records
+from expgit.store.format.templates import render, render_prompt
+from expgit.store.format.yamldump import safe_dump
+from expgit.store.format.yamlload import BoundedSafeLoader
+from expgit.store.repository import ExperienceRepository
+from expgit.train.components.llm_fields import AnalysisLimits, fits
+from expgit.train.components.llm_outputs import AnalyzeOutput, analyze_output
+from expgit.train.context import PipelineContext
 from expgit.train.groups import GroupDocument
+from expgit.train.guards.lesson import DEGENERATE, count_degenerate_reply, written_problem
 from expgit.train.interfaces import RolloutEvaluator
-from expgit.train.lesson_guard import DEGENERATE, count_degenerate_reply, written_problem
-from expgit.train.redaction import Redactor
-from expgit.train.trajectory_store import TrajectoryStore, rollout_id
-from expgit.train.transcript import build_transcript
+from expgit.train.records.trajectory_store import TrajectoryStore, rollout_id
+from expgit.train.records.transcript import build_transcript
 
 __all__ = ["AnalyzeOutput", "TrajectoryRolloutAnalyzer", "read_front_matter", "truncate"]
 
@@ -135,7 +135,7 @@ def without_junk(out: AnalyzeOutput, counts: Counter[str]) -> tuple[AnalyzeOutpu
     """The analysis without its junk key steps, mistakes and lessons, nor a line said
     twice (each counted as ``degenerate`` in ``counts``), and why the whole of it is
     junk: its title, summary or retrieval anchor is
-    (:func:`expgit.train.lesson_guard.written_problem`), or nothing readable is left;
+    (:func:`expgit.train.guards.lesson.written_problem`), or nothing readable is left;
     None when it is not."""
     kept: dict[str, list[str]] = {}
     seen: set[str] = set()
@@ -310,7 +310,7 @@ class TrajectoryRolloutAnalyzer:
                       rollout_error=rollout.error, group=group)
 
     def transcript(self, rollout: Rollout, tid: str) -> bytes:
-        """The stored form of the rollout's transcript (:mod:`expgit.train.transcript`)."""
+        """The stored form of the rollout's transcript (:mod:`expgit.train.records.transcript`)."""
         settings = self.repo.settings
         return build_transcript(
             rollout, tid, lambda tools, texts: transcript_view(rollout.messages, tools, texts),

@@ -11,9 +11,9 @@ An unknown domain, split or id is an InvalidInputError (exit 5) naming the valid
 
 from __future__ import annotations
 
+from expgit.core.checks import LLMJudgeCheck, Tau2RewardCheck
+from expgit.core.domain import Case, Rubric, RubricCriterion
 from expgit.errors import InvalidInputError
-from expgit.train.checks import LLMJudgeCheck, Tau2RewardCheck
-from expgit.train.domain import Case, Rubric, RubricCriterion
 from expgit.train.tau2 import data
 from expgit.train.tau2.environment import KIND
 

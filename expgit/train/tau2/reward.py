@@ -28,8 +28,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from expgit.train.checks import Tau2RewardCheck
-from expgit.train.domain import CriterionResult, Message, Rollout, ToolPart
+from expgit.core.checks import Tau2RewardCheck
+from expgit.core.domain import CriterionResult, Message, Rollout, ToolPart
 from expgit.train.tau2 import data
 from expgit.train.tau2.db import OverlayDB
 from expgit.train.tools.environment import ToolError

@@ -16,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from expgit.core.checks import MISSING, DbStateCheck, ToolCalledCheck, ToolNotCalledCheck, walk
+from expgit.core.domain import Case
 from expgit.errors import InvalidInputError
-from expgit.train.checks import MISSING, DbStateCheck, ToolCalledCheck, ToolNotCalledCheck, walk
-from expgit.train.domain import Case
 from expgit.train.tools.environment import EnvironmentFactory
 from expgit.train.tools.registry import open_environment
 from expgit.train.tools.users import check_user_input

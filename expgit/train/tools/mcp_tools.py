@@ -1,6 +1,6 @@
 """Tools from an MCP server: a ToolEnvironment per rollout over the official ``mcp``
 SDK's client (``pip install 'expgit[mcp]'``), configured by ``[agent.mcp]``
-(:class:`~expgit.store.settings.McpSettings`) or ``--mcp-command`` / ``--mcp-url``.
+(:class:`~expgit.store.format.settings.McpSettings`) or ``--mcp-command`` / ``--mcp-url``.
 
 - **Transports.** ``command`` (+ ``args``, ``env``): a stdio server, one process per
   rollout (started at the rollout's first tool call, stopped when it ends): rollouts never
@@ -15,7 +15,7 @@ SDK's client (``pip install 'expgit[mcp]'``), configured by ``[agent.mcp]``
   (:attr:`McpToolEnvironment.state_key`), for servers that keep per-conversation state.
 - **Bounds.** Each call gets ``call_timeout_seconds`` (the start and the listing
   ``start_timeout_seconds``); a result
-  past ``max_output_chars`` is cut with :func:`expgit.store.redact.cap_text`'s marker.
+  past ``max_output_chars`` is cut with :func:`expgit.core.redaction.text.cap_text`'s marker.
   Results are untrusted text: the run's redactor redacts the rollout before it is stored.
 - **Failures.** A result with ``isError`` or a JSON-RPC error answer is a ToolError (the
   agent sees it). A server that does not start, dies, hangs past the time limit or
@@ -45,9 +45,9 @@ import anyio
 import anyio.lowlevel
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from expgit.core.redaction.text import cap_text
 from expgit.errors import ToolServerError, UsageError
-from expgit.store.redact import cap_text
-from expgit.store.settings import McpSettings
+from expgit.store.format.settings import McpSettings
 from expgit.train.tools.environment import State, ToolError
 
 INSTALL_HINT = "pip install 'expgit[mcp]'"

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from expgit.core.domain import Case
 from expgit.errors import InvalidInputError
 from expgit.llm.structured import StructuredLLM
+from expgit.store.format.templates import render_prompt
 from expgit.store.repository import ExperienceRepository
-from expgit.store.templates import render_prompt
-from expgit.train.domain import Case
 
 STOP = "###STOP###"
 
