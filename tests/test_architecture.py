@@ -1,4 +1,7 @@
-"""The layers of ``expgit/``: every import points down, and no modules import in a circle.
+"""The layers of ``expgit/``: every import points down, and no modules import in a circle;
+inside a package split by concern, its sub-packages import each other in a declared order;
+every package's ``__init__`` says what it holds and what it may import (docs/design.md,
+"Layout").
 
 Imports are read from the source with :mod:`ast`, all of them: top-level, inside
 functions, and under ``if TYPE_CHECKING:`` (a type-only import still means one module
@@ -34,6 +37,35 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("expgit.__main__", "expgit.api", "expgit"),  # entry points, the public API
 )
 GITPYTHON_HOME = "expgit.git"
+
+# Inside a package split by concern, its sub-packages import each other in this order
+# (lowest first; the same rules as LAYERS: down only, never sideways). The modules at a
+# package's root are its hub (the pipeline, the repository, the session store): they may
+# import any of its sub-packages, and its sub-packages may import them.
+SUBLAYERS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "expgit.core": (("expgit.core.redaction",),),
+    "expgit.store": (
+        ("expgit.store.format",),  # the files and what they say
+        ("expgit.store.derived",),  # computed from history, kept to save recomputing
+        ("expgit.store.workflow",),  # gradients, proposals, apply, review, revert
+    ),
+    "expgit.train": (
+        ("expgit.train.guards",),  # the checks of a model's edit
+        ("expgit.train.records",),  # trajectories and transcripts
+        ("expgit.train.measurement",),  # candidate, metrics, evals, track record
+        ("expgit.train.tools",),  # tool environments
+        ("expgit.train.tau2",),  # tau2-bench's domain, an environment of tools
+        ("expgit.train.tools.registry",),  # environments by name, tau2's among them
+        ("expgit.train.tools.binding",),
+        ("expgit.train.components",),  # the pipeline's components
+        ("expgit.train.reports",),  # the run report, verdict and evidence
+    ),
+    "expgit.sessions": (
+        ("expgit.sessions.formats",),  # session files' row formats
+        ("expgit.sessions.status",),  # counts, the ledger and its checkpoint
+        ("expgit.sessions.ingest",),  # discovery, parsing, segmentation
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -176,6 +208,10 @@ def test_the_checks_read_the_real_imports() -> None:
     found = {(e.source, e.target) for e in edges(ROOT / "expgit")}
     assert ("expgit.store.repository", "expgit.store.derived.snapshot") in found
     assert ("expgit.cli._common", "expgit.store.repository") in found
+    # and imports between sub-packages, which SUBLAYERS orders
+    assert ("expgit.store.workflow.proposals", "expgit.store.derived.applied") in found
+    assert ("expgit.sessions.ingest.command", "expgit.sessions.formats.parse") in found
+    assert ("expgit.train.components.policy_optimizer", "expgit.train.guards.lesson") in found
     assert len(found) > 300
 
 
@@ -235,3 +271,84 @@ def test_a_planted_gitpython_import_outside_the_git_package_is_found(
         tmp_path: Path, code: str) -> None:
     root = plant(tmp_path, {"git/__init__.py": "import git\n", "store.py": code})
     assert gitpython_users(root) == ["pkg.git", "pkg.store"]
+
+
+def sublayer_violations(root: Path, package: str,
+                        layers: Sequence[Sequence[str]]) -> list[str]:
+    """Imports between two sub-packages of ``package`` that do not point down ``layers``,
+    and the sub-packages ``layers`` does not place."""
+    folder = root.parent.joinpath(*package.split("."))
+    problems = [f"{package}.{sub.name} is in no sub-layer (add it to SUBLAYERS)"
+                for sub in sorted(folder.iterdir())
+                if (sub / "__init__.py").is_file()
+                and unit_of(f"{package}.{sub.name}", layers) is None]
+    inside = package + "."
+    for edge in edges(root):
+        if not (edge.source.startswith(inside) and edge.target.startswith(inside)):
+            continue
+        source, target = unit_of(edge.source, layers), unit_of(edge.target, layers)
+        if source is None or target is None or source[1] == target[1]:
+            continue
+        if target[0] >= source[0]:
+            where = "up" if target[0] > source[0] else "sideways"
+            problems.append(f"{edge.source} (line {edge.line}) imports {edge.target}: "
+                            f"{source[1]} -> {target[1]} points {where} in {package}")
+    return problems
+
+
+def undocumented_packages(root: Path) -> list[str]:
+    """Packages whose ``__init__`` docstring does not say what they hold and, in a
+    paragraph of its own starting "May import:", what they may import."""
+    found = []
+    for init in sorted(root.rglob("__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        paragraphs = [p for p in doc.split("\n\n") if p.strip()]
+        if not (len(paragraphs) >= 2 and any(p.startswith("May import:") for p in paragraphs)
+                and not paragraphs[0].startswith("May import:")):
+            found.append(module_name(root, init))
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(SUBLAYERS))
+def test_sub_packages_import_each_other_in_their_order(package: str) -> None:
+    assert sublayer_violations(ROOT / "expgit", package, SUBLAYERS[package]) == []
+
+
+def test_every_package_says_what_it_holds_and_may_import() -> None:
+    assert undocumented_packages(ROOT / "expgit") == []
+
+
+def test_a_planted_sub_package_import_up_and_an_unplaced_sub_package_are_found(
+        tmp_path: Path) -> None:
+    root = plant(tmp_path, {
+        "low/__init__.py": "",
+        "low/a/__init__.py": "", "low/a/x.py": "from pkg.low.b.y import f\n",
+        "low/b/__init__.py": "", "low/b/y.py": "from pkg.low.hub import g\nf = 1\n",
+        "low/c/__init__.py": "", "low/c/z.py": "from pkg.low.b import y\n",
+        "low/hub.py": "from pkg.low.a.x import f\ng = 2\n",
+        "low/d/__init__.py": "",
+    })
+    layers = (("pkg.low.a", "pkg.low.c"), ("pkg.low.b",))
+    assert sublayer_violations(root, "pkg.low", layers) == [
+        "pkg.low.d is in no sub-layer (add it to SUBLAYERS)",
+        "pkg.low.a.x (line 1) imports pkg.low.b.y: pkg.low.a -> pkg.low.b points up in "
+        "pkg.low",
+        "pkg.low.c.z (line 1) imports pkg.low.b.y: pkg.low.c -> pkg.low.b points up in "
+        "pkg.low",
+    ]
+    assert sublayer_violations(root, "pkg.low", (("pkg.low.b",), ("pkg.low.a",),
+                                                 ("pkg.low.c",), ("pkg.low.d",))) == []
+    sideways = sublayer_violations(root, "pkg.low", (("pkg.low.b", "pkg.low.c"),
+                                                     ("pkg.low.a", "pkg.low.d")))
+    assert sideways == ["pkg.low.c.z (line 1) imports pkg.low.b.y: pkg.low.c -> pkg.low.b "
+                        "points sideways in pkg.low"]
+
+
+def test_a_planted_package_without_its_holds_and_imports_is_found(tmp_path: Path) -> None:
+    root = plant(tmp_path, {
+        "a/__init__.py": '"""Holds a.\n\nMay import: nothing."""\n',
+        "b/__init__.py": '"""Holds b, and may import anything."""\n',
+        "c/__init__.py": "x = 1\n",
+        "d/__init__.py": '"""May import: nothing.\n\nHolds d."""\n',
+    })
+    assert undocumented_packages(root) == ["pkg", "pkg.b", "pkg.c", "pkg.d"]
