@@ -22,11 +22,13 @@ from conftest import ROOT
 # import itself and any unit of a lower layer, never a unit of its own layer or above.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("expgit.errors", "expgit.resources"),  # foundation: the error kinds, packaged data
+    ("expgit.core",),  # the shared vocabulary: domain, checks, bounded JSON, redaction
     ("expgit.git",),  # git's formats and processes; the only user of GitPython
     ("expgit.store",),  # experience files, snapshots, gradients, proposals, apply, review
     ("expgit.hooks",),  # the installed hook stubs and the checks they run
     ("expgit.llm", "expgit.asgi"),  # the LLM port; HTTP serving plumbing
-    ("expgit.train",),  # the training framework: domain, components, pipeline
+    ("expgit.retrieval",),  # what an agent reads: context, relevance, the skill listing
+    ("expgit.train",),  # the training framework: components, pipeline, measurement
     ("expgit.outcomes",),  # outcome records and per-experience statistics
     ("expgit.remote",),  # the remote benchmark protocol, its clients and SDK
     ("expgit.runs",),  # one run wired from settings: the composition root
