@@ -127,7 +127,7 @@ def test_hooks_install_from_the_venv(venv: Path, venv_env: dict[str, str],
 
 def test_render_a_packaged_template_from_the_venv(venv: Path, venv_env: dict[str, str],
                                                   tmp_path: Path) -> None:
-    code = ("from expgit.store import templates; print(templates.render('proposal.md.j2', "
+    code = ("from expgit.store.format import templates; print(templates.render('proposal.md.j2', "
             "base='0'*40, main_branch='main', gradients=[], merger='mechanical', items=[], "
             "provenance=None, predictions={}))")
     proc = run(venv / "bin" / "python", "-c", code, cwd=tmp_path, env=venv_env)
