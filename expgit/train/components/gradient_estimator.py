@@ -50,6 +50,7 @@ from expgit.train.components.llm_fields import (
     fence,
     fits,
     name_max,
+    without_front_matter,
 )
 from expgit.train.components.llm_outputs import EstimatedEdit, EstimateOutput, estimate_output
 from expgit.train.context import PipelineContext
@@ -73,12 +74,6 @@ def shown(entry: ExperienceEntry, stats: ExperienceStats | None = None) -> dict[
             "summary": experience.front_matter.summary,
             "tags": list(experience.front_matter.tags), "body": body,
             "body_fence": fence(body), "track_record": track_record(stats)}
-
-
-def without_front_matter(text: str) -> str:
-    """A stored document's text after its YAML front matter (all of it if it has none)."""
-    end = text.find("\n---\n", 4) if text.startswith("---\n") else -1
-    return text[end + 5:] if end > 0 else text
 
 
 def provenance_trailers(analysis: RolloutAnalysis, llm: StructuredLLM,

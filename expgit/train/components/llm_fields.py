@@ -80,12 +80,6 @@ class EditLimits:
         """These limits for a repository of layout ``kind`` ("flat" or "skills")."""
         return replace(self, skills=kind == "skills")
 
-    @property
-    def summary_key(self) -> str:
-        """The name of the summary field in the reply: ``description`` in the skills
-        layout (the SKILL.md key it becomes), else ``summary``."""
-        return DESCRIPTION if self.skills else "summary"
-
 
 @dataclass(frozen=True)
 class AnalysisLimits:
@@ -262,16 +256,17 @@ def fence(text: str) -> str:
     return "`" * max(4, longest + 1)
 
 
+def without_front_matter(text: str) -> str:
+    """A document's text after its YAML front matter (all of it if it has none)."""
+    end = text.find("\n---\n", 4) if text.startswith("---\n") else -1
+    return text[end + 5:] if end > 0 else text
+
+
 def normalise_body(text: str) -> str:
     """A markdown body as the model wrote it, without a fence around the whole of it or a
     front matter block it should not have written, ending in one newline ("" if empty)."""
     match = _FENCED.match(text)
-    body = match.group(2) if match else text
-    if body.startswith("---\n"):
-        end = body.find("\n---\n", 4)
-        if end > 0:
-            body = body[end + 5:]
-    body = body.strip("\n")
+    body = without_front_matter(match.group(2) if match else text).strip("\n")
     return body + "\n" if body.strip() else ""
 
 
