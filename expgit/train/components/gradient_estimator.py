@@ -52,14 +52,11 @@ from expgit.train.components.llm_fields import (
     name_max,
     without_front_matter,
 )
-from expgit.train.components.llm_outputs import EstimatedEdit, EstimateOutput, estimate_output
+from expgit.train.components.llm_outputs import EstimatedEdit, estimate_output
 from expgit.train.context import PipelineContext
 from expgit.train.guards.edit import Rejected, Rejections, guard_edit
 from expgit.train.guards.lesson import headings_shown
 from expgit.train.measurement.track_record import ExperienceStats, UsageStatsSource, track_record
-
-__all__ = ["EstimateOutput", "ExperienceGradientEstimator", "estimate_output", "shown",
-           "to_semantic"]
 
 
 def shown(entry: ExperienceEntry, stats: ExperienceStats | None = None) -> dict[str, object]:

@@ -45,18 +45,11 @@ from expgit.train.components.llm_fields import (
     fits,
     name_max,
 )
-from expgit.train.components.llm_outputs import (
-    CompressOutput,
-    MergeItem,
-    MergeOutput,
-    merge_output,
-)
+from expgit.train.components.llm_outputs import MergeItem, merge_output
 from expgit.train.components.plan_budget import Planned, nl, total_tokens, within_budget
 from expgit.train.context import PipelineContext
 from expgit.train.guards.edit import Rejected, Rejections, guard_edit
 from expgit.train.guards.lesson import headings_shown
-
-__all__ = ["CompressOutput", "MergeOutput", "PatchMergePolicyOptimizer"]
 
 
 class PatchMergePolicyOptimizer:

@@ -50,8 +50,6 @@ from expgit.train.interfaces import RolloutEvaluator
 from expgit.train.records.trajectory_store import TrajectoryStore, rollout_id
 from expgit.train.records.transcript import build_transcript
 
-__all__ = ["AnalyzeOutput", "TrajectoryRolloutAnalyzer", "read_front_matter", "truncate"]
-
 FALLBACK_NOTE = ("fallback evaluation: neither the environment nor an evaluator judged "
                  "this rollout")
 
