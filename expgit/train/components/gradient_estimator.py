@@ -48,7 +48,7 @@ from expgit.train.components.llm_fields import (
     EditLimits,
     compose_experience,
     fence,
-    fits,
+    fit_prompt,
     name_max,
     without_front_matter,
 )
@@ -158,15 +158,16 @@ class ExperienceGradientEstimator:
         experiences = await self.shown_with_stats(analysis.metadata, relevant)
         limits = self.edit_limits()
         output = estimate_output(limits)
-        while True:
-            system, user = render_prompt(
+
+        def render(kept: int, _: int | None) -> tuple[str, str]:
+            return render_prompt(
                 "estimate", self.repo, templates_at=experience_set.commit,
                 trajectory=trajectory, trajectory_fence=fence(trajectory.content),
-                experiences=experiences, rules=self.rules(limits),
+                experiences=experiences[:kept], rules=self.rules(limits),
                 skills=reflect_view(analysis.rollout, experience_set, self.repo.settings))
-            if not relevant or fits(self.prompt_tokens, output, system, user):
-                break
-            relevant, experiences = relevant[:-1], experiences[:-1]
+
+        system, user, kept = fit_prompt(render, self.prompt_tokens, output, len(relevant))
+        relevant = relevant[:kept]
         out = await self.llm.generate("estimate", system, user, output)
         return await self.commit_edits(out.edits, analysis, experience_set, relevant)
 
