@@ -33,7 +33,7 @@ Skills are listed by name.
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from expgit.core.domain import Rollout
 from expgit.errors import InvalidInputError, UsageError
@@ -223,9 +223,7 @@ class BudgetCheck:
                 or (self.limit_chars is not None and self.chars > self.limit_chars))
 
     def as_json(self) -> dict[str, object]:
-        return {"agent": self.agent, "rule": self.rule, "chars": self.chars,
-                "tokens": self.tokens, "limit_chars": self.limit_chars,
-                "limit_tokens": self.limit_tokens, "over": self.over}
+        return {**asdict(self), "over": self.over}
 
 
 def budget_checks(snapshot: Snapshot, context_window_tokens: int) -> list[BudgetCheck]:
