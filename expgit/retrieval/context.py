@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from expgit.errors import InvalidInputError, UsageError
 from expgit.retrieval.relevance import LexicalRanker
@@ -62,9 +62,7 @@ class ContextItem:
                               score=self.score)
 
     def as_json(self) -> dict[str, object]:
-        return {"name": self.name, "summary": self.summary, "body": self.body,
-                "blob": self.blob, "tokens": self.tokens, "reason": self.reason,
-                "rank": self.rank, "score": self.score}
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -52,10 +52,14 @@ class ExperienceRanker(Protocol):
 @runtime_checkable
 class ScoringRanker(ExperienceRanker, Protocol):
     """A ranker that also tells its scores (higher is more relevant; 0 or less: no
-    relation found), so that a caller can leave out the weak matches."""
+    relation found), so that a caller can leave out the weak matches; a subclass gets
+    :meth:`rank` from :meth:`ranked`."""
 
     async def ranked(self, query: str, snapshot: Snapshot, k: int
                      ) -> list[tuple[float, ExperienceEntry]]: ...
+
+    async def rank(self, query: str, snapshot: Snapshot, k: int) -> list[ExperienceEntry]:
+        return [entry for _, entry in await self.ranked(query, snapshot, k)]
 
 
 def stem(token: str) -> str:
@@ -107,7 +111,7 @@ def _document_tokens(entry: ExperienceEntry) -> list[str]:
     return head + head + tokenize(entry.experience.body)
 
 
-class LexicalRanker:
+class LexicalRanker(ScoringRanker):
     """BM25 ranking over name, summary, tags and body.
 
     Keeps a :class:`LexicalIndex` of the last snapshot ranked (token counts, lengths, an
@@ -150,9 +154,6 @@ class LexicalRanker:
         first, ties by name."""
         return self.index(snapshot).scores(set(tokenize(query)), snapshot, k)
 
-    async def rank(self, query: str, snapshot: Snapshot, k: int) -> list[ExperienceEntry]:
-        return [entry for _, entry in await self.ranked(query, snapshot, k)]
-
     async def ranked(self, query: str, snapshot: Snapshot, k: int
                      ) -> list[tuple[float, ExperienceEntry]]:
         """(BM25 score, entry) of the best ``k``, best first (:meth:`scores`)."""
@@ -170,7 +171,7 @@ def cosine(a: list[float], b: list[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else 0.0
 
 
-class EmbeddingRanker:
+class EmbeddingRanker(ScoringRanker):
     """Cosine-similarity ranking with an embedding model; embeddings cached by blob sha.
 
     One ``embed`` call per :meth:`rank` (stage ``stage``, default "embed"): the query
@@ -200,9 +201,6 @@ class EmbeddingRanker:
         if len({len(v) for v in vectors}) > 1 or any(not v for v in vectors):
             raise LLMError("the embedding model returned vectors of different or zero size")
         return vectors
-
-    async def rank(self, query: str, snapshot: Snapshot, k: int) -> list[ExperienceEntry]:
-        return [entry for _, entry in await self.ranked(query, snapshot, k)]
 
     async def ranked(self, query: str, snapshot: Snapshot, k: int
                      ) -> list[tuple[float, ExperienceEntry]]:

@@ -33,7 +33,7 @@ Skills are listed by name.
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from expgit.core.domain import Rollout
 from expgit.errors import InvalidInputError, UsageError
@@ -81,15 +81,10 @@ class SkillListing:
     cut: list[str]  # listed skills whose description was shortened or dropped
     text: str
     budget_tokens: int
-    full_chars: int = 0  # the block with every description whole, before the budget
 
     @property
     def tokens(self) -> int:
         return estimate_tokens(self.text)
-
-    @property
-    def full_tokens(self) -> int:
-        return (self.full_chars + 3) // 4
 
 
 def _block(entries: list[str]) -> str:
@@ -151,10 +146,9 @@ def build_listing(snapshot: Snapshot, *, budget_tokens: int, description_chars: 
     always_items = [i for i in selection.items if i.reason == ALWAYS_ON]
     _, others = active_skills(snapshot)
     text, listed, cut, omitted = fit_listing(others, budget_tokens, description_chars)
-    full = _block([s.entry(None) for s in others])
     return SkillListing(always=always_items, skills={s.name: s for s in others},
                         listed=listed, omitted=omitted, cut=cut, text=text,
-                        budget_tokens=budget_tokens, full_chars=len(full))
+                        budget_tokens=budget_tokens)
 
 
 @dataclass(frozen=True)
@@ -229,9 +223,7 @@ class BudgetCheck:
                 or (self.limit_chars is not None and self.chars > self.limit_chars))
 
     def as_json(self) -> dict[str, object]:
-        return {"agent": self.agent, "rule": self.rule, "chars": self.chars,
-                "tokens": self.tokens, "limit_chars": self.limit_chars,
-                "limit_tokens": self.limit_tokens, "over": self.over}
+        return {**asdict(self), "over": self.over}
 
 
 def budget_checks(snapshot: Snapshot, context_window_tokens: int) -> list[BudgetCheck]:

@@ -1,12 +1,16 @@
-"""PipelineContext and ExecutionContext (docs/design.md, "The chain of components")."""
+"""PipelineContext and ExecutionContext (docs/design.md, "The chain of components"), and
+the one bound on a run's concurrent work (:func:`gather_bounded`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from expgit.core.domain import FreeMetadata
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -28,3 +32,14 @@ class ExecutionContext:
     policy_snapshot_id: str
     metadata: FreeMetadata = field(default_factory=dict)
     rollout_done: Callable[[], None] | None = None
+
+
+async def gather_bounded(limit: int, awaitables: Iterable[Awaitable[T]]) -> list[T]:
+    """``awaitables`` awaited at most ``limit`` at a time; their results in order."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(awaitable: Awaitable[T]) -> T:
+        async with gate:
+            return await awaitable
+
+    return list(await asyncio.gather(*(one(a) for a in awaitables)))

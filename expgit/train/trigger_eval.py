@@ -33,6 +33,7 @@ from expgit.store.derived.snapshot import Snapshot
 from expgit.store.format.templates import render_prompt
 from expgit.store.repository import ExperienceRepository
 from expgit.train.components.tool_executor import run_tool_call
+from expgit.train.context import gather_bounded
 from expgit.train.reports.run_report import UsageReport
 from expgit.train.tools.environment import StateEnvironment
 from expgit.train.tools.skill_tool import SKILL_TOOL, SkillToolEnvironment
@@ -210,14 +211,10 @@ async def run_triggers(llm: StructuredLLM, repo: ExperienceRepository, snapshot:
                        queries: Sequence[TriggerQuery], *, runs: int, concurrency: int,
                        max_steps: int) -> TriggerReport:
     """Every query ``runs`` times, at most ``concurrency`` runs at once."""
-    semaphore = asyncio.Semaphore(concurrency)
-
-    async def one(query: str) -> bool:
-        async with semaphore:
-            return await triggered(llm, repo, snapshot, mode, skill, query, max_steps)
-
-    counts = await asyncio.gather(*(asyncio.gather(*(one(q.query) for _ in range(runs)))
-                                    for q in queries))
+    fired = await gather_bounded(concurrency, (
+        triggered(llm, repo, snapshot, mode, skill, q.query, max_steps)
+        for q in queries for _ in range(runs)))
+    counts = [fired[i:i + runs] for i in range(0, len(fired), runs)]
     return TriggerReport(skill=skill, file=path, commit=snapshot.commit, runs=runs,
                          results=[TriggerResult(query=q.query,
                                                 should_trigger=q.should_trigger,

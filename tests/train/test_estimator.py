@@ -26,11 +26,7 @@ from expgit.store.derived.snapshot import ExperienceEntry, Snapshot
 from expgit.store.format.experience import NAME_MAX, parse_experience
 from expgit.store.repository import ExperienceRepository
 from expgit.store.workflow.gradients import find_gradient, list_gradients
-from expgit.train.components.gradient_estimator import (
-    EstimateOutput,
-    ExperienceGradientEstimator,
-    estimate_output,
-)
+from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
 from expgit.train.components.llm_fields import (
     CHARS_PER_TOKEN,
     LOCAL_ANALYSIS_LIMITS,
@@ -41,7 +37,13 @@ from expgit.train.components.llm_fields import (
     schema_chars,
     worst_case_chars,
 )
-from expgit.train.components.llm_outputs import analyze_output, compress_output, merge_output
+from expgit.train.components.llm_outputs import (
+    EstimateOutput,
+    analyze_output,
+    compress_output,
+    estimate_output,
+    merge_output,
+)
 from expgit.train.context import PipelineContext
 from expgit.train.records.trajectory_store import TrajectoryStore
 

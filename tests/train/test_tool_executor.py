@@ -30,7 +30,7 @@ from expgit.train.components.tool_executor import (
 from expgit.train.context import ExecutionContext
 from expgit.train.groups import group_cases
 from expgit.train.tools import registry
-from expgit.train.tools.environment import StateEnvironment, StateFactory, Tool
+from expgit.train.tools.environment import StateEnvironment, StateFactory, Tool, read_json
 
 CTX = ExecutionContext(policy_snapshot_id="policy-1")
 BAGS = ["I'm mia_li_3668. Add two bags to NO6JO3.", "Yes, go ahead."]
@@ -177,7 +177,7 @@ def test_a_tool_that_raises_is_an_error_result(seeded_repo: ExperienceRepository
 
         def open(self, database: Path) -> StateFactory:
             return StateFactory((Tool("explode", "Fails.", _NoArgs, boom),),
-                                registry.read_json(database))
+                                read_json(database))
 
     registry.register(Kind())
     [case] = load_cases(write_cases(tmp_path, [{

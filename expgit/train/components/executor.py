@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from expgit.core.domain import Case, FreeMetadata, Message, Rollout
@@ -16,7 +15,7 @@ from expgit.store.derived.snapshot import Snapshot
 from expgit.store.format.templates import render_prompt
 from expgit.store.repository import ExperienceRepository
 from expgit.train.components.evaluator import failed_evaluation, user_turn
-from expgit.train.context import ExecutionContext, PipelineContext
+from expgit.train.context import ExecutionContext, PipelineContext, gather_bounded
 from expgit.train.groups import sampling_of
 from expgit.train.interfaces import RolloutEvaluator
 
@@ -66,18 +65,16 @@ class SingleTurnLLMRolloutExecutor:
 
     async def execute(self, cases: Sequence[Case], policy_set: Snapshot,
                       context: ExecutionContext) -> list[Rollout]:
-        semaphore = asyncio.Semaphore(self.concurrency)
         self._select(policy_set, "")  # always-on experiences over the budget: refused now
         pipeline = PipelineContext()
 
         async def run(case: Case) -> Rollout:
-            async with semaphore:
-                rollout = await self._run_case(case, policy_set, context, pipeline)
+            rollout = await self._run_case(case, policy_set, context, pipeline)
             if context.rollout_done is not None:
                 context.rollout_done()
             return rollout
 
-        return list(await asyncio.gather(*(run(case) for case in cases)))
+        return await gather_bounded(self.concurrency, map(run, cases))
 
     def _select(self, policy_set: Snapshot, query: str) -> ContextSelection:
         return select_context(policy_set, query, token_budget=self.token_budget,

@@ -48,17 +48,15 @@ from expgit.train.components.llm_fields import (
     EditLimits,
     compose_experience,
     fence,
-    fits,
+    fit_prompt,
     name_max,
+    without_front_matter,
 )
-from expgit.train.components.llm_outputs import EstimatedEdit, EstimateOutput, estimate_output
+from expgit.train.components.llm_outputs import EstimatedEdit, estimate_output
 from expgit.train.context import PipelineContext
 from expgit.train.guards.edit import Rejected, Rejections, guard_edit
 from expgit.train.guards.lesson import headings_shown
 from expgit.train.measurement.track_record import ExperienceStats, UsageStatsSource, track_record
-
-__all__ = ["EstimateOutput", "ExperienceGradientEstimator", "estimate_output", "shown",
-           "to_semantic"]
 
 
 def shown(entry: ExperienceEntry, stats: ExperienceStats | None = None) -> dict[str, object]:
@@ -73,12 +71,6 @@ def shown(entry: ExperienceEntry, stats: ExperienceStats | None = None) -> dict[
             "summary": experience.front_matter.summary,
             "tags": list(experience.front_matter.tags), "body": body,
             "body_fence": fence(body), "track_record": track_record(stats)}
-
-
-def without_front_matter(text: str) -> str:
-    """A stored document's text after its YAML front matter (all of it if it has none)."""
-    end = text.find("\n---\n", 4) if text.startswith("---\n") else -1
-    return text[end + 5:] if end > 0 else text
 
 
 def provenance_trailers(analysis: RolloutAnalysis, llm: StructuredLLM,
@@ -166,15 +158,16 @@ class ExperienceGradientEstimator:
         experiences = await self.shown_with_stats(analysis.metadata, relevant)
         limits = self.edit_limits()
         output = estimate_output(limits)
-        while True:
-            system, user = render_prompt(
+
+        def render(kept: int, _: int | None) -> tuple[str, str]:
+            return render_prompt(
                 "estimate", self.repo, templates_at=experience_set.commit,
                 trajectory=trajectory, trajectory_fence=fence(trajectory.content),
-                experiences=experiences, rules=self.rules(limits),
+                experiences=experiences[:kept], rules=self.rules(limits),
                 skills=reflect_view(analysis.rollout, experience_set, self.repo.settings))
-            if not relevant or fits(self.prompt_tokens, output, system, user):
-                break
-            relevant, experiences = relevant[:-1], experiences[:-1]
+
+        system, user, kept = fit_prompt(render, self.prompt_tokens, output, len(relevant))
+        relevant = relevant[:kept]
         out = await self.llm.generate("estimate", system, user, output)
         return await self.commit_edits(out.edits, analysis, experience_set, relevant)
 

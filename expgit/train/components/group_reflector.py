@@ -41,7 +41,7 @@ from expgit.store.derived.snapshot import Snapshot
 from expgit.store.format.templates import render_prompt
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
 from expgit.train.components.group_outputs import group_reflect_output
-from expgit.train.components.llm_fields import fits
+from expgit.train.components.llm_fields import fit_prompt
 from expgit.train.components.rollout_reflector import (
     input_text,
     ranking_query,
@@ -66,7 +66,6 @@ from expgit.train.groups import (
 from expgit.train.records.trajectory_store import ID_LEN, rollout_id
 
 SHORT_CHARS = 300  # of an "other" run's final answer
-MIN_PART_CHARS = 200  # the halving of the full transcripts stops there
 
 
 def group_id(runs: Sequence[Rollout]) -> str:
@@ -150,24 +149,20 @@ class GroupReflector:
         edit_limits = estimator.edit_limits()
         output = group_reflect_output(analyzer.limits, edit_limits)
         views = {j.run: analyzer.view(j.rollout) for j in (best, worst)}
-        limit = max(longest_part(v) for v in views.values())
-        while True:
-            system, user = render_prompt(
+
+        def render(kept: int, limit: int | None) -> tuple[str, str]:
+            shown = views if limit is None else {
+                j.run: transcript_view(j.rollout.messages, limit, limit) for j in (best, worst)}
+            return render_prompt(
                 "group_reflect", analyzer.repo, templates_at=policy_set.commit,
                 case=worst.rollout.case, case_input=input_text(worst.rollout),
-                runs=self._shown(ranked, views), errors=errors, limits=analyzer.limits,
-                experiences=experiences, rules=estimator.rules(edit_limits),
+                runs=self._shown(ranked, shown), errors=errors, limits=analyzer.limits,
+                experiences=experiences[:kept], rules=estimator.rules(edit_limits),
                 skills=reflect_view(worst.rollout, policy_set, analyzer.repo.settings))
-            if fits(analyzer.prompt_tokens, output, system, user):
-                break
-            if relevant:
-                relevant, experiences = relevant[:-1], experiences[:-1]
-            elif limit > MIN_PART_CHARS:
-                limit = max(MIN_PART_CHARS, limit // 2)
-                views = {j.run: transcript_view(j.rollout.messages, limit, limit)
-                         for j in (best, worst)}
-            else:
-                break
+
+        system, user, kept = fit_prompt(render, analyzer.prompt_tokens, output, len(relevant),
+                                        max(longest_part(v) for v in views.values()))
+        relevant = relevant[:kept]
         out = await self.llm.generate("group_reflect", system, user, output)
         document = GroupDocument(runs=self._runs(runs, judged), difference=out.difference)
         analysis = await analyzer.record(

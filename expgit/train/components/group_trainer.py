@@ -12,14 +12,13 @@ the runs that failed with an error.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from expgit.core.domain import GroupStats, Rollout, RolloutAnalysis, RolloutTrainingResult
 from expgit.errors import UsageError
 from expgit.train.components.group_reflector import GroupReflection, GroupReflector
 from expgit.train.components.policy_trainer import TrainingEngine, describe, plan_and_apply
-from expgit.train.context import PipelineContext
+from expgit.train.context import PipelineContext, gather_bounded
 from expgit.train.groups import split_groups
 from expgit.train.interfaces import ExperienceSet
 
@@ -43,17 +42,14 @@ class GroupPolicyTrainer:
         if analyses:
             raise UsageError("a group trainer analyses its groups itself: give no analyses")
         groups = split_groups(rollouts, self.group_size)
-        gate = asyncio.Semaphore(self.concurrency)
 
         async def one(group: list[Rollout]) -> GroupReflection | str:
-            async with gate:
-                try:
-                    return await self.reflector.reflect(group, policy_set, context)
-                except Exception as exc:  # one group's failure never stops the others
-                    return (f"case {group[0].case.name}: group reflection failed: "
-                            f"{describe(exc)}")
+            try:
+                return await self.reflector.reflect(group, policy_set, context)
+            except Exception as exc:  # one group's failure never stops the others
+                return f"case {group[0].case.name}: group reflection failed: {describe(exc)}"
 
-        done = await asyncio.gather(*(one(g) for g in groups))
+        done = await gather_bounded(self.concurrency, map(one, groups))
         reflections = [d for d in done if isinstance(d, GroupReflection)]
         stats = GroupStats(size=self.group_size, groups=len(groups),
                            skipped=sum(1 for r in reflections if r.skipped is not None),

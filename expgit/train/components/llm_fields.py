@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
@@ -37,6 +38,7 @@ from expgit.store.format.skill_md import is_skill_path
 BODY_CHARS_MAX = 1800  # below llama.cpp's limit of 2000 repetitions, with a margin
 FRONT_MATTER_CHARS = 600  # room kept for the front matter within the token budget
 CHARS_PER_TOKEN = 3  # conservative, for prompt budgets (SmolLM2: about 3.1 on prompts)
+MIN_PART_CHARS = 200  # a transcript part is not cut shorter to fit a prompt
 DESCRIPTION = "description"
 _FENCED = re.compile(r"^\s*(`{3,}|~{3,})[\w-]*\n(.*?)\n\1\s*$", re.S)
 
@@ -79,12 +81,6 @@ class EditLimits:
     def for_layout(self, kind: str) -> EditLimits:
         """These limits for a repository of layout ``kind`` ("flat" or "skills")."""
         return replace(self, skills=kind == "skills")
-
-    @property
-    def summary_key(self) -> str:
-        """The name of the summary field in the reply: ``description`` in the skills
-        layout (the SKILL.md key it becomes), else ``summary``."""
-        return DESCRIPTION if self.skills else "summary"
 
 
 @dataclass(frozen=True)
@@ -256,22 +252,42 @@ def fits(budget_tokens: int | None, output: type[BaseModel], *texts: str) -> boo
     return chars <= budget_tokens * CHARS_PER_TOKEN
 
 
+def fit_prompt(render: Callable[[int, int | None], tuple[str, str]], budget: int | None,
+               output: type[BaseModel], shown: int = 0, longest: int = 0
+               ) -> tuple[str, str, int]:
+    """``render(shown, limit)``'s (system, user) made to fit ``budget`` (:func:`fits`):
+    the last (least relevant) of ``shown`` items dropped first, then every transcript part
+    cut to ``limit`` characters, halving from ``longest`` down to :data:`MIN_PART_CHARS`
+    (``limit`` None: uncut); the smallest prompt if none fits. Also: the items kept."""
+    limit: int | None = None
+    while True:
+        system, user = render(shown, limit)
+        cut = longest if limit is None else limit
+        if fits(budget, output, system, user) or (not shown and cut <= MIN_PART_CHARS):
+            return system, user, shown
+        if shown:
+            shown -= 1
+        else:
+            limit = max(MIN_PART_CHARS, cut // 2)
+
+
 def fence(text: str) -> str:
     """A backtick fence longer than any backtick run in ``text`` (at least four)."""
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     return "`" * max(4, longest + 1)
 
 
+def without_front_matter(text: str) -> str:
+    """A document's text after its YAML front matter (all of it if it has none)."""
+    end = text.find("\n---\n", 4) if text.startswith("---\n") else -1
+    return text[end + 5:] if end > 0 else text
+
+
 def normalise_body(text: str) -> str:
     """A markdown body as the model wrote it, without a fence around the whole of it or a
     front matter block it should not have written, ending in one newline ("" if empty)."""
     match = _FENCED.match(text)
-    body = match.group(2) if match else text
-    if body.startswith("---\n"):
-        end = body.find("\n---\n", 4)
-        if end > 0:
-            body = body[end + 5:]
-    body = body.strip("\n")
+    body = without_front_matter(match.group(2) if match else text).strip("\n")
     return body + "\n" if body.strip() else ""
 
 

@@ -42,21 +42,14 @@ from expgit.train.components.llm_fields import (
     EditLimits,
     compose_experience,
     fence,
-    fits,
+    fit_prompt,
     name_max,
 )
-from expgit.train.components.llm_outputs import (
-    CompressOutput,
-    MergeItem,
-    MergeOutput,
-    merge_output,
-)
+from expgit.train.components.llm_outputs import MergeItem, merge_output
 from expgit.train.components.plan_budget import Planned, nl, total_tokens, within_budget
 from expgit.train.context import PipelineContext
 from expgit.train.guards.edit import Rejected, Rejections, guard_edit
 from expgit.train.guards.lesson import headings_shown
-
-__all__ = ["CompressOutput", "MergeOutput", "PatchMergePolicyOptimizer"]
 
 
 class PatchMergePolicyOptimizer:
@@ -165,13 +158,11 @@ class PatchMergePolicyOptimizer:
         earlier = [{"name": n, "action": "delete" if p.content is None else "upsert",
                     "rationale": " / ".join(p.rationales)} for n, p in planned.items()]
         output = merge_output(limits, max(len(chunk), 1))
-        while True:
-            system, user = render_prompt("merge", self.repo, gradients=views,
-                                         targets=target_views, similar=similar,
-                                         earlier=earlier, rules=rules)
-            if not similar or fits(self.prompt_tokens, output, system, user):
-                break
-            similar = similar[:-1]
+        system, user, _ = fit_prompt(
+            lambda kept, _: render_prompt("merge", self.repo, gradients=views,
+                                          targets=target_views, similar=similar[:kept],
+                                          earlier=earlier, rules=rules),
+            self.prompt_tokens, output, len(similar))
         return (await self.llm.generate("merge", system, user, output)).items
 
     def _validate(self, items: list[MergeItem], chunk: list[str],

@@ -7,7 +7,6 @@ estimation fails is recorded in ``errors`` and the rest go on.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -22,7 +21,7 @@ from expgit.core.domain import (
 )
 from expgit.errors import ExpgitError, UsageError
 from expgit.store.repository import ExperienceRepository
-from expgit.train.context import PipelineContext
+from expgit.train.context import PipelineContext, gather_bounded
 from expgit.train.interfaces import (
     ExperienceSet,
     GradientEstimator,
@@ -130,15 +129,9 @@ class BatchPolicyTrainer:
                              analyses: Sequence[RolloutAnalysis] | None = None
                              ) -> RolloutTrainingResult:
         given = match_analyses(rollouts, analyses)
-        gate = asyncio.Semaphore(self.concurrency)
-
-        async def one(rollout: Rollout, analysis: RolloutAnalysis | None) -> Prepared:
-            async with gate:
-                return await prepare(self.analyzer, self.estimator, rollout, policy_set,
-                                     context, analysis, self.reflector)
-
-        prepared = await asyncio.gather(*(one(r, a) for r, a in zip(rollouts, given,
-                                                                    strict=True)))
+        prepared = await gather_bounded(self.concurrency, (
+            prepare(self.analyzer, self.estimator, r, policy_set, context, a, self.reflector)
+            for r, a in zip(rollouts, given, strict=True)))
         result = RolloutTrainingResult(
             analyses=[p.analysis for p in prepared if p.analysis is not None],
             gradients=[g for p in prepared for g in p.gradients],

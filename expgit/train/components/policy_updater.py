@@ -35,12 +35,6 @@ def _text(snapshot: Snapshot, name: str) -> str | None:
     return entry.data.decode("utf-8", "replace") if entry else None
 
 
-def _names(plan: PolicyUpdatePlan) -> tuple[list[str], list[str]]:
-    written = [i.target_experience_name for i in plan.items if i.kind == "upsert_experience"]
-    deleted = [i.target_experience_name for i in plan.items if i.kind == "delete_experience"]
-    return written, deleted
-
-
 class GitPolicyUpdater:
     """Commits a plan as a proposal branch with its PR description (written to
     ``pr_body`` too, if given); with ``context.mode == "apply"`` applies it to ``main``
@@ -60,13 +54,15 @@ class GitPolicyUpdater:
 
     async def apply(self, plan: PolicyUpdatePlan, policy_set: Snapshot,
                     context: PipelineContext) -> PolicyApplyResult:
-        written, deleted = _names(plan)
         if not plan.items:
             return PolicyApplyResult(updated_policy_set=set_ref(policy_set))
         proposal = await asyncio.to_thread(self._propose, plan, policy_set)
         result = PolicyApplyResult(
             updated_policy_set=set_ref(policy_set), proposal_id=proposal.id,
-            written=written, deleted=deleted,
+            written=[i.target_experience_name for i in plan.items
+                     if i.kind == "upsert_experience"],
+            deleted=[i.target_experience_name for i in plan.items
+                     if i.kind == "delete_experience"],
             metadata=ApplyNotes(proposal_commit=proposal.commit, proposal_ref=proposal.ref,
                                 mode=context.mode))
         if context.mode != "apply":

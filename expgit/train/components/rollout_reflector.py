@@ -32,7 +32,7 @@ from expgit.retrieval.skill_listing import reflect_view
 from expgit.store.derived.snapshot import Snapshot
 from expgit.store.format.templates import render_prompt
 from expgit.train.components.gradient_estimator import ExperienceGradientEstimator
-from expgit.train.components.llm_fields import fits
+from expgit.train.components.llm_fields import fit_prompt
 from expgit.train.components.llm_outputs import EstimatedEdit, reflect_output
 from expgit.train.components.trajectory_analyzer import (
     TrajectoryRolloutAnalyzer,
@@ -130,24 +130,20 @@ class OneCallRolloutReflector:
         output = reflect_output(analyzer.limits, edit_limits)
         case_input = input_text(rollout)
         skills = reflect_view(rollout, policy_set, analyzer.repo.settings)
-        budget = analyzer.prompt_tokens
-        limit = longest_part(view)
-        while True:
-            system, user = render_prompt(
+
+        def render(kept: int, limit: int | None) -> tuple[str, str]:
+            return render_prompt(
                 "reflect", analyzer.repo, templates_at=policy_set.commit, case=rollout.case,
-                case_input=case_input, messages=view, evaluation=evaluation,
+                case_input=case_input, evaluation=evaluation,
+                messages=view if limit is None else transcript_view(rollout.messages,
+                                                                    limit, limit),
                 feedback=extra_feedback(evaluation), error=rollout.error,
-                limits=analyzer.limits, experiences=experiences,
+                limits=analyzer.limits, experiences=experiences[:kept],
                 rules=estimator.rules(edit_limits), skills=skills)
-            if fits(budget, output, system, user):
-                break
-            if relevant:
-                relevant, experiences = relevant[:-1], experiences[:-1]
-            elif limit > 200:
-                limit = max(200, limit // 2)
-                view = transcript_view(rollout.messages, limit, limit)
-            else:
-                break
+
+        system, user, kept = fit_prompt(render, analyzer.prompt_tokens, output,
+                                        len(relevant), longest_part(view))
+        relevant = relevant[:kept]
         out = await self.llm.generate("reflect", system, user, output)
         analysis = await analyzer.record(rollout, tid, out.analysis(analyzer.limits),
                                          evaluation, source, policy_set.commit,

@@ -35,7 +35,7 @@ from expgit.train.components.policy_trainer import (
     prepare,
     update_errors,
 )
-from expgit.train.context import PipelineContext
+from expgit.train.context import PipelineContext, gather_bounded
 from expgit.train.interfaces import (
     ExperienceSet,
     GradientEstimator,
@@ -128,14 +128,9 @@ class StreamingPolicyTrainer:
         ``apply_result.metadata.batches`` lists every batch's apply result."""
         self._check_open()
         given = match_analyses(rollouts, analyses)
-        gate = asyncio.Semaphore(self.concurrency)
-
-        async def one(rollout: Rollout, analysis: RolloutAnalysis | None) -> Prepared:
-            async with gate:
-                return await self._prepare(rollout, context, policy_set, analysis)
-
-        prepared = await asyncio.gather(*(one(r, a) for r, a in zip(rollouts, given,
-                                                                    strict=True)))
+        prepared = await gather_bounded(self.concurrency, (
+            self._prepare(r, context, policy_set, a)
+            for r, a in zip(rollouts, given, strict=True)))
         waiting = [(p, self._enqueue(p, context)) for p in prepared
                    if p.error is None and p.gradients]
         await self.flush()

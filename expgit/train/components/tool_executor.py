@@ -52,7 +52,7 @@ from expgit.store.derived.snapshot import Snapshot
 from expgit.store.format.templates import render_prompt
 from expgit.store.repository import ExperienceRepository
 from expgit.train.components.evaluator import failed_evaluation
-from expgit.train.context import ExecutionContext, PipelineContext
+from expgit.train.context import ExecutionContext, PipelineContext, gather_bounded
 from expgit.train.groups import sampling_of
 from expgit.train.interfaces import RolloutEvaluator, RolloutExecutor
 from expgit.train.tools.binding import binding
@@ -134,14 +134,9 @@ class ToolCallingRolloutExecutor:
 
     async def execute(self, cases: Sequence[Case], policy_set: Snapshot,
                       context: ExecutionContext) -> list[Rollout]:
-        semaphore = asyncio.Semaphore(self.concurrency)
         pipeline = PipelineContext()
-
-        async def run(case: Case) -> Rollout:
-            async with semaphore:
-                return await self._run_case(case, policy_set, context, pipeline)
-
-        return list(await asyncio.gather(*(run(case) for case in cases)))
+        return await gather_bounded(self.concurrency, (
+            self._run_case(case, policy_set, context, pipeline) for case in cases))
 
     async def _run_case(self, case: Case, policy_set: Snapshot, context: ExecutionContext,
                         pipeline: PipelineContext) -> Rollout:

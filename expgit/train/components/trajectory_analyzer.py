@@ -41,7 +41,7 @@ from expgit.store.format.templates import render, render_prompt
 from expgit.store.format.yamldump import safe_dump
 from expgit.store.format.yamlload import BoundedSafeLoader
 from expgit.store.repository import ExperienceRepository
-from expgit.train.components.llm_fields import AnalysisLimits, fits
+from expgit.train.components.llm_fields import AnalysisLimits, fit_prompt
 from expgit.train.components.llm_outputs import AnalyzeOutput, analyze_output
 from expgit.train.context import PipelineContext
 from expgit.train.groups import GroupDocument
@@ -49,8 +49,6 @@ from expgit.train.guards.lesson import DEGENERATE, count_degenerate_reply, writt
 from expgit.train.interfaces import RolloutEvaluator
 from expgit.train.records.trajectory_store import TrajectoryStore, rollout_id
 from expgit.train.records.transcript import build_transcript
-
-__all__ = ["AnalyzeOutput", "TrajectoryRolloutAnalyzer", "read_front_matter", "truncate"]
 
 FALLBACK_NOTE = ("fallback evaluation: neither the environment nor an evaluator judged "
                  "this rollout")
@@ -261,21 +259,22 @@ class TrajectoryRolloutAnalyzer:
     def _prompt(self, rollout: Rollout, view: list[dict[str, Any]],
                 evaluation: RubricEvaluation | None, output: type[AnalyzeOutput],
                 templates_at: str | None) -> tuple[str, str]:
-        """The analyze prompt; over ``prompt_tokens``, every part of the transcript is
-        truncated to half the longest one, again, down to 200 characters."""
+        """The analyze prompt; over ``prompt_tokens``, the transcript's parts are cut
+        (:func:`~expgit.train.components.llm_fields.fit_prompt`)."""
         case_input = json.dumps(rollout.case.input, ensure_ascii=False, indent=2,
                                 sort_keys=True)
-        limit = longest_part(view)
-        while True:
-            system, user = render_prompt(
+
+        def render(_: int, limit: int | None) -> tuple[str, str]:
+            return render_prompt(
                 "analyze", self.repo, templates_at=templates_at, case=rollout.case,
-                messages=view,
+                messages=view if limit is None else transcript_view(rollout.messages,
+                                                                    limit, limit),
                 evaluation=evaluation, error=rollout.error, case_input=case_input,
                 limits=self.limits)
-            if limit <= 200 or fits(self.prompt_tokens, output, system, user):
-                return system, user
-            limit = max(200, limit // 2)
-            view = transcript_view(rollout.messages, limit, limit)
+
+        system, user, _ = fit_prompt(render, self.prompt_tokens, output,
+                                     longest=longest_part(view))
+        return system, user
 
     async def evaluation_of(self, rollout: Rollout, context: PipelineContext
                         ) -> tuple[RubricEvaluation | None, EvaluationSource]:

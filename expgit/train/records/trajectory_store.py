@@ -76,19 +76,15 @@ class TrajectoryStore:
         """The URI of trajectory ``tid``, None if it is not stored."""
         return self.uri_of(tid) if self.side.holds(FOLDER, f"{tid}.md") else None
 
-    def _split(self, uri: str) -> tuple[str, str]:
+    # ------------------------------------------------------------------ reads
+    def _located(self, uri: str) -> tuple[str | None, str]:
+        """The tip of the branch a URI names (another branch than this store's, maybe)
+        and the path it names there."""
         branch, sep, path = uri.partition(":")
         if not sep or not branch or not path:
             raise InvalidInputError(f"not a trajectory URI: {uri!r} "
                                     f"(expected {self.branch}:{FOLDER}/<id>.md)")
         ref = branch if branch.startswith("refs/") else f"refs/heads/{branch}"
-        return ref, path
-
-    # ------------------------------------------------------------------ reads
-    def _located(self, uri: str) -> tuple[str | None, str]:
-        """The tip of the branch a URI names (another branch than this store's, maybe)
-        and the path it names there."""
-        ref, path = self._split(uri)
         return self.repo.git.ref(ref), path
 
     def find_transcript(self, tid: str) -> bytes | None:

@@ -36,6 +36,7 @@ from expgit.store.refnames import GRADIENT_STATES, PROPOSAL_STATES
 from expgit.store.repository import ExperienceRepository
 from expgit.store.workflow.gradients import Gradient, find_gradient
 from expgit.store.workflow.proposals import find_proposal
+from expgit.train.components.llm_fields import without_front_matter
 from expgit.train.components.trajectory_analyzer import read_front_matter
 from expgit.train.records.trajectory_store import ID_LEN as TRAJECTORY_ID_LEN
 from expgit.train.records.trajectory_store import TrajectoryStore
@@ -125,11 +126,6 @@ def resolve(repo: ExperienceRepository, given: str) -> tuple[str, str]:
     return matches[0]
 
 
-def _body(text: str) -> str:
-    end = text.find("\n---\n", 4) if text.startswith("---\n") else -1
-    return (text[end + 5:] if end > 0 else text).strip("\n") + "\n"
-
-
 def trajectory_evidence(store: TrajectoryStore, uri: str) -> TrajectoryEvidence:
     """The stored analysis, evaluation and transcript of the trajectory at ``uri``; what
     cannot be read is said in ``note``."""
@@ -143,7 +139,8 @@ def trajectory_evidence(store: TrajectoryStore, uri: str) -> TrajectoryEvidence:
     found = TrajectoryEvidence(
         id=tid, uri=uri, title=str(front.get("title") or ""),
         outcome=str(front.get("outcome") or ""), case=str(front.get("case") or ""),
-        task_signature=str(front.get("task_signature") or ""), analysis=_body(document),
+        task_signature=str(front.get("task_signature") or ""),
+        analysis=without_front_matter(document).strip("\n") + "\n",
         evaluation=RubricEvaluation.model_validate(evaluation)
         if isinstance(evaluation, dict) else None)
     data = store.transcript_of(uri)

@@ -17,7 +17,6 @@ from typing import Any
 
 from expgit.errors import InvalidInputError
 from expgit.train.tools.environment import EnvironmentFactory, EnvironmentKind
-from expgit.train.tools.environment import read_json as read_json  # re-exported
 
 _KINDS: dict[str, EnvironmentKind] = {}
 _LOCK = threading.Lock()
