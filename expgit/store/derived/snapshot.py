@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from expgit.errors import GitError
 from expgit.git.idcache import IdCache
@@ -35,8 +35,9 @@ from expgit.store.format.layout import SKILL_FILE, LayoutKind
 from expgit.store.format.moves import Move, carry_over, moves_among, moves_in
 
 
-@dataclass(frozen=True)
-class VersionInfo:
+class VersionInfo(NamedTuple):
+    """A tuple: the derived index and the checkpoint store it as it is."""
+
     version: int
     last_commit: str
     first_commit: str  # the commit that made version 1 (``show --version 1``: no walk)
@@ -289,9 +290,7 @@ class SnapshotLoader:
         self._versions[commit] = versions
         if keep:
             self._stored_commit = None
-            save_versions(self.git.common_dir, self.root, commit,
-                          {p: (v.version, v.last_commit, v.first_commit)
-                           for p, v in versions.items()})
+            save_versions(self.git.common_dir, self.root, commit, versions)
         while len(self._versions) > 8:
             self._versions.popitem(last=False)
 
