@@ -12,8 +12,7 @@ repository object and environment: like git's own long-lived processes (``cat-fi
 the name), else the current second and the local UTC offset, formatted as git formats
 them (``1700000000 +0100``).
 
-A machine with no identity at all (``git var`` refuses) gets :func:`fallback_ident`, as
-before.
+A machine with no identity at all (``git var`` refuses) gets :func:`fallback_ident`.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ import time
 from collections.abc import Callable
 
 from expgit.git.env import environ_key
-from expgit.git.objects import WRITER_CONFIG, fallback_ident, loose_level
+from expgit.git.objects import WRITER_CONFIG, loose_level
 
 KINDS = ("AUTHOR", "COMMITTER")
 
@@ -39,10 +38,9 @@ def git_date(now: float) -> str:
     return f"{seconds} {sign}{offset // 60:02d}{offset % 60:02d}"
 
 
-def repository_key() -> object:
-    """What git's identity and settings for a repository are kept by: the environment
-    (the configuration files are read once, as git's own long-lived processes do)."""
-    return environ_key()
+def fallback_ident(now: float) -> str:
+    """A neutral ``Name <email> <time> <tz>`` for a machine with no identity configured."""
+    return f"expgit <expgit@localhost> {git_date(now)}"
 
 
 GitRun = Callable[..., "subprocess.CompletedProcess[bytes]"]
@@ -62,14 +60,9 @@ class Identities:
     def line(self, kind: str, now: float | None = None) -> str:
         """``Name <email> <seconds> <+hhmm>`` for ``kind`` (AUTHOR or COMMITTER), as
         ``git commit-tree`` would record it now (:func:`fallback_ident` when git has
-        none)."""
+        none). Kept by the environment (:func:`~expgit.git.env.environ_key`)."""
         when = time.time() if now is None else now
-        return self.known_line(kind, when) or fallback_ident(when)
-
-    def known_line(self, kind: str, now: float | None = None) -> str | None:
-        """As :meth:`line`, None when git has no identity of ``kind`` (then git's own
-        non-strict fallback, in a reflog, is git's to choose)."""
-        key = repository_key()
+        key = environ_key()
         with self._lock:
             if key != self._key:
                 if self._key is not None:
@@ -84,9 +77,9 @@ class Identities:
                 self._known[kind] = (text, fixed) if text else None
             known = self._known[kind]
         if known is None:
-            return None
+            return fallback_ident(when)
         text, fixed = known
-        return text if fixed else f"{text} {git_date(time.time() if now is None else now)}"
+        return text if fixed else f"{text} {git_date(when)}"
 
 
 class WriterSettings:
@@ -99,7 +92,7 @@ class WriterSettings:
         self._cached: tuple[object, int | None] | None = None
 
     def level(self) -> int | None:
-        key = repository_key()
+        key = environ_key()
         cached = self._cached
         if cached is None or cached[0] != key:
             config = self._run("config", "-z", "--get-regexp", WRITER_CONFIG,

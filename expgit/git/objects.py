@@ -15,7 +15,6 @@ No process and no GitPython here; :mod:`expgit.git.repo` wires these to a reposi
 from __future__ import annotations
 
 import re
-import time
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
@@ -303,15 +302,6 @@ def parse_commit(sha: str, raw: bytes) -> CommitInfo:
                 committer = (ident, int(stamp))
     return CommitInfo(sha, tree, tuple(parents), author[0], author[1], author_line,
                       committer[0], committer[1], message)
-
-
-def fallback_ident(now: float) -> str:
-    """A neutral ``Name <email> <time> <tz>`` for a machine with no identity configured."""
-    local = time.localtime(now)
-    offset = -time.timezone if not local.tm_isdst else -time.altzone
-    sign = "+" if offset >= 0 else "-"
-    tz = f"{sign}{abs(offset) // 3600:02d}{abs(offset) % 3600 // 60:02d}"
-    return f"expgit <expgit@localhost> {int(now)} {tz}"
 
 
 # --------------------------------------------------------------- loose objects

@@ -88,13 +88,10 @@ def raw_diff(data: bytes) -> list[RawChange]:
     at = 0
     while at < len(items):
         parts = items[at].removeprefix(":").split(" ")
-        if not items[at].startswith(":") or len(parts) != 5 or at + 1 >= len(items):
+        paths = 2 if parts[-1][:1] in ("R", "C") else 1
+        if not items[at].startswith(":") or len(parts) != 5 or at + paths >= len(items):
             raise GitError(f"unexpected git --raw output: {items[at][:80]!r}")
-        status = parts[4]
-        paths = 2 if status[:1] in ("R", "C") else 1
-        if at + paths >= len(items):
-            raise GitError(f"unexpected git --raw output: {items[at][:80]!r}")
-        old_mode, new_mode, old_sha, new_sha = parts[:4]
+        old_mode, new_mode, old_sha, new_sha, status = parts
         found.append(RawChange(old_mode, new_mode, old_sha, new_sha, status, items[at + paths]))
         at += 1 + paths
     return found

@@ -83,7 +83,7 @@ class SessionStore:
 
     def _folder(self, folder: str) -> dict[str, bytes]:
         """``{file name: content}`` of the files of ``folder`` at the tip."""
-        return self.branch.fanned_files(folder)
+        return self.branch.files(folder, fanned_out=True)
 
     def manifests(self) -> list[SessionManifest]:
         """Every session's manifest, by session key."""

@@ -35,8 +35,6 @@ from expgit.store.repository import ExperienceRepository
 ATTEMPTS = 10
 FAN_OUT = 2  # characters of a file's name that name its sub-folder
 
-Entries = list[TreeEntry]  # (``list`` names a method in SideBranch)
-
 Changes = Mapping[str, bytes | None]
 """Path -> new content (None: remove the file)."""
 
@@ -114,43 +112,39 @@ class SideBranch:
         commit = tip if tip is not None else self.tip()
         return self.repo.git.read_commit(commit).tree if commit else None
 
+    def _entry(self, path: str, tip: str | None) -> TreeEntry | None:
+        """The entry at ``path`` on the branch (or at commit ``tip``), None if absent."""
+        tree = self.tree(tip)
+        return self.repo.git.path_entry(tree, path) if tree is not None else None
+
     def read(self, path: str, *, tip: str | None = None) -> bytes | None:
         """The file at ``path`` on the branch (or at commit ``tip``), None if absent."""
-        tree = self.tree(tip)
-        if tree is None:
-            return None
-        entry = self.repo.git.path_entry(tree, path)
-        if entry is None or entry.is_tree:
-            return None
-        return self.repo.git.read_blob(entry.sha)
+        entry = self._entry(path, tip)
+        return None if entry is None or entry.is_tree else self.repo.git.read_blob(entry.sha)
 
     def entries(self, folder: str, *, suffix: str = "", tip: str | None = None
                 ) -> list[TreeEntry]:
         """The files directly in ``folder`` ending with ``suffix`` (or at commit ``tip``),
         by name."""
-        tree = self.tree(tip)
-        entry = self.repo.git.path_entry(tree, folder) if tree is not None else None
+        entry = self._entry(folder, tip)
         if entry is None or not entry.is_tree:
             return []
         return sorted((e for e in self.repo.git.read_tree(entry.sha)
                        if not e.is_tree and e.name.endswith(suffix)), key=lambda e: e.name)
 
-    def list(self, folder: str, *, suffix: str = "") -> list[str]:
-        """The names of the files directly in ``folder`` ending with ``suffix``, sorted."""
-        return [e.name for e in self.entries(folder, suffix=suffix)]
-
-    def files(self, folder: str, *, suffix: str = "", tip: str | None = None
-              ) -> dict[str, bytes]:
-        """``{name: content}`` of :meth:`entries`, read in one batch, by name."""
-        found = self.entries(folder, suffix=suffix, tip=tip)
+    def files(self, folder: str, *, suffix: str = "", tip: str | None = None,
+              fanned_out: bool = False) -> dict[str, bytes]:
+        """``{name: content}`` of :meth:`entries` (``fanned_out``: of
+        :meth:`fanned_entries`), read in one batch, by name."""
+        found = (self.fanned_entries if fanned_out else self.entries)(
+            folder, suffix=suffix, tip=tip)
         blobs = self.repo.git.read_blobs(e.sha for e in found)
         return {e.name: blobs[e.sha] for e in found}
 
     # ------------------------------------------------------- fanned-out folders
     def holds(self, folder: str, name: str, *, tip: str | None = None) -> bool:
         """Whether file ``name`` of the fanned-out ``folder`` is stored (at ``tip``)."""
-        tree = self.tree(tip)
-        entry = self.repo.git.path_entry(tree, fanned(folder, name)) if tree else None
+        entry = self._entry(fanned(folder, name), tip)
         return entry is not None and not entry.is_tree
 
     def read_in(self, folder: str, name: str, *, tip: str | None = None) -> bytes | None:
@@ -158,15 +152,14 @@ class SideBranch:
         return self.read(fanned(folder, name), tip=tip)
 
     def fanned_entries(self, folder: str, *, suffix: str = "", tip: str | None = None,
-                       first: int | None = None) -> Entries:
+                       first: int | None = None) -> list[TreeEntry]:
         """The files of the fanned-out ``folder`` ending with ``suffix``, by name; with
         ``first``, only the first so many (the sub-folders past them are not read)."""
-        tree = self.tree(tip)
         git = self.repo.git
-        entry = git.path_entry(tree, folder) if tree is not None else None
+        entry = self._entry(folder, tip)
         if entry is None or not entry.is_tree:
             return []
-        found: Entries = []
+        found: list[TreeEntry] = []
         for item in sorted((e for e in git.read_tree(entry.sha) if is_fan(e)),
                            key=lambda e: e.name):  # a name's sub-folder is its first letters
             found += (e for e in git.read_tree(item.sha)
@@ -191,13 +184,6 @@ class SideBranch:
                                  for sha in (change.old_sha, change.new_sha))
                 changes.append((name, before, after))
         return sorted(changes)
-
-    def fanned_files(self, folder: str, *, suffix: str = "", tip: str | None = None
-                     ) -> dict[str, bytes]:
-        """``{name: content}`` of :meth:`fanned_entries`, read in one batch."""
-        found = self.fanned_entries(folder, suffix=suffix, tip=tip)
-        blobs = self.repo.git.read_blobs(e.sha for e in found)
-        return {e.name: blobs[e.sha] for e in found}
 
     # ----------------------------------------------------------------- writes
     def write(self, changes: Changes | Callable[[str | None], Changes], subject: str, *,

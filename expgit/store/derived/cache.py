@@ -1,29 +1,12 @@
 """The derived index: what the git objects already say, kept so as not to recompute it,
-in one SQLite file ``<git-common-dir>/expgit/cache/index.sqlite3`` (docs/design.md,
-"Derived caches").
+in one SQLite file ``<git-common-dir>/expgit/cache/index.sqlite3``.
 
-The contract:
-
-- **Keyed by object ids.** Every row is keyed by a blob's, tree's or commit's id, so it
-  cannot disagree with the objects it was computed from; it is only ever read *instead
-  of* computing the same answer again, never over what the objects hold.
-- **One "last folded commit" per table.** The ``folds`` table holds, for each table, the
-  commit whose history the table's rows cover (:meth:`DerivedIndex.folded`); a reader
-  folds the commits since then into the table and moves the mark with
-  :meth:`DerivedIndex.fold` in the same transaction as the rows; it reads a mark and
-  the rows it covers in one transaction too (:meth:`DerivedIndex.read`).
-- **Schemas are versioned per table.** :meth:`DerivedIndex.table` drops and recreates a
-  table whose ``schema_version`` changed (a new expgit that computes differently), and
-  forgets its fold.
-- **Delete it at any time.** A missing file is created; a corrupt or foreign one
-  (``sqlite3.DatabaseError``, or no ``expgit`` application id) is deleted and rebuilt; a
-  git directory that cannot be written goes without (an in-memory index, recomputed by
-  every process). The index never fails a command: :func:`derive` runs the
-  computation again on a new file, or in memory, when the file fails it half-way.
-- **Concurrent writers both succeed.** WAL mode (readers never wait for the writer),
-  ``synchronous=NORMAL`` (a crash may lose the last write, never corrupt the file: it is
-  derived) and a busy timeout; a writer takes the lock up front (``BEGIN IMMEDIATE``),
-  so two processes writing at once run one after the other.
+Its contract is in docs/design.md, "Derived caches": rows keyed by object ids; a "last
+folded commit" per table, moved with its rows in one transaction (:meth:`DerivedIndex.fold`,
+read with them by :meth:`DerivedIndex.read`); a table whose ``schema_version`` changed
+recreated empty (:meth:`DerivedIndex.table`); a corrupt or foreign file (no ``expgit``
+application id) rebuilt, and a failure half-way run again on a new file or in memory
+(:func:`derive`); WAL mode, ``BEGIN IMMEDIATE`` and a busy timeout for concurrent writers.
 """
 
 from __future__ import annotations

@@ -21,9 +21,10 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from expgit.errors import GitError
+from expgit.git.idcache import IdCache
 from expgit.git.objects import GITLINK_MODE, SYMLINK_MODE
 from expgit.git.repo import EMPTY_TREE, GitRepo, TreeEntry
 from expgit.git.zlist import fields
@@ -34,8 +35,9 @@ from expgit.store.format.layout import SKILL_FILE, LayoutKind
 from expgit.store.format.moves import Move, carry_over, moves_among, moves_in
 
 
-@dataclass(frozen=True)
-class VersionInfo:
+class VersionInfo(NamedTuple):
+    """A tuple: the derived index and the checkpoint store it as it is."""
+
     version: int
     last_commit: str
     first_commit: str  # the commit that made version 1 (``show --version 1``: no walk)
@@ -152,11 +154,11 @@ class SnapshotLoader:
         self.root = root
         self.token_budget = token_budget
         self.layout = layout
-        self._blobs: OrderedDict[str, bytes] = OrderedDict()
-        self._blob_bytes = 0
+        self._blobs: IdCache[bytes] = IdCache(256 * 1024 * 1024, len)
         self._versions: OrderedDict[str, dict[str, VersionInfo]] = OrderedDict()
-        self._snapshots: OrderedDict[str, Snapshot] = OrderedDict()  # by commit
-        self._listings: OrderedDict[str, _Listing] = OrderedDict()  # by root tree
+        self._snapshots: IdCache[Snapshot] = IdCache(_SNAPSHOTS)  # by commit
+        self._previous: Snapshot | None = None  # the one load() returned last
+        self._listings: IdCache[_Listing] = IdCache(_SNAPSHOTS)  # by root tree
         self._lock = threading.RLock()
         self._stored_loaded = False  # the versions another process stored, read once
         self._stored_commit: str | None = None  # ... and the commit they are of
@@ -288,9 +290,7 @@ class SnapshotLoader:
         self._versions[commit] = versions
         if keep:
             self._stored_commit = None
-            save_versions(self.git.common_dir, self.root, commit,
-                          {p: (v.version, v.last_commit, v.first_commit)
-                           for p, v in versions.items()})
+            save_versions(self.git.common_dir, self.root, commit, versions)
         while len(self._versions) > 8:
             self._versions.popitem(last=False)
 
@@ -317,15 +317,11 @@ class SnapshotLoader:
 
     # ---------------------------------------------------------------- blobs
     def _read(self, blobs: list[str]) -> dict[str, bytes]:
-        missing = [b for b in blobs if b not in self._blobs]
-        fresh = self.git.read_blobs(missing) if missing else {}
+        cached = {b: data for b in blobs if (data := self._blobs.get(b)) is not None}
+        fresh = self.git.read_blobs(b for b in blobs if b not in cached)
         for sha, data in fresh.items():
-            self._blobs[sha] = data
-            self._blob_bytes += len(data)
-        while self._blob_bytes > 256 * 1024 * 1024 and self._blobs:
-            _, dropped = self._blobs.popitem(last=False)
-            self._blob_bytes -= len(dropped)
-        return {b: fresh[b] if b in fresh else self._blobs[b] for b in blobs}
+            self._blobs.put(sha, data)
+        return cached | fresh
 
     # ------------------------------------------------------------- snapshots
     def _is_file(self, entry: TreeEntry) -> bool:
@@ -334,16 +330,9 @@ class SnapshotLoader:
         return not entry.is_tree and entry.name.endswith(".md") \
             and entry.mode not in (SYMLINK_MODE, GITLINK_MODE)
 
-    def _cache_listing(self, tree: str, listing: _Listing) -> _Listing:
-        self._listings[tree] = listing
-        while len(self._listings) > _SNAPSHOTS:
-            self._listings.popitem(last=False)
-        return listing
-
     def _listing(self, tree: str) -> _Listing:
-        listing = self._listings.get(tree)
+        listing = self._listings.get(tree, touch=True)
         if listing is not None:
-            self._listings.move_to_end(tree)
             return listing
         files: dict[str, tuple[str, str]] = {}
         strays: list[str] = []
@@ -363,18 +352,17 @@ class SnapshotLoader:
                 files[name[:-3]] = (prefix + name, entry.sha)
             else:
                 strays.append(prefix + name)
-        return self._cache_listing(tree, _Listing(files, tuple(strays)))
+        listing = _Listing(files, tuple(strays))
+        self._listings.put(tree, listing)
+        return listing
 
     def load(self, commit: str) -> Snapshot:
         with self._lock:
-            snapshot = self._snapshots.get(commit)
+            snapshot = self._snapshots.get(commit, touch=True)
             if snapshot is None:
                 snapshot = self._load(commit)
-                self._snapshots[commit] = snapshot
-                while len(self._snapshots) > _SNAPSHOTS:
-                    self._snapshots.popitem(last=False)
-            else:
-                self._snapshots.move_to_end(commit)
+                self._snapshots.put(commit, snapshot)
+            self._previous = snapshot
             # a fresh container per caller; the entries themselves are shared, unchanged
             return Snapshot(snapshot.commit, snapshot.id, snapshot.root,
                             dict(snapshot.entries), list(snapshot.strays))
@@ -389,7 +377,7 @@ class SnapshotLoader:
         if root is None:
             return Snapshot(commit, EMPTY_TREE, self.root, {}, [])
         derived = self._derive_versions(commit)
-        previous = next(reversed(self._snapshots.values()), None)
+        previous = self._previous
         if previous is not None and previous.commit == derived.base:
             updated = self._load_updated(commit, root, previous, derived)
             if updated is not None:
@@ -419,7 +407,8 @@ class SnapshotLoader:
         """The snapshot of ``commit`` as the previous one with a few files edited in place
         (no file added, removed or turned into a stray), or None if that is not the case.
         Only the edited entries and those whose version changed are built anew."""
-        if previous.id == EMPTY_TREE or previous.id not in self._listings \
+        old = self._listings.get(previous.id)
+        if previous.id == EMPTY_TREE or old is None \
                 or self.layout != "flat":  # skill folders: the listing is built anew
             return None
         prefix = self.root + "/"
@@ -430,11 +419,10 @@ class SnapshotLoader:
                 return None
             if not before.name.startswith(".") and self._is_file(after):
                 edited[after.name[:-3]] = after.sha
-        old = self._listings[previous.id]
         files = dict(old.files)
         for name, blob in edited.items():
             files[name] = (files[name][0], blob)
-        listing = self._cache_listing(root, _Listing(files, old.strays))
+        self._listings.put(root, _Listing(files, old.strays))
         dirty = set(edited)
         dirty.update(path[len(prefix):-3] for path in derived.changed
                      if path.startswith(prefix) and path.endswith(".md"))
@@ -445,4 +433,4 @@ class SnapshotLoader:
             path, blob = files[name]
             entries[name] = self._entry(name, path, blob, contents[blob],
                                         derived.versions.get(path))
-        return Snapshot(commit, root, self.root, entries, list(listing.strays))
+        return Snapshot(commit, root, self.root, entries, list(old.strays))

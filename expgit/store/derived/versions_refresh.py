@@ -12,11 +12,7 @@ from expgit.store.repository import ExperienceRepository
 def refresh_checkpoint(repo: ExperienceRepository, main: str | None = None) -> str | None:
     """A new checkpoint of ``main`` (the branch's tip by default) when one is due: the
     checkpoint branch's new tip, else None."""
-    def versions_of(commit: str) -> dict[str, tuple[int, str, str]]:
-        return {p: (v.version, v.last_commit, v.first_commit)
-                for p, v in repo.snapshots.versions(commit).items()}
-
     tip = main if main is not None else repo.git.ref(repo.main_ref)
     if tip is None:
         return None
-    return version_checkpoint.refresh(repo.git, repo.root, tip, versions_of)
+    return version_checkpoint.refresh(repo.git, repo.root, tip, repo.snapshots.versions)

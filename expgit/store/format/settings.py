@@ -15,7 +15,6 @@ from typing import Annotated, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -28,6 +27,7 @@ from expgit.git.refs import plain_ref_name
 # [skills] and [agent] live in their own module; they are read from here too
 from expgit.store.format.settings_agent import AgentSettings as AgentSettings
 from expgit.store.format.settings_agent import McpSettings as McpSettings
+from expgit.store.format.settings_agent import SettingsTable
 from expgit.store.format.settings_agent import SkillSettings as SkillSettings
 
 SETTINGS_FILE = "expgit.toml"
@@ -74,11 +74,9 @@ class Price(BaseModel):
                 + completion_tokens * self.completion_per_million) / 1e6
 
 
-class LLMSettings(BaseModel):
+class LLMSettings(SettingsTable):
     """``[llm]``: the OpenAI-compatible endpoint. ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``
     and command-line flags override these; no endpoint at all means the embedded model."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     base_url: str | None = Field(default=None, description=(
         "The endpoint's URL, such as http://127.0.0.1:8080/v1 (OPENAI_BASE_URL overrides "
@@ -122,10 +120,8 @@ class LLMSettings(BaseModel):
 MAX_GROUP_SIZE = 64  # [train] group_size and --group-size
 
 
-class TrainSettings(BaseModel):
+class TrainSettings(SettingsTable):
     """``[train]``: budgets and batching of the training pipeline."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     trajectories_branch: BranchName = Field(default="expgit/trajectories", description=(
         "The branch that keeps the training runs' trajectories."))
@@ -185,10 +181,8 @@ class TrainSettings(BaseModel):
         return self.calls_per_rollout or (2 if embedded else 1)
 
 
-class SessionSettings(BaseModel):
+class SessionSettings(SettingsTable):
     """``[sessions]``: the session hub (``expgit sessions``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     branch: BranchName = Field(default="expgit/sessions", description=(
         "The branch that keeps the ingested sessions."))
@@ -204,10 +198,8 @@ class SessionSettings(BaseModel):
         "Longer fine-tuning examples are left out."))
 
 
-class OutcomeSettings(BaseModel):
+class OutcomeSettings(SettingsTable):
     """``[outcomes]``: feedback outcomes and typed outcome records (analytics only)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     branch: BranchName = Field(default="expgit/outcomes", description=(
         "The branch that keeps the outcome records."))
@@ -215,11 +207,9 @@ class OutcomeSettings(BaseModel):
         "A user turn at most this long after a response is a re-ask of it."))
 
 
-class LearnSettings(BaseModel):
+class LearnSettings(SettingsTable):
     """``[learn]``: the thresholds of ``expgit learn``'s rules; the defaults suit a few
     dozen to a few thousand runs."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     min_uses: int = Field(default=3, ge=1, description=(
         "An experience is judged for failure correlation once at least this many judged "
@@ -243,14 +233,12 @@ class LearnSettings(BaseModel):
         "Evidence examples kept per finding (and rollouts per seed)."))
 
 
-class ContextSettings(BaseModel):
+class ContextSettings(SettingsTable):
     """``[context]``: what a rollout's system prompt shows of the experiences: the
     always-on ones, then the most relevant to the request (BM25) while they fit in
     ``token_budget`` estimated tokens, at most ``top_k`` of them (None: no count limit).
     The embedded model gets at most ``embedded_token_budget`` of them: a 135M model on a
     CPU reads about 150 prompt tokens a second, and a long context does not help it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     token_budget: int = Field(default=4000, gt=0, description=(
         "The estimated tokens of the experiences in a rollout's system prompt."))
@@ -266,11 +254,9 @@ class ContextSettings(BaseModel):
             else self.token_budget
 
 
-class ServeSettings(BaseModel):
+class ServeSettings(SettingsTable):
     """``[serve]``: the HTTP services (``expgit serve``, ``expgit env serve``). The bearer
     token is read from the environment variable ``token_env``, never from the file."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     token_env: str = Field(default="EXPGIT_TOKEN", description=(
         "The environment variable holding the bearer token."))
@@ -282,20 +268,16 @@ class ServeSettings(BaseModel):
         "Training jobs waiting besides the running ones; one more is refused (429)."))
 
 
-class LimitSettings(BaseModel):
+class LimitSettings(SettingsTable):
     """``[limits]``: bounds of what enters the repository and the prompts."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_message_chars: int = Field(default=20_000, ge=200, description=(
         "Each message text and tool output of a session or rollout is cut to this many "
         "characters (head and tail kept, a line says how much was removed)."))
 
 
-class Settings(BaseModel):
+class Settings(SettingsTable):
     """All of ``expgit.toml``: its top-level keys, and a model per table."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     experiences_root: str = Field(default="experiences", description=(
         "The folder of the experiences, relative to the repository's root."))

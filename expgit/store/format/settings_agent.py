@@ -10,13 +10,17 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
-class SkillSettings(BaseModel):
+class SettingsTable(BaseModel):
+    """A table of ``expgit.toml``: an unknown key is an error, and settings never change."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SkillSettings(SettingsTable):
     """``[skills]``: checks of what the agents will read, and the files of a skill folder
     (``layout = "skills"``). ``scanner = "cisco"``: Cisco's skill-scanner (``pip install
     'expgit[scanner]'``) scans the experiences in ``validate`` and the hooks, after
     expgit's own injection rules (:mod:`expgit.store.format.skill_scanner`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     scanner: Literal["none", "cisco"] = Field(default="none", description=(
         '"cisco": Cisco\'s skill-scanner also scans the experiences in `expgit validate` '
@@ -45,12 +49,10 @@ class SkillSettings(BaseModel):
         "days (once the sessions span that long; docs/skill-usage.md)."))
 
 
-class McpSettings(BaseModel):
+class McpSettings(SettingsTable):
     """``[agent.mcp]``: the MCP server the tool-calling agent takes its tools from: a
     ``command`` (with ``args`` and ``env``: a stdio server, one process per rollout) or a
     ``url`` (streamable HTTP, one session per rollout). See docs/mcp-tools.md."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     command: str | None = Field(default=None, min_length=1, description=(
         "The command of a stdio server, one process per rollout."))
@@ -77,7 +79,7 @@ class McpSettings(BaseModel):
         return self
 
 
-class AgentSettings(BaseModel):
+class AgentSettings(SettingsTable):
     """``[agent]``: where the tool-calling agent's tools come from, and how it meets the
     skills (docs/skill-listing.md). ``skills = "listing"``: its system prompt holds the
     always-on skills and a listing of the others (name, description, location) within
@@ -88,8 +90,6 @@ class AgentSettings(BaseModel):
     use retrieval. The listing budget is ``listing_budget_percent`` of
     ``context_window_tokens`` (Claude Code's rule: 1% of the window), each description
     cut at ``listing_description_chars`` (Claude Code: 1,536)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     mcp: McpSettings | None = Field(default=None, description=(
         "The MCP server the tool-calling agent takes its tools from."))

@@ -18,8 +18,6 @@ for ``validate`` and the hooks.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Any, NoReturn
 
 import jinja2
@@ -27,6 +25,7 @@ import jinja2.exceptions
 import jinja2.sandbox
 
 from expgit.errors import InvalidInputError
+from expgit.git.idcache import IdCache
 from expgit.git.objects import GITLINK_MODE
 from expgit.resources import data_dir
 from expgit.store.repository import ExperienceRepository
@@ -47,8 +46,7 @@ class _Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
             f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe")
 
 
-_environments: OrderedDict[str | None, jinja2.Environment] = OrderedDict()
-_environments_lock = threading.Lock()
+_environments: IdCache[_Sandbox] = IdCache(_CACHED_ENVIRONMENTS)  # by override tree
 
 
 def _override_tree(repo: ExperienceRepository, at: str | None = None,
@@ -115,6 +113,19 @@ def _sandbox(loader: jinja2.BaseLoader, undefined: type[jinja2.Undefined]) -> _S
     return env
 
 
+def _overridden(repo: ExperienceRepository | None, tree: str | None,
+                undefined: type[jinja2.Undefined]) -> _Sandbox:
+    """A sandbox whose templates are the files of the override tree ``tree`` (None:
+    none), else the packaged ones."""
+    overrides = _override_files(repo, tree) if repo is not None and tree is not None else {}
+    env = _sandbox(jinja2.ChoiceLoader([
+        jinja2.FunctionLoader(lambda name: (overrides[name].decode("utf-8"), None,
+                                            lambda: True) if name in overrides else None),
+        jinja2.FileSystemLoader(str(data_dir("templates")))]), undefined)
+    env.override_names = frozenset(overrides)
+    return env
+
+
 def environment(repo: ExperienceRepository | None = None, *,
                 templates_at: str | None = None, templates_tree: str | None = None
                 ) -> jinja2.Environment:
@@ -125,24 +136,10 @@ def environment(repo: ExperienceRepository | None = None, *,
     template is compiled once per version of the overrides rather than on every render;
     jinja checks the packaged files for changes (their modification time)."""
     tree = _override_tree(repo, templates_at, templates_tree) if repo is not None else None
-    with _environments_lock:
-        env = _environments.get(tree)
-        if env is not None:
-            _environments.move_to_end(tree)
-            return env
-    loaders: list[jinja2.BaseLoader] = [jinja2.FileSystemLoader(str(data_dir("templates")))]
-    overrides: dict[str, bytes] = {}
-    if repo is not None and tree is not None:  # a tree never changes: read once
-        overrides = _override_files(repo, tree)
-        loaders.insert(0, jinja2.FunctionLoader(
-            lambda name: (overrides[name].decode("utf-8"), None, lambda: True)
-            if name in overrides else None))
-    env = _sandbox(jinja2.ChoiceLoader(loaders), jinja2.StrictUndefined)
-    env.override_names = frozenset(overrides)
-    with _environments_lock:
-        env = _environments.setdefault(tree, env)
-        while len(_environments) > _CACHED_ENVIRONMENTS:
-            _environments.popitem(last=False)
+    env = _environments.get(tree, touch=True)
+    if env is None:  # a tree never changes: read once
+        env = _overridden(repo, tree, jinja2.StrictUndefined)
+        _environments.put(tree, env)
     return env
 
 
@@ -152,18 +149,12 @@ def check_overrides(repo: ExperienceRepository, root_tree: str) -> list[str]:
     the sandbox with a sample context (:class:`_SampleValue`); one that does not
     compile, is not UTF-8, fails to render, touches an unsafe attribute, or (a prompt)
     lacks a block is named."""
-    entry = repo.git.path_entry(root_tree, OVERRIDE_DIR)
-    if entry is None or not entry.is_tree:
+    tree = _override_tree(repo, tree=root_tree)
+    if tree is None:
         return []
-    tree = entry.sha
-    overrides = _override_files(repo, tree)
-    env = _sandbox(jinja2.ChoiceLoader([
-        jinja2.FunctionLoader(lambda name: (overrides[name].decode("utf-8"), None,
-                                            lambda: True) if name in overrides else None),
-        jinja2.FileSystemLoader(str(data_dir("templates")))]), _SampleValue)
-    env.override_names = frozenset(overrides)
+    env = _overridden(repo, tree, _SampleValue)
     problems: list[str] = []
-    for name in sorted(overrides):
+    for name in sorted(env.override_names):
         try:
             template = env.get_template(name)
             if name.startswith("prompts/"):

@@ -114,18 +114,18 @@ def apply_proposal(repo: ExperienceRepository, proposal_id: str, *,
     if remote is not None:
         operand(remote, "--remote")  # before the lock: nothing is touched
     with repo.lock(f"expgit apply {proposal_id}").held():
-        proposal = find_proposal(repo, proposal_id)
-        ensure_open(repo, proposal)
-        if remote is not None:
-            return _apply_remote(repo, proposal, remote)
-        return _apply_local(repo, proposal)
+        return apply_proposal_locked(repo, proposal_id, remote)
 
 
-def apply_proposal_locked(repo: ExperienceRepository, proposal_id: str) -> ApplyResult:
+def apply_proposal_locked(repo: ExperienceRepository, proposal_id: str,
+                          remote: str | None = None) -> ApplyResult:
     """:func:`apply_proposal` for a caller that already holds the repository lock
-    (the training engine: lock -> reload -> plan -> apply -> release)."""
+    (the training engine: lock -> reload -> plan -> apply -> release); with ``remote``,
+    to the remote's ``main`` by lease and retry."""
     proposal = find_proposal(repo, proposal_id)
     ensure_open(repo, proposal)
+    if remote is not None:
+        return _apply_remote(repo, proposal, remote)
     return _apply_local(repo, proposal)
 
 
@@ -206,12 +206,3 @@ def _apply_remote(repo: ExperienceRepository, proposal: Proposal, remote: str
                         f"{new[:12]} (the proposal is applied on {remote}): "
                         f"git merge --ff-only {remote}/{branch}")
     return ApplyResult(proposal.id, new, remote_old, rebased, remote, attempt, warnings)
-
-
-def apply_proposal_remote_locked(repo: ExperienceRepository, proposal_id: str, remote: str
-                                 ) -> ApplyResult:
-    """:func:`apply_proposal` with ``remote`` for a caller that already holds the
-    repository lock (the training engine with ``--remote``): lease and retry."""
-    proposal = find_proposal(repo, proposal_id)
-    ensure_open(repo, proposal)
-    return _apply_remote(repo, proposal, remote)

@@ -152,10 +152,9 @@ def _version_commit(repo: ExperienceRepository, name: str, path: str, tip: str,
     the commit-graph's changed-path Bloom filters) is needed only for an older version,
     and stops at it."""
     info = repo.snapshots.versions(tip).get(path)
-    if info is None or not 1 <= version <= info.version:
-        count = info.version if info is not None else 0
+    count = info.version if info is not None else 0
+    if info is None or not 1 <= version <= count:
         raise NotFoundError(f"{name} has versions 1 to {count}, not {version}")
-    count = info.version
     if version == count:
         return info.last_commit
     if version == 1:

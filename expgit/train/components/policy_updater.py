@@ -5,7 +5,7 @@
   a proposal branch and its PR description) and, in apply mode, applies it to ``main``
   with the core's guarded compare-and-swap (``apply_proposal_locked``: the caller, the
   training engine, holds the repository lock); with a ``remote``, to the remote's
-  ``main`` by lease and retry (``apply_proposal_remote_locked``, as ``apply --remote``).
+  ``main`` by lease and retry (``apply_proposal_locked`` with it, as ``apply --remote``).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class GitPolicyUpdater:
                 applied = await asyncio.to_thread(core_apply.apply_proposal_locked,
                                                   self.repo, proposal.id)
             else:
-                applied = await asyncio.to_thread(core_apply.apply_proposal_remote_locked,
+                applied = await asyncio.to_thread(core_apply.apply_proposal_locked,
                                                   self.repo, proposal.id, self.remote)
         except ExpgitError as exc:  # with a remote: a refused or failed push as well
             if self.remote is None and not isinstance(exc, ConflictError):
