@@ -232,7 +232,8 @@ class OpenAIChatModel:
 
         async def call(timeout: float) -> Any:
             return await self.client.chat.completions.create(
-                model=self.model, messages=messages, timeout=timeout, **request)
+                model=self.model, messages=messages,  # type: ignore[arg-type]
+                timeout=timeout, **request)
 
         response = await self._with_retries(f"{stage} ({self.model})", call)
         try:
