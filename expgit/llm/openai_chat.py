@@ -19,6 +19,7 @@ touched directly: only ``openai``'s own exception types and response objects are
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import math
 import time
@@ -164,9 +165,7 @@ class OpenAIChatModel:
         """``call(timeout)`` with bounded retries, each attempt's timeout cut to what is
         left of the per-call deadline. The deadline starts once the call has its slot
         (``max_concurrency``): a wait in this process's own queue is not a hung endpoint."""
-        if self._limit is None:
-            return await self._attempts(what, call)
-        async with self._limit:
+        async with self._limit or contextlib.nullcontext():
             return await self._attempts(what, call)
 
     async def _attempts(self, what: str, call: Callable[[float], Awaitable[R]]) -> R:

@@ -81,10 +81,6 @@ class SessionStore:
         this store)."""
         return fanned(folder, f"{name}.json")
 
-    def _folder(self, folder: str) -> dict[str, bytes]:
-        """``{file name: content}`` of the files of ``folder`` at the tip."""
-        return self.branch.fanned_files(folder)
-
     def manifests(self) -> list[SessionManifest]:
         """Every session's manifest, by session key."""
         return [manifest for manifest, _ in self.manifest_entries()]
@@ -92,7 +88,8 @@ class SessionStore:
     def manifest_entries(self) -> list[tuple[SessionManifest, bytes]]:
         """Every manifest with the bytes it was read from (the base of a later save)."""
         return [(self.parse(name, data), data)
-                for name, data in self._folder(MANIFESTS).items() if name.endswith(".json")]
+                for name, data in self.branch.fanned_files(MANIFESTS).items()
+                if name.endswith(".json")]
 
     def manifest(self, session_key: str) -> SessionManifest | None:
         data = self.manifest_bytes(session_key)
