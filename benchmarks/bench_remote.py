@@ -44,7 +44,7 @@ from remote_toy_env import SNAPSHOT, ToyEnvironment  # noqa: E402
 
 from expgit.asgi.server import serve_forever, start_server  # noqa: E402
 from expgit.core.domain import Case, Rollout  # noqa: E402
-from expgit.remote.client import RemoteRolloutExecutor  # noqa: E402
+from expgit.remote.rollout_executor import RemoteRolloutExecutor  # noqa: E402
 from expgit.remote.sdk import create_environment_app  # noqa: E402
 from expgit.train.context import ExecutionContext  # noqa: E402
 

@@ -124,7 +124,7 @@ class LLMRuntime:
         self._embeddings: EmbeddingModel | None = None
         self._in_process = False
         where = display_url(resolved.base_url or DEFAULT_HOST)
-        self._description = (f"{LOCAL_DESCRIPTION_PREFIX}{resolved.model} (not started)"
+        self.description = (f"{LOCAL_DESCRIPTION_PREFIX}{resolved.model} (not started)"
                              if resolved.choice == "local" else f"{resolved.model} at {where}")
 
     @classmethod
@@ -138,7 +138,7 @@ class LLMRuntime:
                       meter or UsageMeter(dict(settings.prices)))
         runtime._wire(chat, embeddings)
         runtime._in_process = True
-        runtime._description = description or f"{chat.model} (in-process)"
+        runtime.description = description or f"{chat.model} (in-process)"
         return runtime
 
     @property
@@ -184,10 +184,6 @@ class LLMRuntime:
         self._require()
         return self._embeddings
 
-    @property
-    def description(self) -> str:
-        return self._description
-
     def provenance(self, agent_model: str | None = None) -> Provenance:
         """The trainer model (this runtime's), its endpoint's host, the embedded model's
         file hash (computed once, cached); ``agent_model`` None: this runtime runs the
@@ -222,14 +218,14 @@ class LLMRuntime:
                 await server.__aexit__(None, None, None)
                 raise
             self._server = server
-            self._description = f"{LOCAL_DESCRIPTION_PREFIX}{resolved.model} at {server.base_url}"
+            self.description = f"{LOCAL_DESCRIPTION_PREFIX}{resolved.model} at {server.base_url}"
         else:
             client = OpenAIChatModel(
                 base_url=resolved.base_url, api_key=resolved.api_key, model=resolved.model,
                 timeout_seconds=settings.timeout_seconds, max_retries=settings.max_retries,
                 embeddings_model=settings.embeddings_model,
                 deadline_seconds=settings.call_deadline_seconds)
-            self._description = f"{resolved.model} at {client.endpoint}"
+            self.description = f"{resolved.model} at {client.endpoint}"
             if self.preflight:
                 try:
                     await client.check_answers()

@@ -19,6 +19,7 @@ touched directly: only ``openai``'s own exception types and response objects are
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import math
 import time
@@ -164,9 +165,7 @@ class OpenAIChatModel:
         """``call(timeout)`` with bounded retries, each attempt's timeout cut to what is
         left of the per-call deadline. The deadline starts once the call has its slot
         (``max_concurrency``): a wait in this process's own queue is not a hung endpoint."""
-        if self._limit is None:
-            return await self._attempts(what, call)
-        async with self._limit:
+        async with self._limit or contextlib.nullcontext():
             return await self._attempts(what, call)
 
     async def _attempts(self, what: str, call: Callable[[float], Awaitable[R]]) -> R:
@@ -214,36 +213,26 @@ class OpenAIChatModel:
         extra: dict[str, Any] = {"response_format": response_format} if response_format else {}
         if seed is not None or self.seed is not None:  # a call's own seed first
             extra["seed"] = seed if seed is not None else self.seed
-
-        async def call(timeout: float) -> Any:
-            return await self.client.chat.completions.create(
-                model=self.model, messages=messages,  # type: ignore[arg-type]
-                max_tokens=max_tokens, temperature=temperature, timeout=timeout, **extra)
-
-        response = await self._with_retries(f"{stage} ({self.model})", call)
-        try:
-            choice = response.choices[0]
-            usage = response.usage
-            return Completion(
-                text=choice.message.content or "", finish_reason=choice.finish_reason,
-                prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
-                completion_tokens=(usage.completion_tokens or 0) if usage else 0,
-                model=getattr(response, "model", None) or self.model)
-        except (AttributeError, IndexError, TypeError, ValueError):
-            raise LLMError(f"{stage}: {self.endpoint} returned a malformed chat completion: "
-                           f"{_short(response)}", cause="malformed chat completion") from None
+        turn = await self._chat(messages, stage=stage, max_tokens=max_tokens,
+                                temperature=temperature, **extra)
+        return Completion(**turn.model_dump(exclude={"tool_calls"}))
 
     async def complete_tools(self, messages: ToolMessages, tools: list[dict[str, Any]], *,
                              stage: str, max_tokens: int, temperature: float,
                              seed: int | None = None) -> ToolTurn:
         """One assistant turn with ``tools=``; same retries and deadline as complete."""
         extra: dict[str, Any] = {"seed": seed} if seed is not None else {}
+        return await self._chat(messages, stage=stage, tools=tools, max_tokens=max_tokens,
+                                temperature=temperature, **extra)
+
+    async def _chat(self, messages: ToolMessages, *, stage: str, **request: Any) -> ToolTurn:
+        """One chat completion with bounded retries, read into a turn (tool calls only
+        when ``tools`` were offered)."""
 
         async def call(timeout: float) -> Any:
             return await self.client.chat.completions.create(
                 model=self.model, messages=messages,  # type: ignore[arg-type]
-                tools=tools,  # type: ignore[arg-type]
-                max_tokens=max_tokens, temperature=temperature, timeout=timeout, **extra)
+                timeout=timeout, **request)
 
         response = await self._with_retries(f"{stage} ({self.model})", call)
         try:
@@ -251,7 +240,7 @@ class OpenAIChatModel:
             usage = response.usage
             calls = [ToolCall(id=c.id, name=c.function.name,
                               arguments=c.function.arguments or "{}")
-                     for c in (choice.message.tool_calls or [])]
+                     for c in (choice.message.tool_calls or [])] if "tools" in request else []
             return ToolTurn(
                 text=choice.message.content or "", finish_reason=choice.finish_reason,
                 tool_calls=calls, prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,

@@ -26,7 +26,6 @@ TABLE = "gguf_sha256"
 DDL = """CREATE TABLE gguf_sha256 (
     path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
     sha256 TEXT NOT NULL) WITHOUT ROWID"""
-_CHUNK = 1 << 20
 
 _memo: dict[tuple[str, int, int], str] = {}
 _lock = threading.Lock()
@@ -65,11 +64,8 @@ def cache_file() -> Path:
 
 
 def hash_file(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as data:
-        for chunk in iter(lambda: data.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(data, "sha256").hexdigest()
 
 
 def gguf_sha256(path: Path, cache: Path | None = None) -> str:

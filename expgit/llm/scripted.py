@@ -44,7 +44,9 @@ class ScriptedChatModel:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _used: set[int] = field(default_factory=set)
 
-    def _take(self, stage: str, messages: Any, extra: dict[str, Any] | None) -> Step:
+    async def _take(self, stage: str, messages: Any, extra: dict[str, Any] | None,
+                    seed: int | None) -> Step:
+        """The next unused step of ``stage``, the call recorded, after ``delay_seconds``."""
         with self._lock:
             self.calls.append((stage, messages, extra))
             index = next((i for i, s in enumerate(self.steps)
@@ -53,17 +55,17 @@ class ScriptedChatModel:
                 raise ScriptError(f"unexpected LLM call #{len(self.calls)} for stage "
                                   f"{stage!r}: no scripted step of that stage is left")
             self._used.add(index)
-            return self.steps[index]
+            self.seeds.append(seed)
+        if self.delay_seconds:
+            await asyncio.sleep(self.delay_seconds)
+        return self.steps[index]
 
     async def complete_tools(self, messages: ToolMessages, tools: list[dict[str, Any]], *,
                              stage: str, max_tokens: int, temperature: float,
                              seed: int | None = None) -> ToolTurn:
         """The next step of ``stage``: its ToolTurn, or its text as a turn without calls;
         ``calls`` records ``{"tools": tools}`` as the third item."""
-        step = self._take(stage, list(messages), {"tools": tools})
-        self.seeds.append(seed)
-        if self.delay_seconds:
-            await asyncio.sleep(self.delay_seconds)
+        step = await self._take(stage, list(messages), {"tools": tools}, seed)
         reply = step.reply(messages) if callable(step.reply) else step.reply
         turn = reply if isinstance(reply, ToolTurn) else ToolTurn(text=str(reply))
         prompt_tokens = sum(len(str(m.get("content") or "")) for m in messages) // 4
@@ -74,10 +76,7 @@ class ScriptedChatModel:
     async def complete(self, messages: ChatMessages, *, stage: str,
                        response_format: dict[str, Any] | None, max_tokens: int,
                        temperature: float, seed: int | None = None) -> Completion:
-        step = self._take(stage, messages, response_format)
-        self.seeds.append(seed)
-        if self.delay_seconds:
-            await asyncio.sleep(self.delay_seconds)
+        step = await self._take(stage, messages, response_format, seed)
         text = step.reply(messages) if callable(step.reply) else step.reply
         if not isinstance(text, str):
             raise ScriptError(f"stage {stage!r}: a tool turn was scripted for a text call")

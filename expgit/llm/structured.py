@@ -40,6 +40,7 @@ from expgit.llm.port import (
 )
 
 T = TypeVar("T", bound=BaseModel)
+C = TypeVar("C", bound=Completion)
 Mode = Literal["json_schema", "json_object", "prompt"]
 _FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.S)
 _SCHEMAS: weakref.WeakKeyDictionary[type[BaseModel], tuple[dict[str, Any], str]] = \
@@ -167,10 +168,14 @@ class StructuredLLM:
     async def _call(self, messages: ChatMessages, stage: str, fmt: dict[str, Any] | None,
                     sampling: Sampling | None = None) -> str:
         completion = await self._complete(messages, stage, fmt, self.max_tokens, sampling)
+        return self._whole(stage, completion).text
+
+    def _whole(self, stage: str, completion: C) -> C:
+        """The completion, or LLMOutputError when the token limit cut it off."""
         if completion.finish_reason == "length":
             cut = f"reply cut off at {self.max_tokens} tokens (finish_reason=length)"
             raise LLMOutputError(f"{stage}: the {cut}", cause=cut)
-        return completion.text
+        return completion
 
     def _sampling(self, sampling: Sampling | None) -> dict[str, Any]:
         """The keywords of a model call: the runtime's temperature, or the call's own
@@ -202,24 +207,17 @@ class StructuredLLM:
         """One tool-calling turn (the model's ``complete_tools``), counted like any call;
         LLMError if the model cannot call tools, or its reply was cut off."""
         with self._counted(stage):
-            return await self._tools(stage, messages, tools, sampling)
-
-    async def _tools(self, stage: str, messages: ToolMessages, tools: list[dict[str, Any]],
-                     sampling: Sampling | None = None) -> ToolTurn:
-        if self.meter.guard is not None:
-            self.meter.guard.check(stage)
-        if not isinstance(self.model, ToolCallingModel):
-            raise LLMError(f"{stage}: the model {self.model.model!r} cannot call tools",
-                           hint="use an OpenAI-compatible endpoint (--base-url)",
-                           cause="a model without tool calling")
-        turn = await self.model.complete_tools(messages, tools, stage=stage,
-                                        max_tokens=self.max_tokens,
-                                        **self._sampling(sampling))
-        self.meter.record(stage, turn)
-        if turn.finish_reason == "length":
-            cut = f"reply cut off at {self.max_tokens} tokens (finish_reason=length)"
-            raise LLMOutputError(f"{stage}: the {cut}", cause=cut)
-        return turn
+            if self.meter.guard is not None:
+                self.meter.guard.check(stage)
+            if not isinstance(self.model, ToolCallingModel):
+                raise LLMError(f"{stage}: the model {self.model.model!r} cannot call tools",
+                               hint="use an OpenAI-compatible endpoint (--base-url)",
+                               cause="a model without tool calling")
+            turn = await self.model.complete_tools(messages, tools, stage=stage,
+                                                   max_tokens=self.max_tokens,
+                                                   **self._sampling(sampling))
+            self.meter.record(stage, turn)
+            return self._whole(stage, turn)
 
     async def generate(self, stage: str, system: str, user: str, output: type[T]) -> T:
         """One validated object of type ``output`` (at most two calls: ask, repair)."""

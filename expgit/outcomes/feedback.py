@@ -1,40 +1,15 @@
 """FeedbackOutcomeEvaluator: production signals (thumbs, ratings, re-asks, silence) turned
 into one outcome label per response, and into a RubricEvaluation the pipeline can use.
 
-Signals ride on the rollout (:mod:`expgit.outcomes.signals`): ``metadata.message_stamps``
-(times; ``response_id`` marks an assistant message as a response) and
-``metadata.feedback_events``. For each response, over its own feedback events, the first
-rule that holds gives the label:
-
-1. a ``thumb_down`` or a ``rating`` < 0 -> ``negative_feedback``;
-2. a ``thumb_up`` or a ``rating`` > 0 -> ``positive_feedback``;
-3. a **re-ask**: a user turn after the response and before the next response whose time
-   is at most ``[outcomes] reask_window_seconds`` (600 s) after the response's -> ``reasked``
-   (inclusive: exactly 10 minutes is still a re-ask, one instant more is not; a user turn
-   stamped before the response counts as 0 s; an unstamped user turn is never a re-ask);
-4. no user turn after the response at all -> ``resolved``;
-5. a later user turn and no feedback event at all -> ``follow_up_without_feedback``;
-6. otherwise ``follow_up``: a later user turn, outside the window, and only neutral
-   feedback (``rating`` == 0).
-
-So explicit feedback always wins over a re-ask, and a thumb_down wins over a thumb_up.
-Every record's ``evidence`` says why (never empty): the feedback with its text, each
-later user turn and whether it fell in the window (or had no time), that there was no
-later user turn, or no feedback at all. Record fields: ``reask_within_10m`` is the fact
-of rule 3 whatever the label; ``clarification_turns`` counts the user turns of rule 3
-(re-asks within the window); ``follow_up_without_feedback`` is true iff that is the
-label; ``resolved_in_one_turn`` is true iff there was no re-ask and the label is not
-``negative_feedback``.
-
-Label -> RubricEvaluation (:data:`LABEL_SCORES`): positive_feedback 1.0 passed, resolved
-0.8 passed, follow_up 0.5 passed, follow_up_without_feedback 0.4 failed, reasked 0.2
-failed, negative_feedback 0.0 failed. A rollout's evaluation has one CriterionResult per
-response (``response <id>``, in message order) instead of one per rubric criterion:
-passed = every response passed, score = their mean; ``metadata["response_outcomes"]``
-holds each :class:`ResponseOutcome`. Feedback naming no response is listed in the
-evaluation's feedback and ignored. A rollout without any response id goes to the
-``fallback`` evaluator, or is an InvalidInputError without one. Never writes anything;
-no LLM call.
+Signals ride on the rollout (:mod:`expgit.outcomes.signals`). The rules, first that
+holds wins, and the label -> score table (:data:`LABEL_SCORES`) are in docs/outcomes.md
+("Feedback outcomes"). Not said there: the re-ask window is inclusive, a user turn stamped before
+the response counts as 0 s, an unstamped one is never a re-ask; a record's ``evidence``
+is never empty; ``clarification_turns`` counts the re-asks within the window;
+``resolved_in_one_turn`` is true iff there was no re-ask and the label is not
+``negative_feedback``. Feedback naming no response is listed in the evaluation's
+feedback and ignored. A rollout without any response id goes to the ``fallback``
+evaluator, or is an InvalidInputError without one. Never writes anything; no LLM call.
 """
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ Example::
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from expgit.core.domain import Rollout
 from expgit.errors import InvalidInputError
@@ -39,19 +39,17 @@ def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+UtcTime = Annotated[datetime, AfterValidator(_utc)]  # a time without zone is UTC
+
+
 class MessageStamp(BaseModel):
     """The time of ``rollout.messages[index]`` and, for a response, its id."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     index: int = Field(ge=0)
-    at: datetime | None = None
+    at: UtcTime | None = None
     response_id: str | None = Field(default=None, min_length=1, max_length=200)
-
-    @field_validator("at")
-    @classmethod
-    def _at_utc(cls, value: datetime | None) -> datetime | None:
-        return None if value is None else _utc(value)
 
     @model_validator(mode="after")
     def _says_something(self) -> MessageStamp:
@@ -68,7 +66,7 @@ class FeedbackEvent(BaseModel):
     response_id: str = Field(min_length=1, max_length=200)
     kind: FeedbackKind
     rating: float | None = None
-    at: datetime | None = None
+    at: UtcTime | None = None
     text: str = Field(default="", max_length=2000)
 
     @model_validator(mode="before")
@@ -88,11 +86,6 @@ class FeedbackEvent(BaseModel):
         for ignored in ("session_id", "feedback_delay_sec", "accepted"):
             data.pop(ignored, None)
         return data
-
-    @field_validator("at")
-    @classmethod
-    def _at_utc(cls, value: datetime | None) -> datetime | None:
-        return None if value is None else _utc(value)
 
     @model_validator(mode="after")
     def _rating_given(self) -> FeedbackEvent:

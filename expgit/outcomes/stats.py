@@ -14,14 +14,11 @@ Two sources, both read from git (no side database):
   ``helpful``, negative ones (harmful, fail) as ``harmful``; proposals are not counted.
 
 :func:`experience_stats` keeps one row per (trajectory file, experience it used) in the
-derived index (:mod:`expgit.store.derived.cache`, docs/design.md "Derived caches"): the table
-``trajectory_uses`` with the fold ``trajectory_uses:<ref>``, the trajectories tip its rows
-are of. A new tip folds the trajectory files changed since (one ``git diff-tree`` of the
-folder): only they are read and parsed, in this process or any later one, and the
-statistics are SQL sums of the rows. The answer is always the roll-up of what the
-branches hold at their tips: no staleness. Within a process the answer is also kept by
-the two tips, so a repeated call with no new record reads nothing but two refs and
-the index's fold.
+derived index (docs/design.md "Derived caches"): the table ``trajectory_uses`` with the
+fold ``trajectory_uses:<ref>``; the statistics are SQL sums of the rows, the roll-up of
+what the branches hold at their tips. Within a process the answer is also kept by the
+two tips, so a repeated call with no new record reads nothing but two refs and the
+index's fold.
 """
 
 from __future__ import annotations
@@ -35,15 +32,13 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-import yaml
-
-from expgit.errors import GitError
+from expgit.errors import GitError, InvalidInputError
 from expgit.outcomes.records import OutcomeRecord, polarity
 from expgit.outcomes.store import OutcomeStore
 from expgit.retrieval.usage import read_usage
 from expgit.store.derived.cache import DerivedIndex, derive
-from expgit.store.format.yamlload import BoundedSafeLoader
 from expgit.store.repository import ExperienceRepository
+from expgit.train.components.trajectory_analyzer import read_front_matter
 from expgit.train.measurement.track_record import ExperienceStats
 from expgit.train.records.trajectory_store import FOLDER, TrajectoryStore
 
@@ -136,26 +131,12 @@ def parse_time(value: Any) -> datetime | None:
     return when.replace(tzinfo=UTC) if when is not None and when.tzinfo is None else when
 
 
-
-
-def _front_matter(text: str) -> dict[str, Any] | None:
-    """A stored trajectory's front matter (as :func:`~expgit.train.components.
-    trajectory_analyzer.read_front_matter` reads it), None if unreadable."""
-    end = text.find("\n---\n", 4)
-    if not text.startswith("---\n") or end < 0:
-        return None
-    try:
-        data = yaml.load(text[4:end + 1], Loader=BoundedSafeLoader)
-    except yaml.YAMLError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def trajectory_row(tid: str, text: str) -> UsageRow | None:
     """The usage row of one stored trajectory document; None if it names no experience
     or its front matter is unreadable."""
-    front = _front_matter(text)
-    if front is None:
+    try:
+        front = read_front_matter(text, tid)
+    except InvalidInputError:
         return None
     used = tuple(u.name for u in read_usage(front))
     if not used:

@@ -16,8 +16,10 @@ import httpx
 
 from expgit.core.domain import Case, Rollout, RolloutAnalysis, RolloutTrainingResult
 from expgit.errors import UsageError
-from expgit.remote.client import RemoteCaseLoader, RemoteRolloutExecutor, preflight
+from expgit.remote.case_loader import RemoteCaseLoader
+from expgit.remote.http import preflight
 from expgit.remote.protocol import Health
+from expgit.remote.rollout_executor import RemoteRolloutExecutor
 from expgit.store.derived.snapshot import Snapshot
 from expgit.store.repository import ExperienceRepository
 from expgit.train.context import PipelineContext

@@ -11,8 +11,10 @@ restarted service has forgotten every execution (clients see 404 and may resubmi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -97,10 +99,8 @@ class ExecutionRegistry:
         self._executions: dict[str, _Execution] = {}
 
     def counts(self) -> dict[str, int]:
-        out = {"queued": 0, "running": 0, "completed": 0, "failed": 0}
-        for execution in self._executions.values():
-            out[execution.status] += 1
-        return out
+        return {"queued": 0, "running": 0, "completed": 0, "failed": 0} | Counter(
+            execution.status for execution in self._executions.values())
 
     def submit(self, request: RolloutRequest) -> ExecutionStatus:
         """Accept ``request``; RegistryFull if every slot and queue place is taken.
@@ -121,12 +121,9 @@ class ExecutionRegistry:
     async def wait(self, execution_id: str, seconds: float) -> ExecutionStatus:
         """The status once the execution has finished, or after ``seconds`` (long poll)."""
         execution = self._find(execution_id)
-        if seconds > 0 and not execution.finished.is_set():
-            try:
-                async with asyncio.timeout(seconds):
-                    await execution.finished.wait()
-            except TimeoutError:
-                pass
+        if seconds > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(execution.finished.wait(), seconds)
         return execution.view()
 
     def _find(self, execution_id: str) -> _Execution:

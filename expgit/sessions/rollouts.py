@@ -42,7 +42,7 @@ from expgit.core.domain import (
 from expgit.outcomes.feedback import outcome_evaluation
 from expgit.retrieval.usage import KEY as USED_KEY
 from expgit.retrieval.usage import UsedExperience, usage_records
-from expgit.sessions.formats.feedback import FeedbackLabel, segment_signals
+from expgit.sessions.formats.feedback import segment_signals
 from expgit.sessions.manifest import SegmentRecord, SessionManifest
 from expgit.sessions.metrics import WEIGHTS, SegmentMetrics
 from expgit.store.repository import ExperienceRepository
@@ -85,56 +85,45 @@ def loaded_skills(manifest: SessionManifest, segment: SegmentRecord) -> FreeMeta
                                      for name in names])}
 
 
-def _feedback_rollout(manifest: SessionManifest, segment: SegmentRecord,
-                      messages: Sequence[Message], label: FeedbackLabel) -> Rollout:
-    rubric = Rubric(
-        name="session-feedback",
-        description="What the users' feedback says of each response of a task segment "
-                    "of a recorded agent session",
-        criteria=[RubricCriterion(name=f"response {o.response_id}")
-                  for o in label.outcomes])
-    case = Case(name=case_name(segment.fingerprint), task_signature="session:feedback",
-                input={"topic": segment.topic, "request": first_user_turn(messages)},
-                rubric=rubric)
-    signals = segment_signals(manifest.signals, segment.start, segment.end)
-    evaluation = outcome_evaluation(label.outcomes)
-    return Rollout(
-        case=case, messages=list(messages),
-        policy_snapshot_id=f"session:{manifest.agent or 'unknown-agent'}",
-        evaluation=evaluation.model_copy(update={"metadata": {
-            **evaluation.metadata, "source": "session-feedback"}}),
-        metadata={"source": "session", "segment_fingerprint": segment.fingerprint,
-                  "session": manifest.session_key, "agent": manifest.agent,
-                  **({"agent_model": segment.agent_model} if segment.agent_model else {}),
-                  **loaded_skills(manifest, segment),
-                  **(signals.model_dump(mode="json", exclude_none=True) if signals else {})})
-
-
 def segment_rollout(manifest: SessionManifest, segment: SegmentRecord,
                     messages: Sequence[Message], threshold: float) -> Rollout:
-    """The rollout of a labelled segment (ValueError if it has no label)."""
+    """The rollout of a labelled segment: by its feedback when it has some, else by its
+    trajectory metrics (ValueError if it has neither)."""
+    signals: FreeMetadata = {}
     if segment.feedback is not None:
-        return _feedback_rollout(manifest, segment, messages, segment.feedback)
-    metrics = segment.metrics
-    if metrics is None:
+        rubric = Rubric(
+            name="session-feedback",
+            description="What the users' feedback says of each response of a task segment "
+                        "of a recorded agent session",
+            criteria=[RubricCriterion(name=f"response {o.response_id}")
+                      for o in segment.feedback.outcomes])
+        signature = "session:feedback"
+        evaluation = outcome_evaluation(segment.feedback.outcomes)
+        evaluation = evaluation.model_copy(update={"metadata": {
+            **evaluation.metadata, "source": "session-feedback"}})
+        found = segment_signals(manifest.signals, segment.start, segment.end)
+        signals = found.model_dump(mode="json", exclude_none=True) if found else {}
+    elif segment.metrics is not None:
+        rubric = Rubric(
+            name="session-trajectory-metrics",
+            description="Trajectory metrics of a task segment of a recorded agent session",
+            criteria=[RubricCriterion(name=name, required=False, weight=WEIGHTS.get(name, 1.0))
+                      for name in segment.metrics.metrics])
+        signature = f"session:{segment.metrics.task_type}"
+        evaluation = evaluation_of(segment.metrics, threshold)
+    else:
         raise ValueError(f"segment {segment.fingerprint} has no metrics yet")
-    rubric = Rubric(
-        name="session-trajectory-metrics",
-        description="Trajectory metrics of a task segment of a recorded agent session",
-        criteria=[RubricCriterion(name=name, required=False, weight=WEIGHTS.get(name, 1.0))
-                  for name in metrics.metrics])
-    case = Case(name=case_name(segment.fingerprint),
-                task_signature=f"session:{metrics.task_type}",
+    case = Case(name=case_name(segment.fingerprint), task_signature=signature,
                 input={"topic": segment.topic, "request": first_user_turn(messages)},
                 rubric=rubric)
     return Rollout(
         case=case, messages=list(messages),
         policy_snapshot_id=f"session:{manifest.agent or 'unknown-agent'}",
-        evaluation=evaluation_of(metrics, threshold),
+        evaluation=evaluation,
         metadata={"source": "session", "segment_fingerprint": segment.fingerprint,
                   "session": manifest.session_key, "agent": manifest.agent,
                   **({"agent_model": segment.agent_model} if segment.agent_model else {}),
-                  **loaded_skills(manifest, segment)})
+                  **loaded_skills(manifest, segment), **signals})
 
 
 def evidence_uri(repo: ExperienceRepository, rollout: Rollout) -> str:

@@ -35,7 +35,7 @@ from expgit.sessions.metrics import LLMTrajectoryScorer, SegmentMetrics, Traject
 from expgit.sessions.report import SessionsRunReport
 from expgit.sessions.status.counts import refresh_checkpoint
 from expgit.sessions.store import SessionChanges, SessionStore
-from expgit.sessions.training import chain, train_segments
+from expgit.sessions.training import train_segments
 from expgit.store.repository import ExperienceRepository
 from expgit.train.components.llm_fields import CHARS_PER_TOKEN
 from expgit.train.reports.run_report import UsageReport
@@ -193,7 +193,6 @@ async def _label(repo: ExperienceRepository, store: SessionStore,
         say(f"label: {len(report.labelled)}/{len(todo)} segments")
 
     await asyncio.gather(*(one(*item) for item in todo))
-    commit = await asyncio.to_thread(store.patch, {
-        key: chain(fns) for key, fns in patches.items()}, "sessions: label segments")
+    commit = await asyncio.to_thread(store.patch, patches, "sessions: label segments")
     report.commits += [commit] if commit else []
     return sum(1 for item in todo if item[3] is not None and item[1] in report.labelled)

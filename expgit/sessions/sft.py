@@ -15,8 +15,6 @@ format: the result's text is kept, the status is not. Texts are joined by newlin
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -27,6 +25,7 @@ from expgit.core.domain import Message, ToolPart
 from expgit.errors import InvalidInputError
 from expgit.sessions.formats.openai import OpenAIFormat
 from expgit.sessions.formats.transcript_builder import TranscriptBuilder
+from expgit.store.folder_files import write_file
 
 
 class _Strict(BaseModel):
@@ -192,8 +191,8 @@ def from_sft_example(obj: object) -> list[Message]:
 
 def write_sft_jsonl(examples: Iterable[object], path: Path) -> int:
     """Write one example a line to ``path``: every example is validated before anything
-    is written, then the file is written beside ``path`` and renamed onto it (an error
-    leaves ``path`` as it was). Returns the number of examples written."""
+    is written, then the file is written atomically (:func:`write_file`: an error leaves
+    ``path`` as it was). Returns the number of examples written."""
     lines = []
     for index, example in enumerate(examples, start=1):
         try:
@@ -205,12 +204,5 @@ def write_sft_jsonl(examples: Iterable[object], path: Path) -> int:
     directory = path.resolve().parent
     if not directory.is_dir():
         raise InvalidInputError(f"cannot write {path}: {directory} is not a directory")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write("".join(line + "\n" for line in lines))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_file(path, "".join(line + "\n" for line in lines).encode("utf-8"), "100644")
     return len(lines)

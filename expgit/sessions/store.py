@@ -81,10 +81,6 @@ class SessionStore:
         this store)."""
         return fanned(folder, f"{name}.json")
 
-    def _folder(self, folder: str) -> dict[str, bytes]:
-        """``{file name: content}`` of the files of ``folder`` at the tip."""
-        return self.branch.files(folder, fanned_out=True)
-
     def manifests(self) -> list[SessionManifest]:
         """Every session's manifest, by session key."""
         return [manifest for manifest, _ in self.manifest_entries()]
@@ -92,7 +88,8 @@ class SessionStore:
     def manifest_entries(self) -> list[tuple[SessionManifest, bytes]]:
         """Every manifest with the bytes it was read from (the base of a later save)."""
         return [(self.parse(name, data), data)
-                for name, data in self._folder(MANIFESTS).items() if name.endswith(".json")]
+                for name, data in self.branch.files(MANIFESTS, fanned_out=True).items()
+                if name.endswith(".json")]
 
     def manifest(self, session_key: str) -> SessionManifest | None:
         data = self.manifest_bytes(session_key)
@@ -160,20 +157,22 @@ class SessionStore:
 
         return self.branch.write(at, subject, trailers=(KIND_TRAILER,))
 
-    def patch(self, patches: Mapping[str, Callable[[SessionManifest], None]], subject: str
-              ) -> str | None:
-        """Apply each function to its session's manifest as the branch tip has it (re-read
-        on every attempt: concurrent updates of other fields are kept) and commit; the
-        new tip, or None when nothing changed. A session that is gone is skipped."""
+    def patch(self, patches: Mapping[str, Sequence[Callable[[SessionManifest], None]]],
+              subject: str) -> str | None:
+        """Apply each session's functions, in order, to its manifest as the branch tip has
+        it (re-read on every attempt: concurrent updates of other fields are kept) and
+        commit; the new tip, or None when nothing changed. A session that is gone is
+        skipped."""
 
         def at(tip: str | None) -> Mapping[str, bytes | None]:
             files: dict[str, bytes | None] = {}
-            for key, change in patches.items():
+            for key, changes in patches.items():
                 data = self.branch.read_in(MANIFESTS, f"{key}.json", tip=tip) if tip else None
                 if data is None:
                     continue
                 manifest = self.parse(f"{key}.json", data)
-                change(manifest)
+                for change in changes:
+                    change(manifest)
                 manifest.refresh_status()
                 new = encode_manifest(manifest)
                 if new != data:

@@ -65,8 +65,7 @@ async def train_segments(repo: ExperienceRepository, store: SessionStore, llm: L
         patches.setdefault(manifest.session_key, []).append(_recorder(
             segment.fingerprint, uri, gradient_ids, proposals if gradient_ids else [],
             errors))
-    commit = await asyncio.to_thread(store.patch, {
-        key: chain(fns) for key, fns in patches.items()}, "sessions: record training")
+    commit = await asyncio.to_thread(store.patch, patches, "sessions: record training")
     report.commits += [commit] if commit else []
 
 
@@ -86,11 +85,3 @@ def _recorder(fingerprint: str, uri: str, gradient_ids: list[str], proposals: li
             segment.last_error = None
     return record
 
-
-def chain(functions: list[Callable[[SessionManifest], None]]
-          ) -> Callable[[SessionManifest], None]:
-    """One manifest patch that applies ``functions`` in order."""
-    def apply(manifest: SessionManifest) -> None:
-        for function in functions:
-            function(manifest)
-    return apply

@@ -16,14 +16,10 @@ from remote_toy_env import SNAPSHOT, ToyEnvironment, toy_case, toy_rollout
 from expgit.asgi.server import RunningServer, start_server
 from expgit.core.domain import Case, Rollout
 from expgit.errors import ExpgitError
-from expgit.remote.client import (
-    RemoteCaseLoader,
-    RemoteRolloutExecutor,
-    RemoteServiceError,
-    preflight,
-)
+from expgit.remote.case_loader import RemoteCaseLoader
+from expgit.remote.http import RemoteServiceError, preflight
 from expgit.remote.protocol import RolloutRequest
-from expgit.remote.rollout_executor import RemoteRunNotes
+from expgit.remote.rollout_executor import RemoteRolloutExecutor, RemoteRunNotes
 from expgit.remote.sdk import create_environment_app
 from expgit.train.context import ExecutionContext, PipelineContext
 from expgit.train.groups import GroupSeat, group_cases

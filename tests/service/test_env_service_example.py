@@ -22,7 +22,9 @@ from expgit.core.domain import Rubric, RubricCriterion
 from expgit.llm.factory import LLMRuntime
 from expgit.llm.port import LLMError
 from expgit.llm.scripted import ScriptedChatModel, Step
-from expgit.remote.client import RemoteCaseLoader, RemoteRolloutExecutor, RemoteServiceError
+from expgit.remote.case_loader import RemoteCaseLoader
+from expgit.remote.http import RemoteServiceError
+from expgit.remote.rollout_executor import RemoteRolloutExecutor
 from expgit.retrieval.usage import read_usage
 from expgit.service.example_env import ExampleEnvironment, load_splits
 from expgit.service.example_service import example_app

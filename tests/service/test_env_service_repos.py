@@ -17,7 +17,7 @@ from expgit.asgi.server import start_server
 from expgit.init import init_repository
 from expgit.llm.factory import LLMRuntime
 from expgit.llm.scripted import ScriptedChatModel
-from expgit.remote.client import RemoteRolloutExecutor
+from expgit.remote.rollout_executor import RemoteRolloutExecutor
 from expgit.service.example_env import ExampleEnvironment
 from expgit.service.example_service import example_app
 from expgit.store.format.settings import ServeSettings

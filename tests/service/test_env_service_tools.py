@@ -18,7 +18,8 @@ from expgit.asgi.server import RunningServer, start_server
 from expgit.core.domain import ToolPart
 from expgit.llm.factory import LLMRuntime
 from expgit.llm.scripted import ScriptedChatModel, Step
-from expgit.remote.client import RemoteCaseLoader, RemoteRolloutExecutor
+from expgit.remote.case_loader import RemoteCaseLoader
+from expgit.remote.rollout_executor import RemoteRolloutExecutor
 from expgit.service.example_env import ExampleEnvironment, load_splits
 from expgit.service.example_service import example_app
 from expgit.store.format.settings import ServeSettings

@@ -21,7 +21,7 @@ from test_mcp_server import BAGS, session_run
 
 from expgit.init import init_repository
 from expgit.llm.scripted import Step
-from expgit.remote.client import RemoteRolloutExecutor
+from expgit.remote.rollout_executor import RemoteRolloutExecutor
 from expgit.retrieval.usage import read_usage
 from expgit.store.repository import ExperienceRepository
 from expgit.train.context import ExecutionContext

@@ -211,7 +211,7 @@ def test_superseding_a_trained_segment_proposes_reverting_its_edits(
             if s.fingerprint == c_partial.fingerprint:
                 s.trained, s.trajectory_uri, s.gradient_ids = True, uri, [applied.id]
 
-    SessionStore(seeded_repo).patch({manifest.session_key: trained}, "test: trained")
+    SessionStore(seeded_repo).patch({manifest.session_key: [trained]}, "test: trained")
     main_before = seeded_repo.main_commit()
 
     write(path, DAY1 + DAY2_TAIL)

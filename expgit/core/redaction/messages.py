@@ -26,11 +26,18 @@ def _cap(text: str, limit: int | None, counts: Counter[str]) -> str:
     return text
 
 
+def _redacted(text: str, counts: Counter[str], names: Iterable[str], limit: int | None
+              ) -> str:
+    """``text`` cut to ``limit`` and redacted, its findings counted."""
+    redacted, found = redact_text(_cap(text, limit, counts), names)
+    counts.update(found)
+    return redacted
+
+
 def _redact_part(part: Part, counts: Counter[str], names: Iterable[str],
                  limit: int | None) -> Part:
     if isinstance(part, TextPart):
-        text, found = redact_text(_cap(part.text, limit, counts), names)
-        counts.update(found)
+        text = _redacted(part.text, counts, names, limit)
         return part if text == part.text else part.model_copy(update={"text": text})
     tool_input = redact_value(part.tool_input, counts, None, names)
     output = None if part.tool_output is None else str(
@@ -56,18 +63,10 @@ def redact_messages(messages: Sequence[Message], max_chars: int | None = None
     names = document_names(messages)
     out = [Message(role=m.role, parts=[_redact_part(p, counts, names, max_chars)
                                        for p in m.parts],
-                   reasoning=_redact_reasoning(m.reasoning, counts, names, max_chars))
+                   reasoning=None if m.reasoning is None
+                   else _redacted(m.reasoning, counts, names, max_chars))
            for m in messages]
     return out, counts
-
-
-def _redact_reasoning(text: str | None, counts: Counter[str], names: Iterable[str],
-                      limit: int | None) -> str | None:
-    if text is None:
-        return None
-    redacted, found = redact_text(_cap(text, limit, counts), names)
-    counts.update(found)
-    return redacted
 
 
 def _cap_value(value: object, limit: int, counts: Counter[str]) -> object:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from expgit.core.domain import Part
 from expgit.sessions.formats.base import Claim, Row, parse_arguments, placeholder
@@ -20,7 +20,6 @@ _REASONING = {"thinking", "redacted_thinking"}
 
 
 class AnthropicRow(BaseModel):
-    model_config = ConfigDict(extra="ignore")
     role: Literal["system", "user", "assistant"]
     content: str | list[dict[str, Any]]
 

@@ -1,4 +1,5 @@
-"""The contract of one row format, and helpers the formats share."""
+"""The contract of one row format, and helpers the formats share. A format's row models
+ignore keys they do not name (pydantic's default): rows carry many."""
 
 from __future__ import annotations
 

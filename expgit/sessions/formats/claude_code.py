@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from expgit.sessions.formats.anthropic import add_blocks, result_text
 from expgit.sessions.formats.base import Claim, Row
@@ -41,7 +41,6 @@ SYNTHETIC_MODEL = "<synthetic>"  # what Claude Code writes for messages no model
 
 
 class _InnerMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
     role: Literal["user", "assistant"]
     content: str | list[dict[str, Any]]
     id: str | None = None
@@ -49,7 +48,6 @@ class _InnerMessage(BaseModel):
 
 
 class ClaudeCodeLine(BaseModel):
-    model_config = ConfigDict(extra="ignore")
     type: Literal["user", "assistant"]
     message: _InnerMessage
     sessionId: str | None = None  # Claude Code's keys

@@ -1,30 +1,18 @@
 """Feedback events in session files: what users said about the agent's responses, read
-next to the messages, kept with the session and used as its segments' labels.
+next to the messages, kept with the session and used as its segments' labels. What a
+feedback row is, how it names its response, and how its segments are labelled and
+trained are in docs/sessions.md (the feedback item).
 
-A feedback row is a row of any session file that is ``{"_type": "feedback", ...}`` (or
-``"type": "feedback"``, or a chat service's ``/feedback`` event as it was logged: a row
-with ``feedback_type`` and no ``role`` or ``message``). Its fields are those of
-:class:`~expgit.outcomes.signals.FeedbackEvent`: ``kind`` (``thumb_up``, ``thumb_down``,
-``rating``) with ``rating``, ``text`` and ``at``, or the seed-004 names
-``feedback_type``, ``feedback_text`` and ``timestamp`` (``session_id``,
-``feedback_delay_sec`` and ``accepted`` are dropped). ``response_id`` names the response:
-an assistant row carrying the same ``response_id``; without one, the event is on the
-last assistant message before the feedback row (its id is then ``message-<index>``).
-Feedback rows are never messages.
-
-Only in a file with feedback rows are the message rows' ``response_id`` and
-``timestamp`` (ISO-8601, of a message's first row) read, as the session's
-:class:`~expgit.outcomes.signals.SessionSignals` (``message_stamps`` by message index,
-``feedback_events``). A malformed feedback row is an InvalidInputError naming its line
-(the whole ingest stops before anything is written). The rows' response ids are stored
-hashed (:func:`~expgit.sessions.fingerprint.hash_id`), feedback text redacted.
-
+Not said there: a feedback row's fields are those of
+:class:`~expgit.outcomes.signals.FeedbackEvent`; a row with no ``response_id`` is on the
+last assistant message before it, whose id is then ``message-<index>``. Only in a file
+with feedback rows are the message rows' ``response_id`` and ``timestamp`` (of a
+message's first row) read, as the session's :class:`~expgit.outcomes.signals.SessionSignals`.
 A segment's signals are the session's stamps in its range (re-indexed) and the events on
 its responses (:func:`segment_signals`); a segment with no event has none, and is
-labelled as before (by the trajectory scorer). One with events is labelled by the
-feedback evaluator's rules (:func:`label_segment`, no LLM call) and is trained whatever
-its label: explicit feedback is the most trustworthy label a session has, and a thumbs
-down is what there is most to learn from.
+labelled by the trajectory scorer. Explicit feedback is the most trustworthy label a
+session has, and a thumbs down is what there is most to learn from: hence trained
+whatever its label.
 """
 
 from __future__ import annotations

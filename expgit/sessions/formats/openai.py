@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from expgit.core.domain import Part
 from expgit.sessions.formats.base import Claim, Row, parse_arguments, placeholder
@@ -20,20 +20,17 @@ _OPENAI_PART_TYPES = {"image_url", "input_text", "output_text", "refusal", "inpu
 
 
 class _Function(BaseModel):
-    model_config = ConfigDict(extra="ignore")
     name: str
     arguments: str | dict[str, Any] | None = None
 
 
 class _ToolCall(BaseModel):
-    model_config = ConfigDict(extra="ignore")
     id: str = ""
     type: str = "function"
     function: _Function
 
 
 class OpenAIRow(BaseModel):
-    model_config = ConfigDict(extra="ignore")
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
     tool_calls: list[_ToolCall] | None = None

@@ -1,38 +1,22 @@
 """Parsing ``.jsonl`` agent sessions into the normalised messages of
-docs/design.md ("Cases and rollouts").
+docs/design.md ("Cases and rollouts"); the row shapes read (one module each, behind
+:data:`FORMATS`) and what is kept, skipped and counted are in docs/sessions.md.
 
-Five row shapes are read (one module each, behind :data:`FORMATS`): OpenAI chat rows,
-Anthropic Messages rows, Claude Code transcripts, OpenAI Responses API items and Codex CLI
-rollouts (Responses items in an envelope). ``auto`` picks the format per file:
-the first row only one format claims decides; a file of plain ``{"role", "content"}``
-rows (which both OpenAI and Anthropic write) is read as ``openai``, which gives the same
-messages. Then every row is read with that format.
+``auto`` picks the format per file: the first row only one format claims decides; a
+file of plain ``{"role", "content"}`` rows (which both OpenAI and Anthropic write) is
+read as ``openai``, which gives the same messages. Not said there:
 
-Normalisation (:class:`~expgit.core.domain.Message` of TextPart / ToolPart):
-
-* a tool call and its later result (``tool_call_id`` / ``tool_use_id``) are ONE ToolPart
-  in the message that made the call (status ``pending`` until the result is seen, then
-  ``completed`` or ``error``); a result whose call is unknown is a ``tool`` message;
-* reasoning (OpenAI ``reasoning_content``, Anthropic ``thinking`` blocks) is DROPPED and
-  counted in ``reasoning_dropped``: it is the model's scratchpad, not something the
-  conversation showed or that chat fine-tuning trains on, some providers only return it
-  redacted or signed, and leaving it out keeps fingerprints independent of it. A
-  Responses ``reasoning`` item's *summary* (text written to be shown) is kept as the
-  message's ``reasoning``; its ``encrypted_content`` is never read;
-* ``message_models[i]``: the model that wrote ``messages[i]`` (assistant messages of a
-  format that names it: Codex ``turn_context``, Claude Code assistant rows);
+* a tool call's ToolPart is ``pending`` until its result is seen, then ``completed`` or
+  ``error``; a result whose call is unknown is a ``tool`` message;
+* reasoning is dropped because it is the model's scratchpad, not something the
+  conversation showed or that chat fine-tuning trains on; some providers only return
+  it redacted or signed, and leaving it out keeps fingerprints independent of it;
 * images, audio and files become placeholders such as ``[image omitted]``;
-* rows that give no part (e.g. only reasoning) add no message
-  (``skipped_rows["empty"]``);
-* ``_type: metadata`` rows are skipped (``skipped_metadata``); blank lines are counted;
-  a line that is not JSON, not an object or not of the file's shape is listed in
-  ``invalid_lines`` (1-based) - never fatal; but a file none of whose rows is of a
-  known shape is ``unrecognized`` (its first offending line is named), and a last line
-  with no newline that is not JSON (a file still being written) is left out and
-  reported as ``truncated_line``;
+  ``message_models[i]``: the model that wrote ``messages[i]``; rows that give no part
+  add no message (``skipped_rows["empty"]``); ``invalid_lines`` are 1-based;
 * feedback rows (``_type: feedback``, :mod:`expgit.sessions.formats.feedback`) are never
-  messages: they become the session's ``signals`` (with the response ids and times of
-  the message rows); a malformed one IS fatal (InvalidInputError naming its line).
+  messages: they become the session's ``signals``; a malformed one IS fatal
+  (InvalidInputError naming its line).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from expgit.core.jsonl import loads_untrusted
 from expgit.sessions.formats.base import Claim, Row, parse_arguments
@@ -33,13 +33,11 @@ _OUTPUTS = {"function_call_output", "custom_tool_call_output"}
 
 
 class _MessageItem(BaseModel):
-    model_config = ConfigDict(extra="ignore")
     role: Literal["system", "developer", "user", "assistant"]
     content: str | list[dict[str, Any]] | None = None
 
 
 class _CallItem(BaseModel):
-    model_config = ConfigDict(extra="ignore")
     call_id: str = ""
     name: str = ""
     arguments: str | dict[str, Any] | None = None  # function_call
@@ -47,13 +45,11 @@ class _CallItem(BaseModel):
 
 
 class _OutputItem(BaseModel):
-    model_config = ConfigDict(extra="ignore")
     call_id: str = ""
     output: str | dict[str, Any] | list[Any] | None = None
 
 
 class _ReasoningItem(BaseModel):
-    model_config = ConfigDict(extra="ignore")
     summary: list[dict[str, Any]] | None = None
     content: list[dict[str, Any]] | None = None
 

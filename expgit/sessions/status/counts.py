@@ -1,19 +1,8 @@
 """``expgit sessions status``: counts of sessions and segments, as queries over one row per
-manifest in the derived index (:mod:`expgit.store.derived.cache`, docs/design.md "Derived
-caches").
-
-The table ``session_rows`` holds, per sessions branch ref, what the status needs of each
-manifest file (its blob id, line fields, counts, invalidations and skill loads), and the
-fold ``session_rows:<ref>`` the branch commit those rows are of. A status folds the
-manifests that changed since that commit (one ``git diff-tree`` of the folder: its cost
-follows the change, not the number of sessions) and sums the rows.
-
-The rows may be relative to a *base*: the branch's status checkpoint
-(:mod:`expgit.sessions.status.checkpoint`), which a fresh clone starts from instead of
-parsing every manifest. Then a row of sign -1 takes away a manifest the checkpoint
-counted and a row of sign +1 adds one; with no base every manifest has a +1 row. Where
-the sum cannot be told from a base (an invalidation, whose order only a full count keeps,
-or a removed load that was its day's last) the rows are built again without it.
+manifest in the derived index: the table ``session_rows`` and the fold
+``session_rows:<ref>``, relative to the branch's status checkpoint
+(:mod:`expgit.sessions.status.checkpoint`) when there is one, signs and all, as
+docs/design.md ("Derived caches") describes.
 
 ``details`` holds the first :data:`DETAILS_LIMIT` sessions by file name
 (``details_truncated`` says when there are more); ``all_details`` (``--all``) lists every
