@@ -312,6 +312,7 @@ def undocumented_packages(root: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("package", sorted(SUBLAYERS))
+@pytest.mark.slow
 def test_sub_packages_import_each_other_in_their_order(package: str) -> None:
     assert sublayer_violations(ROOT / "expgit", package, SUBLAYERS[package]) == []
 

@@ -340,6 +340,7 @@ def test_github_gate_posts_one_comment_updates_it_and_fails_the_check(
     assert "expgit-ci: updated the gate comment" in ran[-1][1].stderr
 
 
+@pytest.mark.slow
 def test_github_gate_without_a_secret_fails_its_first_step_naming_it(
         tmp_path: Path, forge: Path, serve: Any) -> None:
     """A fork's pull request gets no secrets: the first step says which is missing."""

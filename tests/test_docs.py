@@ -48,7 +48,6 @@ CALLS: dict[str, dict[str, int]] = {
 NOT_RUN = {"README.md": 3, "docs/development.md": 6, "docs/getting-started.md": 3,
            "docs/mcp-tools.md": 1, "docs/security.md": 1, "docs/tau2.md": 4,
            "docs/workflow.md": 1}
-SLOW = frozenset({"README.md", "docs/services.md"})  # over ~20 s each (26 s, 28 s)
 
 
 def page_id(page: Path) -> str:
@@ -56,7 +55,7 @@ def page_id(page: Path) -> str:
 
 
 def test_every_page_with_calls_exists() -> None:
-    assert set(CALLS) | SLOW | set(NOT_RUN) <= {page_id(p) for p in PAGES}
+    assert set(CALLS) | set(NOT_RUN) <= {page_id(p) for p in PAGES}
 
 
 def test_a_block_is_not_run_only_by_a_decision_made_here() -> None:
@@ -71,9 +70,8 @@ def test_every_fence_names_its_language(page: Path) -> None:
     check_fences(blocks(page.read_text(encoding="utf-8"), page_id(page)), page_id(page))
 
 
-@pytest.mark.parametrize("page", [
-    pytest.param(p, marks=[pytest.mark.slow] if page_id(p) in SLOW else [], id=page_id(p))
-    for p in PAGES])
+@pytest.mark.slow  # every page runs the CLI end to end: 45 s in all, the README's the main job
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
 def test_page_snippets_run_in_order(page: Path, tmp_path: Path) -> None:
     run_page(page, CALLS.get(page_id(page), {}), tmp_path)
 

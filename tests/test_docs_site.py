@@ -78,6 +78,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_site_builds_strict_offline_with_every_page(site: Path) -> None:
     pages = {p.relative_to(ROOT / "docs").with_suffix("").as_posix()
              for p in (ROOT / "docs").glob("*.md")}

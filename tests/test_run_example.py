@@ -129,6 +129,7 @@ def test_without_a_proposal_the_review_section_says_so_and_the_rest_goes_on(
     hand_made_update_reverted(work, proc.stdout)
 
 
+@pytest.mark.slow
 def test_main_job_without_the_embedded_model_says_what_to_install(tmp_path: Path) -> None:
     shim = tmp_path / "shim"
     shim.mkdir()

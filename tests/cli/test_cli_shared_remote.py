@@ -137,6 +137,7 @@ def test_an_unknown_remote_is_refused_before_any_call_or_write(
     assert model.requests == 0 and repo_state(path) == before
 
 
+@pytest.mark.slow
 def test_apply_mode_applies_to_the_remote_main_and_pushes_the_closed_refs(
         serve: Any, tmp_path: Path) -> None:
     server, (path,) = shared_server(tmp_path, 1)

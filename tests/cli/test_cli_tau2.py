@@ -110,6 +110,7 @@ def test_train_on_train_measure_on_test_with_groups_gate_and_html(
     ("tau2:retail:test", "unknown tau2 domain 'retail'"),
     ("tau2:airline:test#", "after '#' come task ids"),
 ])
+@pytest.mark.slow
 def test_a_bad_source_exits_5_before_any_call(driver: Driver, serve: Any, source: str,
                                               message: str) -> None:
     server = serve([])

@@ -70,6 +70,7 @@ def outcomes(report: Path) -> list[tuple[str, bool]]:
             for r in json.loads(report.read_text())["phases"][0]["rollouts"]]
 
 
+@pytest.mark.slow
 def test_gold_actions_through_the_mcp_server_pass_and_a_skipped_write_fails(
         driver: Driver, serve: Any, tmp_path: Path) -> None:
     server = serve([])

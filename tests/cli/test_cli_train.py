@@ -198,6 +198,7 @@ def test_eval_prints_accuracy_and_only_rolls_out(
     ("cases: [{name: a}]\n", "case 0 ('a'): rubric: Field required"),
     ("- [unbalanced\n", "not valid YAML"),
 ])
+@pytest.mark.slow
 def test_bad_cases_file_exits_5_before_any_call(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path,
         content: str, message: str) -> None:

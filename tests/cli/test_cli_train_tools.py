@@ -96,6 +96,7 @@ def test_one_epoch_teaches_the_tool_call(run_cli: Any, serve: Any, seeded_repo: 
     ({"database": "nope.json"}, "no such database fixture"),
     ({"rid": "NOPE"}, "refers to a record that is not in the database fixture"),
 ])
+@pytest.mark.slow
 def test_bad_environment_input_exits_5_before_any_call(
         run_cli: Any, serve: Any, seeded_repo: Any, tmp_path: Path,
         edit: dict[str, str], message: str) -> None:

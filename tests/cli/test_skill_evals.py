@@ -187,6 +187,7 @@ def test_an_assertion_in_words_goes_to_the_judge_and_is_counted(
         {"id": 5, "prompt": "p", "expected_output": "x", "files": ["/etc/passwd"]}]},
      "evals.json: case 0 (id 5): files: '/etc/passwd' reaches outside"),
 ])
+@pytest.mark.slow
 def test_malformed_evals_stop_with_exit_5_naming_file_and_case(
         run_cli: Any, serve: Any, tmp_path: Path, evals: Any, message: str) -> None:
     init_repository(tmp_path / "repo", seed=seed(tmp_path, evals))

@@ -151,6 +151,7 @@ def skill_edit(name: str, description: str, action: str = "create") -> dict[str,
     (skill_edit("-".join(["petsinthecabin"] * 5), "Answers pet questions. Use when a user asks."),
      "skill_name", "the Agent Skills spec allows 1 to 64"),
 ])
+@pytest.mark.slow
 def test_a_bad_skill_edit_is_dropped_and_counted(
         run_cli: Any, serve: Any, skills_repo: ExperienceRepository, tmp_path: Path,
         edit: dict[str, Any], kind: str, reason: str) -> None:

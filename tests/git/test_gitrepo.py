@@ -279,6 +279,7 @@ def ls_tree(path: Path, tree: str) -> list[TreeEntry]:
 
 
 @pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.slow
 def test_edit_tree_and_diff_trees_match_git(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     path = tmp_path / "repo.git"
@@ -445,6 +446,7 @@ def _dump(snapshot: Snapshot) -> tuple[object, ...]:
 
 @pytest.mark.parametrize(("seed", "merges", "jumps"), [
     (1, 0.12, [1, 1, 1, 2, 3]), (2, 0.12, [1, 1, 1, 2, 3]), (3, 0.03, [1, 9, 10, 12])])
+@pytest.mark.slow
 def test_incremental_snapshots_equal_fresh_ones(tmp_path: Path, seed: int, merges: float,
                                                 jumps: list[int]) -> None:
     """One loader walking a random history (mostly forward, some jumps back and repeats)

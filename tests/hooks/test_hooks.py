@@ -173,6 +173,7 @@ def test_install_handles_a_quote_in_the_python_path(repo: Path, tmp_path: Path) 
     ids=["no-front-matter", "bad-yaml", "unknown-field", "bad-status", "name-not-stem",
          "over-budget", "sub-folder", "injection"],
 )
+@pytest.mark.slow
 def test_pre_commit_refuses_invalid_experiences(client: Path, path: str, text: str,
                                                 expected: str) -> None:
     before = head(client)
@@ -195,6 +196,7 @@ def test_pre_commit_lists_every_problem(client: Path) -> None:
     assert "  experiences/one.md:" in proc.stderr and "  experiences/two.md:" in proc.stderr
 
 
+@pytest.mark.slow
 def test_pre_commit_accepts_valid_changes(client: Path) -> None:
     write(client, "experiences/second-rule.md", experience("second-rule", tags="[a, b]"))
     write(client, "notes.txt", "not an experience, not checked: ---\n")
@@ -263,6 +265,7 @@ def legacy_hook(path: Path, marker: Path, status: int) -> None:
     path.chmod(0o755)
 
 
+@pytest.mark.slow
 def test_existing_hook_is_kept_and_runs_first(repo: Path, tmp_path: Path) -> None:
     hooks = repo / ".git" / "hooks"
     marker = tmp_path / "marker"
@@ -526,6 +529,7 @@ def test_push_of_an_injected_experience_is_refused(clone: Path, server: Path) ->
     assert head(server, "main") == before
 
 
+@pytest.mark.slow
 def test_pre_commit_runs_the_configured_scanner(client: Path, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     fake_scanner(tmp_path, monkeypatch)
@@ -548,6 +552,7 @@ ODD_NAMES = {"tab": "ev\til", "quote": 'ev"il', "newline": "ev\nil", "backslash"
 
 
 @pytest.mark.parametrize("stem", ODD_NAMES.values(), ids=ODD_NAMES.keys())
+@pytest.mark.slow
 def test_push_of_an_invalid_experience_with_a_quoted_name_is_refused(
         clone: Path, server: Path, stem: str) -> None:
     """git quotes such a path in its plain output: the check reads NUL-separated
@@ -564,6 +569,7 @@ def test_push_of_an_invalid_experience_with_a_quoted_name_is_refused(
 
 
 @pytest.mark.parametrize("stem", ODD_NAMES.values(), ids=ODD_NAMES.keys())
+@pytest.mark.slow
 def test_pre_commit_refuses_an_invalid_experience_with_a_quoted_name(client: Path,
                                                                      stem: str) -> None:
     before = head(client)

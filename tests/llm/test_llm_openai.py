@@ -271,6 +271,7 @@ def test_length_is_a_failure_without_repair(fake: FakeOpenAI) -> None:
     assert meter.total().calls == 1
 
 
+@pytest.mark.slow
 def test_timeout_is_retried_then_reported(fake: FakeOpenAI) -> None:
     fake.script(Reply(chat(GOOD).body, delay=3), Reply(chat(GOOD).body, delay=3))
     model = model_for(fake, timeout_seconds=0.5, max_retries=1)
@@ -283,6 +284,7 @@ def test_timeout_is_retried_then_reported(fake: FakeOpenAI) -> None:
     assert info.value.cause == "timed out (0.5s per request)" and info.value.transport
 
 
+@pytest.mark.slow
 def test_a_hung_endpoint_ends_at_the_per_call_deadline(fake: FakeOpenAI) -> None:
     """Timeouts of 1 s and 5 retries would take over 6 s; the 1.5 s deadline ends the
     call after the second attempt, cut to what is left of it."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import Driver, run_expgit
 from outcomes_support import make_targets
 
@@ -66,6 +67,7 @@ def test_bad_input_changes_nothing(driver: Driver, seeded_repo: ExperienceReposi
     driver.fails(2, "outcomes", "list", "--target", "x")
 
 
+@pytest.mark.slow
 def test_help_and_subprocess(driver: Driver) -> None:
     result = run_expgit("outcomes", "add", "--help")
     assert result.returncode == 0 and "--idempotency-key" in result.stdout

@@ -87,6 +87,7 @@ def expgit_line(*args: str | Path) -> str:
 
 
 # ----------------------------------------------------------------------------- tests
+@pytest.mark.slow
 def test_apply_remote_pushes_and_local_main_follows(server: Path) -> None:
     a = clone(server, "a")
     base = main_of(server)

@@ -165,6 +165,7 @@ def test_a_groups_runs_reach_the_service_with_their_own_seeds(
     assert all(r.case.metadata["split"] == "train" for r in rollouts)  # the case's own
 
 
+@pytest.mark.slow
 def test_failing_and_hanging_executions_become_failed_rollouts(
         servers: list[RunningServer]) -> None:
     env = ToyEnvironment({"train": 4}, fail=["toy-train-1"], hang=["toy-train-2"])
@@ -228,6 +229,7 @@ def test_snapshot_id_echo_is_enforced_on_both_sides(servers: list[RunningServer]
     assert by_client.policy_snapshot_id == "snap-abc"
 
 
+@pytest.mark.slow
 def test_a_restarted_service_gets_the_lost_executions_again(
         servers: list[RunningServer]) -> None:
     first_env = ToyEnvironment({"train": 6}, hang=[f"toy-train-{i}" for i in range(6)])
@@ -254,6 +256,7 @@ def test_a_restarted_service_gets_the_lost_executions_again(
     assert all(len(remote_of(r).execution_ids) == 2 for r in rollouts)
 
 
+@pytest.mark.slow
 def test_a_service_that_stays_down_fails_the_cases(servers: list[RunningServer]) -> None:
     env = ToyEnvironment({"train": 2}, hang=["toy-train-0", "toy-train-1"])
     server = serve(servers, env)

@@ -262,6 +262,7 @@ print("stopped cleanly", flush=True)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.slow
 def test_serve_forever_reports_its_url_and_stops_cleanly_on_a_signal(signum: int) -> None:
     proc = subprocess.Popen([sys.executable, "-c", SERVE_SCRIPT], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

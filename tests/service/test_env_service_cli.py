@@ -166,6 +166,7 @@ def test_rollouts_failing_in_the_service_fail_the_eval_with_its_error(
 
 @pytest.mark.parametrize("command", [
     ["train", "--eval-split", "eval", "--mode", "propose"], ["eval"]])
+@pytest.mark.slow
 def test_a_down_service_is_a_clear_error_before_any_model_and_nothing_is_written(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path,
         command: list[str]) -> None:

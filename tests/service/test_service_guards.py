@@ -124,6 +124,7 @@ def closed_by_server(sock: socket.socket) -> bool:
     b"POST /v1/cases/query HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
     b"\r\nContent-Length: 100\r\n\r\n{\"split\": ",  # part of the body, then stalls
 ], ids=["silent", "slow-headers", "slow-body"])
+@pytest.mark.slow
 def test_a_stalled_client_is_disconnected(env_server: RunningServer, sent: bytes) -> None:
     sock = connect(env_server)
     sock.sendall(sent)

@@ -185,6 +185,7 @@ def the_proposal(repo: ExperienceRepository, name: str = "refund-method-rules"
 
 
 @pytest.mark.parametrize("how", ["kills-itself", "killed-by-test"])
+@pytest.mark.slow
 def test_apply_recovers_the_lock_of_a_killed_writer(repo: ExperienceRepository,
                                                     how: str) -> None:
     path = repo.git.work_tree
@@ -324,6 +325,7 @@ def test_main_moved_by_plain_git_during_apply_is_guarded_again(
     fsck(path)
 
 
+@pytest.mark.slow
 def test_apply_gives_up_when_plain_git_keeps_moving_main(
         repo: ExperienceRepository, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every attempt loses the race: after ATTEMPTS, the RefMovedError (exit 3) and

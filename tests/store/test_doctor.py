@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import EXAMPLE, git, repo_state, run_expgit
 from json_shapes import assert_shape
 
@@ -61,6 +62,7 @@ def test_a_forge_merge_leaves_branches_that_fix_settles(tmp_path: Path) -> None:
     assert [p.id for p in list_proposals(repo, ("applied",))] == [pid]
 
 
+@pytest.mark.slow
 def test_a_dead_writers_leftovers_are_shown_then_recovered(tmp_path: Path) -> None:
     path, pid = _repo(tmp_path)
     git_dir = path / ".git"

@@ -316,6 +316,7 @@ def test_release_twice_is_harmless(git_dir: Path) -> None:
 
 
 # ------------------------------------------------------------ other processes
+@pytest.mark.slow
 def test_live_holder_blocks_a_waiting_acquirer_until_released(git_dir: Path) -> None:
     holder = start_holder(git_dir)
     assert holder.stdin is not None and holder.stdout is not None
@@ -353,6 +354,7 @@ WORKER = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("start_stale", [False, True], ids=["free", "stale-at-start"])
+@pytest.mark.slow
 def test_racing_processes_are_mutually_excluded(git_dir: Path, start_stale: bool) -> None:
     """Writers racing for the lock (and, at the start, to recover a stale one) never
     overlap, and every one of them gets through."""
@@ -395,6 +397,7 @@ def test_lock_in_a_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
     assert "cannot create the lock file" in str(info.value)
 
 
+@pytest.mark.slow
 def test_a_long_wait_says_once_who_holds_the_lock(git_dir: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     holder = start_holder(git_dir)

@@ -97,6 +97,7 @@ def test_a_file_both_changed_differently_is_a_conflict_and_nothing_is_pushed(two
     assert_only_fast_forwards(server)
 
 
+@pytest.mark.slow
 def test_a_lost_lease_fetches_again_and_retries(two, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     server, one, other = two
     write(one, {"trajectories/a.md": b"a\n"})

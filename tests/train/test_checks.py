@@ -84,6 +84,7 @@ def test_regex_nested_quantifier_returns_promptly_as_a_failed_check() -> None:
     assert not ok and "did not match" in feedback
 
 
+@pytest.mark.slow
 def test_regex_that_runs_out_of_time_fails_with_the_reason() -> None:
     ok, feedback = _run_in_child(
         "print(json.dumps(run_check(RegexCheck(pattern='(a|aa)+$'), 'a' * 60 + 'b')))")

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cli_support import agent, cases_file
 from scripted_pipeline import BAGGAGE_CASE, edit_reply, reflect_with
 
@@ -100,6 +101,7 @@ def test_endpoint_command_replaces_every_model_option() -> None:
         f"expgit train --epochs 2 --base-url {ENDPOINT_PLACEHOLDER} --model MODEL")
 
 
+@pytest.mark.slow
 def test_train_prints_the_verdict_before_the_cost_table(run_cli: Any, serve: Any,
                                        seeded_repo: ExperienceRepository,
                                        tmp_path: Path) -> None:
