@@ -53,6 +53,7 @@ def train(run_cli: Any, path: Path, tmp_path: Path, url: str, *extra: str | Path
                    "--base-url", url, "--report", tmp_path / "run.json", *extra)
 
 
+@pytest.mark.slow
 def test_candidate_eval_measures_the_proposal_and_the_pr_body_carries_it(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path, main = tmp_path / "repo", seeded_repo.main_commit()
@@ -126,6 +127,7 @@ def test_candidate_eval_measures_the_proposal_and_the_pr_body_carries_it(
     fsck(path)
 
 
+@pytest.mark.slow
 def test_a_harmful_proposal_is_gated_in_apply_mode(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path, main = tmp_path / "repo", seeded_repo.main_commit()
@@ -153,6 +155,7 @@ def test_a_harmful_proposal_is_gated_in_apply_mode(
     assert final["rollouts"] == data["phases"][0]["rollouts"]
 
 
+@pytest.mark.slow
 def test_a_harmful_proposal_is_marked_in_propose_mode(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path = tmp_path / "repo"
@@ -168,6 +171,7 @@ def test_a_harmful_proposal_is_marked_in_propose_mode(
                                      f"expgit/proposals/{pid}")
 
 
+@pytest.mark.slow
 def test_candidate_eval_failing_half_way_never_passes_the_gate(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path, main = tmp_path / "repo", seeded_repo.main_commit()
@@ -250,6 +254,7 @@ def test_apply_gate_by_hand(run_cli: Any, serve: Any, seeded_repo: ExperienceRep
     assert git(path, "rev-parse", "main").strip() == json.loads(lenient.out)["commit"] != main
 
 
+@pytest.mark.slow
 def test_eval_at_and_compare(run_cli: Any, serve: Any, seeded_repo: ExperienceRepository,
                              tmp_path: Path) -> None:
     path = tmp_path / "repo"

@@ -123,6 +123,7 @@ def test_two_trainers_push_to_one_bare_repository_at_the_same_time(
     assert assert_only_fast_forwards(server) >= 3
 
 
+@pytest.mark.slow
 def test_an_unknown_remote_is_refused_before_any_call_or_write(
         serve: Any, tmp_path: Path) -> None:
     _, (path,) = shared_server(tmp_path, 1)

@@ -42,6 +42,7 @@ def outcomes(report: dict[str, Any], phase: int = 0) -> dict[str, bool]:
     return {r["case"]: r["passed"] for r in report["phases"][phase]["rollouts"]}
 
 
+@pytest.mark.slow
 def test_the_test_split_is_20_cases_scored_by_tau2s_reward(driver: Driver, serve: Any,
                                                             tmp_path: Path) -> None:
     server = serve([])
@@ -80,6 +81,7 @@ def test_gold_actions_pass_and_a_skipped_confirmed_write_fails(driver: Driver, s
     assert data_["phases"][0]["summary"]["pass_k"] == {"1": 0.5, "2": 0.0}
 
 
+@pytest.mark.slow
 def test_train_on_train_measure_on_test_with_groups_gate_and_html(
         driver: Driver, serve: Any, tmp_path: Path) -> None:
     server = serve([])

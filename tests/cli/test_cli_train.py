@@ -150,6 +150,7 @@ def test_train_apply_mode_moves_main_and_final_eval_sees_it(
     assert "pets-in-cabin" in git(path, "ls-tree", "--name-only", "main", "experiences/")
 
 
+@pytest.mark.slow
 def test_train_apply_mode_runs_the_final_eval_when_main_moved(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     """Someone commits to main while the proposal is measured: the apply rebuilds the

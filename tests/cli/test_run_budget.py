@@ -81,6 +81,7 @@ def test_max_calls_stops_a_train_run_and_keeps_the_proposal_made_before(
     assert "0.000000" not in result.out
 
 
+@pytest.mark.slow
 def test_max_cost_with_prices_stops_the_run_and_prints_the_currency(
         driver: Driver, serve: Any, tmp_path: Path) -> None:
     # a token costs 1 EUR: the first call spends the budget, nothing else is called
@@ -110,6 +111,7 @@ def test_max_cost_with_prices_stops_the_run_and_prints_the_currency(
     assert lines[-1].split()[-1] == f"{cost:.6f}"
 
 
+@pytest.mark.slow
 def test_the_warning_when_the_budget_cannot_buy_one_merge(
         driver: Driver, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     """[llm] max_calls = 2: the batch's rollout and reflection, then its merge is refused."""

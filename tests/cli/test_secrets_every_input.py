@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cli_support import cases_file
 from conftest import fsck, git
 from scripted_pipeline import BAGGAGE_CASE, GOLD_RULE
@@ -81,6 +82,7 @@ def _session(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_no_secret_of_any_input_reaches_an_object(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path = tmp_path / "repo"

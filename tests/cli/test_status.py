@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cli_support import agent, cases_file
 from conftest import EXAMPLE, Driver, example_flat, git, repo_state
 from json_shapes import assert_shape
@@ -83,6 +84,7 @@ def test_proposals_and_the_gradients_no_proposal_holds(run_cli: Any, driver: Dri
     assert screen[1].endswith(f": {proposal['subject']}")
 
 
+@pytest.mark.slow
 def test_a_trained_proposal_shows_its_measured_effect_and_is_the_last_run(
         run_cli: Any, serve: Any, seeded_repo: ExperienceRepository, tmp_path: Path) -> None:
     path = tmp_path / "repo"

@@ -210,6 +210,7 @@ def test_pre_commit_accepts_valid_changes(client: Path) -> None:
     assert commit(client, "dotfiles are ignored").returncode == 0
 
 
+@pytest.mark.slow
 def test_pre_commit_checks_the_index_not_the_work_tree(client: Path) -> None:
     write(client, "experiences/second-rule.md", experience("second-rule"))
     git(client, "add", "-A")
@@ -223,6 +224,7 @@ def test_pre_commit_checks_the_index_not_the_work_tree(client: Path) -> None:
     assert proc.returncode != 0 and "experiences/second-rule.md" in proc.stderr
 
 
+@pytest.mark.slow
 def test_pre_commit_refuses_a_staged_template_override_that_fails(client: Path) -> None:
     write(client, ".expgit/templates/prompts/judge.md.j2",
           "{% block system %}{{ cycler.__init__.__globals__.os.environ }}{% endblock %}"
@@ -341,6 +343,7 @@ def push(clone: Path, *refspecs: str, force: bool = False) -> subprocess.Complet
                            *refspecs], cwd=clone, capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_expgit_refs_pass_the_update_hook_without_python(clone: Path, server: Path) -> None:
     """A trainer pushes one ref per gradient: the update stub lets expgit's own refs
     through before it starts python (proved by a python it cannot start); main is still
@@ -409,6 +412,7 @@ def test_push_of_invalid_settings_is_refused(clone: Path, server: Path) -> None:
     assert "expgit.toml: token_budget: Input should be greater than 0" in proc.stderr
 
 
+@pytest.mark.slow
 def test_push_of_an_unsafe_template_override_is_refused(clone: Path, server: Path) -> None:
     """Overrides are code every trainer renders: the server renders each once in the
     sandbox and refuses the push that brings one escaping it, naming the file."""
@@ -429,6 +433,7 @@ def test_push_of_an_unsafe_template_override_is_refused(clone: Path, server: Pat
     assert push(clone, "main").returncode == 0
 
 
+@pytest.mark.slow
 def test_push_creating_main_is_checked_with_its_own_settings(repo: Path,
                                                             tmp_path: Path) -> None:
     server = tmp_path / "empty.git"
@@ -488,6 +493,7 @@ def test_update_hook_refuses_main_per_ref(clone: Path, server: Path) -> None:
     assert head(server, "side") == head(clone)  # the other ref went through
 
 
+@pytest.mark.slow
 def test_server_legacy_hook_gets_the_same_stdin(repo: Path, tmp_path: Path) -> None:
     server = tmp_path / "server.git"
     git(tmp_path, "clone", "-q", "--bare", str(repo), str(server))

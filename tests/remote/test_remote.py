@@ -211,6 +211,7 @@ def test_push_that_landed_although_reported_failed_counts_as_applied(server: Pat
     assert not is_open(a, pid)
 
 
+@pytest.mark.slow
 def test_push_refused_by_the_server_is_an_error_and_changes_nothing(server: Path) -> None:
     legacy = server / "hooks" / "pre-receive.legacy"
     legacy.write_text("#!/bin/sh\necho 'closed for maintenance' >&2\nexit 1\n")

@@ -182,6 +182,7 @@ def test_failing_and_hanging_executions_become_failed_rollouts(
         assert remote_of(rollout).round_trips >= 2
 
 
+@pytest.mark.slow
 def test_a_full_service_queue_is_waited_for(servers: list[RunningServer]) -> None:
     env = ToyEnvironment({"train": 3}, delay=0.2)
     server = serve(servers, env, max_concurrency=1, max_queue=0)

@@ -78,6 +78,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_train_propose_through_the_environment_service(
         run_cli: Any, env_service: Any, serve: Any, seeded_repo: ExperienceRepository,
         tmp_path: Path) -> None:

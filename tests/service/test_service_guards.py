@@ -49,6 +49,7 @@ def env_server(tmp_path: Path) -> Iterator[RunningServer]:
 
 
 @pytest.mark.parametrize("headers", CROSS_SITE, ids=["text", "form", "multipart", "none"])
+@pytest.mark.slow
 def test_a_cross_site_post_cannot_move_main(seeded_repo: ExperienceRepository,
                                             headers: dict[str, str]) -> None:
     path = seeded_repo.git.work_tree

@@ -62,6 +62,7 @@ def without_ids(data: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("query", QUERIES)
 @pytest.mark.parametrize("budget", ["300", "700", "4000"])
+@pytest.mark.slow
 def test_context_selects_skills_as_flat_experiences(
         run_cli: Any, both: tuple[Path, Path], query: str, budget: str) -> None:
     flat, skills = both

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import fsck, git, repo_state
 from json_shapes import assert_shape
 from scripted_pipeline import lesson_bodies, merge_of, reflect_for
@@ -161,6 +162,7 @@ def test_run_segments_pending_sessions_and_keeps_invalid_ones_pending(
 
 
 
+@pytest.mark.slow
 def test_cli_ingest_status_run(run_cli: Any, seeded_repo: ExperienceRepository,
                                tmp_path: Path, serve: Any) -> None:
     repo_dir = tmp_path / "repo"

@@ -115,6 +115,7 @@ def test_a_file_without_a_block_gets_it_appended(skills: Driver) -> None:
 
 
 @pytest.mark.parametrize("damage", [START, END])
+@pytest.mark.slow
 def test_a_damaged_block_is_refused_and_nothing_is_written(skills: Driver,
                                                            damage: str) -> None:
     d = skills

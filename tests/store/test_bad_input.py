@@ -47,6 +47,7 @@ def front(name: str, body: str = "# Body\n", extra: str = "") -> str:
     ("\nevil", "invalid experience name '\\nevil'"),
 ])
 @pytest.mark.parametrize("how", ["edit", "delete"])
+@pytest.mark.slow
 def test_propose_with_a_bad_name(driver: Driver, name: str, fragment: str, how: str) -> None:
     args: list[str | Path] = (["--content-file", driver.file(front(name))] if how == "edit"
                               else ["--delete"])
@@ -156,6 +157,7 @@ def test_unknown_ids(driver: Driver, args: list[str], fragment: str) -> None:
 @pytest.mark.parametrize("bad", ["zzzz", "abc", "dead-beef", "", "g1234567"])
 @pytest.mark.parametrize("command", [["apply"], ["review"], ["merge"],
                                      ["reject", "--reason", "r"]])
+@pytest.mark.slow
 def test_non_hex_ids(driver: Driver, command: list[str], bad: str) -> None:
     args = [command[0], bad, *command[1:]]
     line = refused(driver, 5, *args)

@@ -286,6 +286,7 @@ def commit_on_main(path: Path, name: str, note: str) -> str:
 
 
 @pytest.mark.parametrize("same_experience", [False, True], ids=["other", "same"])
+@pytest.mark.slow
 def test_main_moved_by_plain_git_during_apply_is_guarded_again(
         repo: ExperienceRepository, monkeypatch: pytest.MonkeyPatch,
         same_experience: bool) -> None:

@@ -95,6 +95,7 @@ def test_a_dead_writers_leftovers_are_shown_then_recovered(tmp_path: Path) -> No
     assert run_expgit("doctor", cwd=path).returncode == 0
 
 
+@pytest.mark.slow
 def test_recovery_removes_only_lock_files_expgit_makes_inside_the_git_dir(
         tmp_path: Path) -> None:
     """A crash record is a file in the git dir: whatever else it lists (a path outside,

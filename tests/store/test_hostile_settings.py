@@ -50,6 +50,7 @@ BAD_SETTINGS = {
 
 @pytest.mark.parametrize(("extra", "key", "says"), BAD_SETTINGS.values(),
                          ids=BAD_SETTINGS.keys())
+@pytest.mark.slow
 def test_hostile_settings_are_refused_naming_the_key(driver: Driver, extra: str, key: str,
                                                      says: str) -> None:
     _commit_settings(driver, extra)

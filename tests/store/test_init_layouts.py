@@ -63,6 +63,7 @@ def test_layout_flat_keeps_the_old_layout(run_cli: Any, tmp_path: Path) -> None:
     assert sorted(tree(tmp_path / "old")) == ["experiences/.gitkeep", "expgit.toml"]
 
 
+@pytest.mark.slow
 def test_from_example_repo_every_skill_passes_the_reference_validator(
         run_cli: Any, tmp_path: Path) -> None:
     d = Driver(run_cli, tmp_path / "repo", tmp_path / "scratch")

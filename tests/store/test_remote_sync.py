@@ -160,6 +160,7 @@ def checkpoint(repo: ExperienceRepository, version: int = 1) -> str:
     return tip
 
 
+@pytest.mark.slow
 def test_the_versions_checkpoint_is_pushed_as_a_fast_forward(two) -> None:  # type: ignore[no-untyped-def]
     server, one, other = two
     assert push_checkpoint(one, "origin").status == "absent"

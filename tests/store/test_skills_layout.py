@@ -70,6 +70,7 @@ def agentskills_validate_main(d: Driver, tmp: Path, root: str = "skills",
     return agentskills_validate(d.path, rev, tmp / "archive", root)
 
 
+@pytest.mark.slow
 def test_a_skills_repository_end_to_end(skills: Driver, tmp_path: Path) -> None:
     d = skills
     assert d.git("ls-tree", "-r", "--name-only", "main", "skills/").split() == [

@@ -195,6 +195,7 @@ def test_a_lock_held_by_another_process_fails_after_the_wait(
         holder.wait()
 
 
+@pytest.mark.slow
 def test_a_lock_released_during_the_wait_is_taken(seeded_repo: ExperienceRepository) -> None:
     grads, merged = gradients(seeded_repo)
     repo = with_lock_wait(seeded_repo, 20)

@@ -120,6 +120,7 @@ for i in range(int(sys.argv[3])):
 """
 
 
+@pytest.mark.slow
 def test_concurrent_writer_processes_race_by_compare_and_swap(
         seeded_repo: ExperienceRepository) -> None:
     path = repo_path(seeded_repo)

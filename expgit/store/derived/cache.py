@@ -12,6 +12,7 @@ application id) rebuilt, and a failure half-way run again on a new file or in me
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -55,6 +56,8 @@ def _connect(path: Path) -> sqlite3.Connection:
     """The index file at ``path``; raises ``sqlite3.DatabaseError`` for a corrupt or foreign
     file, ``sqlite3.OperationalError`` or ``OSError`` for one that cannot be written."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        _create(path)
     # autocommit mode: transactions are explicit (BEGIN IMMEDIATE in update())
     db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                          check_same_thread=False)
@@ -69,6 +72,29 @@ def _connect(path: Path) -> sqlite3.Connection:
     except BaseException:
         db.close()
         raise
+
+
+def _create(path: Path) -> None:
+    """Make the index file whole under a temporary name, then link it into place, so no
+    process ever opens one half set up: switching a shared file to WAL takes a lock that
+    sqlite's busy timeout does not wait for, and the loser went without the index."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    _remove(tmp)
+    db = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        _setup(db)
+    finally:
+        db.close()
+    try:
+        os.link(tmp, path)
+    except FileExistsError:  # another process made it first: theirs is as good
+        pass
+    except OSError:  # a file system without hard links
+        os.replace(tmp, path)
+    finally:
+        _remove(tmp)
 
 
 def _remove(path: Path) -> None:
