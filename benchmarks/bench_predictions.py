@@ -26,7 +26,7 @@ from pathlib import Path
 from expgit.git.repo import RefUpdate
 from expgit.init import init_repository
 from expgit.store.derived import predictions
-from expgit.store.derived.cache import cache_file
+from expgit.store.derived.cache import index_file
 from expgit.store.format import trailers as tr
 from expgit.store.refnames import GRADIENTS, ID_LEN, PROPOSALS
 from expgit.store.repository import ExperienceRepository
@@ -69,11 +69,13 @@ def timed(call: Callable[..., object], *args: object) -> float:
 
 def forget(repo: ExperienceRepository, *, disk: bool) -> ExperienceRepository:
     """As a new process finds it: no memory of earlier reads (and, with ``disk``, no
-    derived cache file either)."""
+    derived index either: the file and its WAL)."""
     predictions._Cache.results.clear()
     predictions._Cache.facts = {}
     if disk:
-        cache_file(repo.git.common_dir, "predictions.json").unlink(missing_ok=True)
+        index = index_file(repo.git.common_dir)
+        for stale in index.parent.glob(f"{index.name}*"):
+            stale.unlink()
     return ExperienceRepository.open(repo.git.work_tree or repo.git.git_dir)
 
 
