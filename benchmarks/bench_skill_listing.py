@@ -114,9 +114,12 @@ async def run_mode(repo_path: Path, mode: str) -> tuple[list[int], list[int]]:
               if i % 2 == 0 else Step("user", "###STOP###") for i in range(len(cases) * 4)]
     chat = ScriptedChatModel(steps)
 
-    class Runtime:
+    class Runtime:  # the LLMHandles the wiring reads (expgit.runs.wiring)
         structured = StructuredLLM(chat, UsageMeter())
         embeddings = None
+        description = "scripted"
+        is_local = False
+        prompt_tokens = None
 
     executor = rollout_executor(repo, Runtime(), concurrency=1)  # calls in case order
     snapshot = repo.snapshot(repo.main_commit())
